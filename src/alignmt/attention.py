@@ -1,0 +1,183 @@
+"""Attention scorers and the masked softmax (Bahdanau et al. 2015, §3.1 and App. A.1.2;
+Luong et al. 2015, §3.1; Vaswani et al. 2017, §3.2.1).
+
+Every scorer has the same two-call interface:
+
+    proj_keys = scorer.project_keys(keys)                         # once per source batch
+    context, weights = scorer(query, proj_keys, keys, mask)       # once per decoder step
+
+The part of the score that depends only on the encoder states (W_h h_j for additive
+attention, W h_j for Luong's general score) is computed once by `project_keys` and handed
+back by the caller at every step. Nothing is cached on the module, so a scorer can serve
+two batches, or a beam that reorders its rows, without going stale.
+
+Keys are also the values: c_i = sum_j alpha_ij h_j, as in both papers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor, nn
+
+AttentionKind = Literal["additive", "dot", "general", "concat", "scaled_dot"]
+
+
+def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    """Softmax over the last axis with exactly zero weight where `mask` is False.
+
+    Args:
+        scores: (..., T_src) unnormalised scores e_ij.
+        mask: (..., T_src) bool, True at real source tokens.
+
+    Returns:
+        (..., T_src) weights alpha_ij; each row sums to 1 over its real tokens.
+    """
+    # -inf, not a large negative constant: exact zeros whatever the scores' scale or dtype,
+    # and a row with no real token (a data bug; every real row keeps </s>) shows up as NaN
+    # instead of silently spreading weight over padding.
+    return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+
+
+def attend(scores: Tensor, values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Normalise scores and take the weighted sum of the values.
+
+    Args:
+        scores: (B, T_src) e_ij for one decoder step.
+        values: (B, T_src, C) encoder states h_j.
+        mask: (B, T_src) bool, True at real tokens.
+
+    Returns:
+        context (B, C) = sum_j alpha_ij h_j, and weights (B, T_src).
+    """
+    weights = masked_softmax(scores, mask)
+    context = torch.bmm(weights.unsqueeze(1), values).squeeze(1)  # (B, C)
+    return context, weights
+
+
+class AdditiveAttention(nn.Module):
+    """Bahdanau et al. (2015), eq. 6 and App. A.1.2: e_ij = v^T tanh(W_s s + W_h h_j).
+
+    W_s, W_h and v have no biases, as in the paper.
+    """
+
+    def __init__(self, *, query_dim: int, key_dim: int, attn_dim: int) -> None:
+        super().__init__()
+        self.W_s = nn.Linear(query_dim, attn_dim, bias=False)
+        self.W_h = nn.Linear(key_dim, attn_dim, bias=False)
+        self.v = nn.Linear(attn_dim, 1, bias=False)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """(B, T_src, C) -> (B, T_src, A): W_h h_j does not depend on the decoder step."""
+        return self.W_h(keys)
+
+    def forward(
+        self, query: Tensor, proj_keys: Tensor, values: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Score every source position against one query.
+
+        Args:
+            query: (B, D) decoder state.
+            proj_keys: (B, T_src, A) from `project_keys`.
+            values: (B, T_src, C) encoder states.
+            mask: (B, T_src) bool, True at real tokens.
+
+        Returns:
+            context (B, C) and weights (B, T_src).
+        """
+        hidden = torch.tanh(self.W_s(query).unsqueeze(1) + proj_keys)  # (B, T_src, A)
+        return attend(self.v(hidden).squeeze(-1), values, mask)
+
+
+class ConcatAttention(nn.Module):
+    """Luong et al. (2015), eq. 8 "concat": e_ij = v^T tanh(W [s; h_j]), W of shape (A, D + C).
+
+    Splitting W = [W_s | W_h] column-wise gives W [s; h] = W_s s + W_h h (seed 001,
+    exercise 37.2): the additive score with its two matrices stored as one. The split lets
+    the key half be computed once per sentence, as for additive attention.
+    """
+
+    def __init__(self, *, query_dim: int, key_dim: int, attn_dim: int) -> None:
+        super().__init__()
+        self.query_dim = query_dim
+        self.W = nn.Linear(query_dim + key_dim, attn_dim, bias=False)
+        self.v = nn.Linear(attn_dim, 1, bias=False)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """(B, T_src, C) -> (B, T_src, A): the key columns of W applied to every h_j."""
+        return keys @ self.W.weight[:, self.query_dim :].T
+
+    def forward(
+        self, query: Tensor, proj_keys: Tensor, values: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Same arguments and results as `AdditiveAttention.forward`."""
+        proj_query = query @ self.W.weight[:, : self.query_dim].T  # (B, A)
+        hidden = torch.tanh(proj_query.unsqueeze(1) + proj_keys)  # (B, T_src, A)
+        return attend(self.v(hidden).squeeze(-1), values, mask)
+
+
+class GeneralAttention(nn.Module):
+    """Luong et al. (2015), eq. 8 "general": e_ij = s^T W h_j, W of shape (D, C)."""
+
+    def __init__(self, *, query_dim: int, key_dim: int) -> None:
+        super().__init__()
+        self.W = nn.Linear(key_dim, query_dim, bias=False)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """(B, T_src, C) -> (B, T_src, D): W h_j, once per source batch."""
+        return self.W(keys)
+
+    def forward(
+        self, query: Tensor, proj_keys: Tensor, values: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Same arguments and results as `AdditiveAttention.forward`, with proj_keys (B, T_src, D)."""
+        scores = torch.bmm(proj_keys, query.unsqueeze(-1)).squeeze(-1)  # (B, T_src)
+        return attend(scores, values, mask)
+
+
+class DotAttention(nn.Module):
+    """Luong et al. (2015), eq. 8 "dot": e_ij = s^T h_j; with `scaled`, divided by sqrt(D)
+    (Vaswani et al. 2017, eq. 1), which keeps the scores' variance independent of D.
+
+    Has no parameters; query and keys must have the same size.
+    """
+
+    def __init__(self, *, query_dim: int, key_dim: int, scaled: bool = False) -> None:
+        super().__init__()
+        if query_dim != key_dim:
+            raise ValueError(
+                f"dot attention needs the decoder state and encoder states to have the same "
+                f"size, got query_dim={query_dim} and key_dim={key_dim}; use 'general' or "
+                f"'additive', or make dec_hidden equal enc_hidden x directions"
+            )
+        self.scale = 1 / math.sqrt(query_dim) if scaled else 1.0
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """The keys themselves: a dot score has no key projection."""
+        return keys
+
+    def forward(
+        self, query: Tensor, proj_keys: Tensor, values: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Same arguments and results as `AdditiveAttention.forward`, with proj_keys = keys."""
+        scores = torch.bmm(proj_keys, query.unsqueeze(-1)).squeeze(-1)  # (B, T_src)
+        return attend(scores * self.scale, values, mask)
+
+
+def make_attention(
+    kind: AttentionKind, *, query_dim: int, key_dim: int, attn_dim: int
+) -> nn.Module:
+    """Build the scorer named `kind`; `attn_dim` is used by additive and concat only."""
+    if kind == "additive":
+        return AdditiveAttention(query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim)
+    if kind == "concat":
+        return ConcatAttention(query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim)
+    if kind == "general":
+        return GeneralAttention(query_dim=query_dim, key_dim=key_dim)
+    if kind in ("dot", "scaled_dot"):
+        return DotAttention(query_dim=query_dim, key_dim=key_dim, scaled=kind == "scaled_dot")
+    raise ValueError(
+        f"unknown attention {kind!r}; choose additive, dot, general, concat, scaled_dot"
+    )

@@ -1,0 +1,273 @@
+"""The typed config tree, and the only place that reads YAML.
+
+Owns `Config` and its sections and how one is built. Precedence, lowest first: dataclass
+defaults < a YAML file (partial and nested: any subset of sections and keys) < command-line
+`key.path=value` overrides. Values are coerced from each field's declared type, never guessed;
+unknown keys and bad values raise `ConfigError` naming the source and the dotted key, with a
+close-match hint. Imports no other alignmt module: `cli` builds a Config, `train` and
+`Seq2Seq.from_config` unpack it, and model code never sees one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
+from difflib import get_close_matches
+from functools import reduce
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+import yaml
+
+
+@dataclass
+class ModelConfig:
+    rnn: Literal["gru", "lstm"] = "gru"  # recurrent cell of encoder and decoder
+    emb_dim: int = 48  # E, source and target embeddings
+    enc_hidden: int = 96  # H, encoder units per direction
+    enc_layers: int = 1  # L of the encoder
+    bidirectional: bool = True  # [h_fwd; h_bwd] as in the paper; False: forward only (seed 001)
+    dec_hidden: int = 96  # D
+    dec_layers: int = 1  # L of the decoder
+    # "none" is vanilla seq2seq: the decoder sees a fixed context, the final encoder state
+    attention: Literal["additive", "dot", "general", "concat", "scaled_dot", "none"] = "additive"
+    attn_dim: int = 96  # A, hidden units of the additive/concat scorer
+    order: Literal["bahdanau", "luong"] = "bahdanau"  # query s_{i-1} before the RNN, or s_i after
+    init: Literal["zeros", "bridge"] = "zeros"  # decoder s_0: zeros, or tanh(W [h_fwd; h_bwd])
+    readout: Literal["none", "tanh", "maxout"] = "none"  # layer between [s_i; c_i; y_{i-1}] and V
+    readout_dim: int = 128  # R, units of the readout layer
+    dropout: float = 0.0  # dropout probability, in [0, 1)
+
+
+@dataclass
+class DataConfig:
+    task: Literal["reverse", "copy", "sort"] = "reverse"  # built-in synthetic task
+    min_len: int = 3  # shortest training string
+    max_len: int = 10  # longest training string
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 2000  # optimiser updates
+    batch_size: int = 64  # sentences per batch, not tokens
+    lr: float = 3e-3  # peak learning rate
+    clip_norm: float = 1.0  # max global gradient norm; 0 disables clipping
+    schedule: Literal["cosine", "constant"] = "cosine"  # learning-rate decay after warmup
+    warmup_steps: int = 0  # learning-rate warmup before the schedule; 0: none
+    log_every: int = 50  # steps between recorded losses
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when available
+    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+
+
+@dataclass
+class SearchConfig:
+    max_len_ratio: float = 2.0  # an output stops after ratio * source length + offset tokens
+    max_len_offset: int = 10
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    seed: int = 1  # random seed: initialisation and synthetic data
+    out_dir: str = "runs/reverse"  # run directory: checkpoints, resolved config, logs
+
+
+class ConfigError(ValueError):
+    """A config file, dict or override that does not fit the `Config` tree."""
+
+
+_CLI = "command line"
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+# Int fields named like this are sizes or counts, so must be at least 1 (but not warmup_steps).
+_COUNTS = ("_dim", "hidden", "layers", "steps", "batch_size", "log_every", "min_len", "max_len")
+
+
+def _types(cls: type) -> dict[str, Any]:
+    # The annotations are strings (postponed evaluation); get_type_hints resolves them.
+    hints = get_type_hints(cls)
+    return {f.name: hints[f.name] for f in fields(cls)}
+
+
+def _dotted_keys(cls: type, prefix: str = "") -> list[str]:
+    keys = []
+    for name, tp in _types(cls).items():
+        keys += _dotted_keys(tp, f"{prefix}{name}.") if is_dataclass(tp) else [prefix + name]
+    return keys
+
+
+_KEYS = _dotted_keys(Config)
+
+
+def _hint(word: str, choices: Sequence[str]) -> str:
+    leaf = word.rsplit(".", 1)[-1].lower()
+    initials = "".join(part[:1] for part in leaf.split("_"))
+    # Abbreviated fields (lr) are too short for difflib to tie to their spelled-out names.
+    close = [c for c in choices if len(initials) > 1 and c.rsplit(".", 1)[-1] == initials]
+    close = close or get_close_matches(word.lower(), choices, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _parse_number(text: str) -> int | float | str:
+    try:  # int() where it is exact: float() would round big integers
+        return int(text) if text.strip().lstrip("+-").isdigit() else float(text)
+    except ValueError:
+        return text  # rejected by the caller, which names the expected type
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    if get_origin(tp) is Literal:
+        if isinstance(value, str) and value in get_args(tp):
+            return value
+        choices, hint = ", ".join(get_args(tp)), _hint(str(value), get_args(tp))
+        raise ConfigError(f"{where}: {value!r} is not one of {choices}{hint}")
+    parsed = value
+    if isinstance(value, str) and tp is not str:
+        # Command-line values are all strings, and YAML 1.1 reads 5e-4 (no dot) as one too.
+        parsed = _BOOLS.get(value.lower(), value) if tp is bool else _parse_number(value)
+    if tp is float and type(parsed) is int:
+        parsed = float(parsed)
+    if tp is int and type(parsed) is float and parsed.is_integer():
+        parsed = int(parsed)  # 2000.0 and 1e4 name integers
+    # `type is`, not isinstance: True is no int here, and inf or nan is no learning rate.
+    if type(parsed) is tp and (tp is not float or math.isfinite(parsed)):
+        return parsed
+    expected = {bool: "true or false", int: "an integer", float: "a finite number"}
+    raise ConfigError(f"{where}: expected {expected.get(tp, 'a string')}, got {value!r}")
+
+
+def _merge(obj: Any, data: Any, source: str, prefix: str = "") -> Any:
+    """Returns a copy of dataclass `obj` with the keys in `data` coerced and replaced."""
+    data = {} if data is None else data  # a YAML section whose keys are all commented out
+    if not isinstance(data, Mapping):
+        where = f"{source}: {prefix[:-1]}" if prefix else source
+        raise ConfigError(f"{where}: expected a mapping of keys, got {data!r}")
+    types = _types(type(obj))
+    # Sections are mutable: copy them all, so that the result shares none with `obj`.
+    changes = {k: replace(getattr(obj, k)) for k, tp in types.items() if is_dataclass(tp)}
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if key not in types:
+            raise ConfigError(f"{source}: unknown key {path!r}{_hint(path, _KEYS)}")
+        if is_dataclass(types[key]):
+            changes[key] = _merge(getattr(obj, key), value, source, path + ".")
+        else:
+            changes[key] = _coerce(value, types[key], f"{source}: {path}")
+    return replace(obj, **changes)
+
+
+def _check_ranges(cfg: Config, source: str) -> None:
+    for key in _KEYS:
+        value = reduce(getattr, key.split("."), cfg)
+        if key.endswith(_COUNTS) and not key.endswith("warmup_steps") and value < 1:
+            problem = "must be at least 1"
+        elif key == "model.dropout" and not 0 <= value < 1:
+            problem = "must be in [0, 1)"
+        elif key == "train.lr" and value <= 0:
+            problem = "must be positive"
+        elif key == "data.min_len" and value > cfg.data.max_len:
+            problem = f"must not exceed data.max_len ({cfg.data.max_len})"
+        else:
+            continue
+        raise ConfigError(f"{source}: {key}: {problem}, got {value!r}")
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_bytes()  # bytes: PyYAML then reports bad UTF-8 as a YAMLError
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config file: {err.strerror}") from err
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}, line {mark.line + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: invalid YAML: {getattr(err, 'problem', None) or err}") from err
+    return {} if data is None else data
+
+
+def _apply(cfg: Config, overrides: Sequence[str]) -> Config:
+    for override in overrides:
+        key, eq, value = override.partition("=")
+        if not eq:
+            raise ConfigError(f"{_CLI}: override {override!r} is not of the form key.path=value")
+        nested: Any = value.strip()
+        for part in reversed(key.strip().split(".")):
+            nested = {part: nested}
+        cfg = _merge(cfg, nested, _CLI)  # one at a time, so a later override beats an earlier one
+    return cfg
+
+
+def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
+    """Builds a Config from defaults, then a YAML file, then command-line overrides.
+
+    Args:
+        path: YAML file with any subset of sections and keys; None or an empty file: defaults.
+        overrides: `key.path=value` strings such as `train.lr=5e-4` or `seed=3`, applied in order.
+
+    Returns:
+        The merged, coerced and range-checked Config.
+    """
+    cfg = Config() if path is None else _merge(Config(), _read_yaml(Path(path)), str(path))
+    cfg = _apply(cfg, overrides)
+    # Checked once, at the end: an override may repair what the file alone got wrong.
+    sources = [str(path)] * (path is not None) + [_CLI] * bool(overrides)
+    _check_ranges(cfg, " + ".join(sources) or "defaults")
+    return cfg
+
+
+def config_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Config:
+    """Builds a Config from defaults and a nested dict, e.g. one stored in a checkpoint.
+
+    Args:
+        data: nested mapping, as from `config_to_dict`; any subset of sections and keys.
+        source: what `data` came from, for error messages (a checkpoint path, say).
+
+    Returns:
+        The merged, coerced and range-checked Config.
+    """
+    cfg = _merge(Config(), data, source)
+    _check_ranges(cfg, source)
+    return cfg
+
+
+def apply_overrides(cfg: Config, overrides: Sequence[str]) -> Config:
+    """Returns a new Config with `key.path=value` overrides applied; `cfg` is left unchanged.
+
+    Args:
+        cfg: the config to start from.
+        overrides: `key.path=value` strings, applied in order.
+
+    Returns:
+        A Config that shares no section object with `cfg`.
+    """
+    out = _apply(cfg, overrides)
+    _check_ranges(out, _CLI)
+    return out
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    """Returns `cfg` as a plain nested dict of str, int, float and bool: safe for YAML.
+
+    Args:
+        cfg: the config.
+
+    Returns:
+        Sections and keys in field order.
+    """
+    return asdict(cfg)
+
+
+def dump_config(cfg: Config) -> str:
+    """Returns `cfg` as YAML text in field order, readable by `load_config`.
+
+    Args:
+        cfg: the config.
+
+    Returns:
+        YAML text.
+    """
+    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False)

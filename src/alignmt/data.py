@@ -1,0 +1,237 @@
+"""Text to tensors: tokenisation, the vocabulary, and padding/batching of token ids.
+
+Owns the special tokens and their ids, `Vocab` (stored inside checkpoints as JSON), and
+`Batch`, the padded id tensors the model and the loss consume. Does not own the synthetic
+tasks (`tasks`), the model, or the loss (`train`); reading parallel corpora from files will
+be added here, beside the tokenisers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor
+
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
+SPECIALS = (PAD, BOS, EOS, UNK)
+
+# --- Tokenisation -------------------------------------------------------------------------
+
+
+def char_tokenize(text: str) -> list[str]:
+    """The characters of `text`, the tokens of the synthetic tasks."""
+    return list(text)
+
+
+def char_detokenize(tokens: Iterable[str]) -> str:
+    """Inverse of `char_tokenize`."""
+    return "".join(tokens)
+
+
+# --- Vocabulary ---------------------------------------------------------------------------
+
+
+class Vocab:
+    """Maps tokens to ids: the specials at fixed ids 0-3, then the given tokens in order.
+
+    `itos` (list) and `stoi` (dict) are the two directions; treat them as read-only.
+    """
+
+    pad_id, bos_id, eos_id, unk_id = range(len(SPECIALS))
+
+    def __init__(self, tokens: Iterable[str]) -> None:
+        self.itos = [*SPECIALS, *tokens]
+        self.stoi = {token: i for i, token in enumerate(self.itos)}
+        if len(self.stoi) != len(self.itos):
+            repeated = sorted(t for t, c in Counter(self.itos).items() if c > 1)
+            raise ValueError(f"tokens: duplicates or special tokens {repeated}")
+
+    @classmethod
+    def build(
+        cls, sequences: Iterable[Sequence[str]], min_freq: int = 1, max_size: int | None = None
+    ) -> Vocab:
+        """The vocabulary of a corpus, most frequent tokens first.
+
+        Args:
+            sequences: tokenised sentences. Special tokens in them are skipped: they already
+                have their ids.
+            min_freq: tokens seen fewer times are left out (they encode as `<unk>`).
+            max_size: at most this many tokens besides the four specials; None: no limit.
+
+        Returns:
+            The vocabulary, ordered by frequency descending, then token, so that the same
+            corpus always gives the same ids.
+        """
+        if min_freq < 1:
+            raise ValueError(f"min_freq must be >= 1, got {min_freq}")
+        counts = Counter(token for seq in sequences for token in seq)
+        ranked = sorted(
+            (t for t, c in counts.items() if c >= min_freq and t not in SPECIALS),
+            key=lambda t: (-counts[t], t),
+        )
+        return cls(ranked[:max_size])
+
+    def __len__(self) -> int:
+        return len(self.itos)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Vocab):
+            return NotImplemented
+        return self.itos == other.itos
+
+    def __repr__(self) -> str:
+        return f"Vocab(size={len(self)})"
+
+    def encode(self, tokens: Sequence[str], *, add_eos: bool = False) -> list[int]:
+        """Ids of `tokens`, unknown tokens as `unk_id`, optionally followed by `eos_id`."""
+        ids = [self.stoi.get(token, self.unk_id) for token in tokens]
+        return [*ids, self.eos_id] if add_eos else ids
+
+    def decode(self, ids: Iterable[int], *, strip_special: bool = True) -> list[str]:
+        """Tokens of `ids`.
+
+        Args:
+            ids: token ids (ints, or the elements of a 1-D tensor).
+            strip_special: stop at the first `</s>` and drop `<pad>` and `<s>`; `<unk>` is
+                kept, since it stands for a real token. False: every id, as is.
+
+        Returns:
+            The tokens.
+        """
+        tokens = []
+        for i in map(int, ids):
+            # Checked because a negative id would silently index from the end.
+            if not 0 <= i < len(self.itos):
+                raise ValueError(f"ids: {i} is outside the vocabulary of size {len(self)}")
+            if strip_special and i == self.eos_id:
+                break
+            if not (strip_special and i in (self.pad_id, self.bos_id)):
+                tokens.append(self.itos[i])
+        return tokens
+
+    def to_json(self) -> str:
+        """The vocabulary as JSON, specials included so a reader sees every id."""
+        return json.dumps({"itos": self.itos}, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Vocab:
+        """Inverse of `to_json`."""
+        itos = json.loads(text)["itos"]
+        if tuple(itos[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(
+                f"vocab JSON: expected {list(SPECIALS)} first, got {itos[: len(SPECIALS)]}"
+            )
+        return cls(itos[len(SPECIALS) :])
+
+
+# --- Batching -----------------------------------------------------------------------------
+
+# Teacher forcing shifts the target by one step:
+#   tgt      <s>  a  b  c  </s>
+#   tgt_in   <s>  a  b  c          decoder inputs  (B, T_tgt)
+#   tgt_out        a  b  c  </s>   loss targets    (B, T_tgt)
+# Both are padded with pad_id on the right; tgt_len counts the real positions of either.
+
+
+@dataclass
+class Batch:
+    """Padded id tensors of a batch of sentence pairs (see the drawing above)."""
+
+    src: Tensor  # (B, T_src) int64, source ids + </s>, padded with pad_id
+    src_len: Tensor  # (B,) int64, real lengths including </s>
+    tgt_in: Tensor  # (B, T_tgt) int64, <s> y_1 .. y_n   (decoder inputs)
+    tgt_out: Tensor  # (B, T_tgt) int64, y_1 .. y_n </s>  (loss targets)
+    tgt_len: Tensor  # (B,) int64, n + 1
+
+    @property
+    def num_tgt_tokens(self) -> int:
+        """Real target tokens in the batch, `</s>` included: the loss's denominator."""
+        return int(self.tgt_len.sum())
+
+    def to(self, device: torch.device | str) -> Batch:
+        """The same batch with every tensor on `device`."""
+        return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+    def select(self, index: int | Sequence[int]) -> Batch:
+        """The sub-batch of rows `index`, trimmed to its own longest source and target.
+
+        Args:
+            index: one row, or rows in the order wanted.
+
+        Returns:
+            A batch of `len(index)` rows (1 for an int); a row selected alone has no padding.
+        """
+        picked = [index] if isinstance(index, int) else list(index)
+        if not picked:
+            raise ValueError("index: selects no rows")
+        rows = torch.tensor(picked, dtype=torch.int64, device=self.src.device)
+        src_len, tgt_len = self.src_len[rows], self.tgt_len[rows]
+        t_src, t_tgt = int(src_len.max()), int(tgt_len.max())
+        return Batch(
+            src=self.src[rows, :t_src],
+            src_len=src_len,
+            tgt_in=self.tgt_in[rows, :t_tgt],
+            tgt_out=self.tgt_out[rows, :t_tgt],
+            tgt_len=tgt_len,
+        )
+
+
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
+    """Right-pad id sequences to the longest one.
+
+    Args:
+        seqs: B sequences of token ids.
+        pad_id: the id that fills the gaps.
+
+    Returns:
+        (B, T_max) int64 tensor; (0, 0) for no sequences.
+    """
+    t_max = max((len(seq) for seq in seqs), default=0)
+    # One torch.tensor call on nested lists: far cheaper than B small tensors copied in.
+    # The reshape only matters for B == 0, where torch.tensor([]) would be (0,), not (0, 0).
+    rows = [[*seq, *[pad_id] * (t_max - len(seq))] for seq in seqs]
+    return torch.tensor(rows, dtype=torch.int64).reshape(len(seqs), t_max)
+
+
+def make_batch(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]], vocab_src: Vocab, vocab_tgt: Vocab
+) -> Batch:
+    """Add the specials to encoded sentence pairs and pad them into a `Batch`.
+
+    Args:
+        pairs: B (source ids, target ids) pairs, encoded without specials (`<unk>` is fine).
+            An empty source is allowed: it becomes just `</s>`.
+        vocab_src: the source vocabulary, for its specials and range of ids.
+        vocab_tgt: the target vocabulary, likewise.
+
+    Returns:
+        The batch, on the CPU.
+    """
+    if not pairs:
+        raise ValueError("pairs: empty; a batch needs at least one sentence pair")
+    for row, (src, tgt) in enumerate(pairs):
+        _check_ids(src, vocab_src, f"pairs[{row}] source")
+        _check_ids(tgt, vocab_tgt, f"pairs[{row}] target")
+    src = [[*s, vocab_src.eos_id] for s, _ in pairs]
+    tgt_in = [[vocab_tgt.bos_id, *t] for _, t in pairs]
+    tgt_out = [[*t, vocab_tgt.eos_id] for _, t in pairs]
+    return Batch(
+        src=pad_sequences(src, vocab_src.pad_id),
+        src_len=torch.tensor([len(s) for s in src], dtype=torch.int64),
+        tgt_in=pad_sequences(tgt_in, vocab_tgt.pad_id),
+        tgt_out=pad_sequences(tgt_out, vocab_tgt.pad_id),
+        tgt_len=torch.tensor([len(t) for t in tgt_out], dtype=torch.int64),
+    )
+
+
+def _check_ids(ids: Sequence[int], vocab: Vocab, what: str) -> None:
+    # A <pad>, <s> or </s> already present is the usual bug of encoding with add_eos=True
+    # and then batching; an id past the vocabulary would fail much later, in the embedding.
+    reserved = (vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    bad = [i for i in ids if i in reserved or not 0 <= i < len(vocab)]
+    if bad:
+        raise ValueError(f"{what}: ids {bad} are specials or outside the vocabulary")

@@ -1,0 +1,395 @@
+"""Decoders: one step (state, y_{i-1}, memory) -> (state, logits, alpha_i), and the
+teacher-forced unroll over it.
+
+Three decoders share one interface and one recurrence (`StackedCell`):
+
+- `BahdanauDecoder` (Bahdanau et al. 2015, §3.1 and App. A.2.2; seeds 000/001): the
+  previous state s_{i-1} queries the encoder, c_i = sum_j alpha_ij h_j,
+  s_i = RNN(s_{i-1}, [y_{i-1}; c_i]), and the output reads [s_i; c_i; y_{i-1}], straight
+  into the vocabulary or through a maxout/tanh readout layer first.
+- `LuongDecoder` (Luong et al. 2015, §3 and §3.3): the RNN runs first,
+  s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]) (input feeding); then s_i queries the encoder and
+  the attentional vector h~_i = tanh(W_c [c_i; s_i]) is projected to the vocabulary.
+- `VanillaDecoder` (Cho et al. 2014, the baseline): no attention; the final encoder state c
+  is a fixed context fed at every step, s_i = RNN(s_{i-1}, [y_{i-1}; c]), output from
+  [s_i; c; y_{i-1}].
+
+Under teacher forcing everything that does not depend on the recurrence is computed once,
+outside the time loop: the key projections (in `prepare`), the embedding part of the RNN
+input projection (and, for vanilla, the fixed context's part), and the output layer over all
+steps at once. `forward` and a loop of `step` run the same `_advance` and give the same logits.
+
+The attention scorers live in `attention.py`; the decoder only says where the query comes from.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from alignmt.attention import make_attention
+from alignmt.encoder import RNNKind
+
+ReadoutKind = Literal["none", "tanh", "maxout"]
+InitKind = Literal["zeros", "bridge"]
+
+
+class DecoderState(NamedTuple):
+    """What the recurrence carries from step to step. All fields are batch-first, so a
+    beam can reorder every field with one `index_select(0, ...)`."""
+
+    hidden: Tensor  # (B, L, D) s_i of every layer
+    cell: Tensor | None  # (B, L, D) LSTM memory cells; None for a GRU
+    feed: Tensor | None  # (B, D) Luong's h~_{i-1} for input feeding; None otherwise
+
+
+class Memory(NamedTuple):
+    """What the decoder reads from the encoder; fixed for a whole sentence."""
+
+    states: Tensor  # (B, T_src, C) h_j: the attention's keys and values
+    mask: Tensor  # (B, T_src) bool, True at real tokens
+    keys: Tensor | None  # (B, T_src, A) keys projected once by the scorer; None for vanilla
+    context: Tensor | None  # (B, C) vanilla's fixed context (final encoder state); else None
+
+
+class DecoderOutput(NamedTuple):
+    logits: Tensor  # (B, T_tgt, V)
+    attention: Tensor | None  # (B, T_tgt, T_src) alpha_ij; None for vanilla
+    state: DecoderState  # after the last step
+
+
+class StackedCell(nn.Module):
+    """An L-layer GRU or LSTM advanced one step at a time.
+
+    The first layer's input [y_{i-1}; x_i] is projected in two parts (W_ih = [W_y | W_x]):
+    `embed_in` for the embedding, applied by the caller to all steps at once, and `extra_in`
+    for the per-step part x_i (the context c_i, or Luong's h~_{i-1}). Gate layout and
+    equations are PyTorch's nn.GRU / nn.LSTM (gates r, z, n and i, f, g, o).
+    """
+
+    def __init__(
+        self,
+        *,
+        rnn: RNNKind,
+        emb_dim: int,
+        extra_dim: int,
+        hidden: int,
+        layers: int,
+        dropout: float,
+    ) -> None:
+        super().__init__()
+        self.is_lstm = rnn == "lstm"
+        self.layers = layers
+        gates = (4 if self.is_lstm else 3) * hidden
+        self.embed_in = nn.Linear(emb_dim, gates)  # carries the input bias b_ih
+        self.extra_in = nn.Linear(extra_dim, gates, bias=False)
+        self.layer_in = nn.ModuleList(nn.Linear(hidden, gates) for _ in range(layers - 1))
+        self.hidden_in = nn.ModuleList(nn.Linear(hidden, gates) for _ in range(layers))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, input_gates: Tensor, state: DecoderState) -> DecoderState:
+        """One step of every layer.
+
+        Args:
+            input_gates: (B, G) the first layer's W_ih [y_{i-1}; x_i] + b_ih, G = 3D or 4D.
+            state: the state after step i - 1.
+
+        Returns:
+            The state after step i (`feed` is passed through unchanged).
+        """
+        hiddens, cells = [], []
+        below = None
+        for layer in range(self.layers):
+            gi = input_gates if layer == 0 else self.layer_in[layer - 1](self.dropout(below))
+            gh = self.hidden_in[layer](state.hidden[:, layer])  # (B, G)
+            if self.is_lstm:
+                below, cell = _lstm_update(gi + gh, state.cell[:, layer])
+                cells.append(cell)
+            else:
+                below = _gru_update(gi, gh, state.hidden[:, layer])
+            hiddens.append(below)
+        return DecoderState(
+            hidden=torch.stack(hiddens, dim=1),
+            cell=torch.stack(cells, dim=1) if self.is_lstm else None,
+            feed=state.feed,
+        )
+
+
+def _gru_update(gi: Tensor, gh: Tensor, hidden: Tensor) -> Tensor:
+    """nn.GRU's equations; gi and gh are (B, 3D) with gate order r, z, n."""
+    i_r, i_z, i_n = gi.chunk(3, dim=-1)
+    h_r, h_z, h_n = gh.chunk(3, dim=-1)
+    reset = torch.sigmoid(i_r + h_r)
+    update = torch.sigmoid(i_z + h_z)
+    new = torch.tanh(i_n + reset * h_n)  # the reset gate scales W_hn h + b_hn, as in PyTorch
+    return new + update * (hidden - new)  # (1 - z) n + z h
+
+
+def _lstm_update(gates: Tensor, cell: Tensor) -> tuple[Tensor, Tensor]:
+    """nn.LSTM's equations; gates is (B, 4D) with gate order i, f, g, o."""
+    i, f, g, o = gates.chunk(4, dim=-1)
+    cell = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(cell), cell
+
+
+class Readout(nn.Module):
+    """The output layer over [s_i; c_i; y_{i-1}] (Bahdanau et al. 2015, App. A.2.2).
+
+    "none" projects the features straight to the vocabulary (seed 000). "maxout" and "tanh"
+    first map them to R units, maxout taking the max of adjacent pairs of 2R linear units
+    as in the paper; the vocabulary matmul then costs R x V instead of (D + C + E) x V.
+    """
+
+    def __init__(
+        self, *, in_dim: int, kind: ReadoutKind, readout_dim: int, vocab_size: int, dropout: float
+    ) -> None:
+        super().__init__()
+        self.kind = kind
+        units = {"none": 0, "tanh": readout_dim, "maxout": 2 * readout_dim}[kind]
+        self.hidden = nn.Linear(in_dim, units) if units else None
+        self.dropout = nn.Dropout(dropout)
+        self.proj = nn.Linear(readout_dim if units else in_dim, vocab_size)
+
+    def forward(self, features: Tensor) -> Tensor:
+        """(..., in_dim) -> (..., V) logits."""
+        if self.kind == "tanh":
+            features = torch.tanh(self.hidden(features))
+        elif self.kind == "maxout":
+            features = self.hidden(features).unflatten(-1, (-1, 2)).amax(dim=-1)  # (..., R)
+        return self.proj(self.dropout(features))
+
+
+class Decoder(nn.Module):
+    """What the three decoders share: embeddings, the recurrence, the initial state, and
+    the teacher-forced unroll. Subclasses say how one step reads the memory (`_advance`),
+    which input gates are known before the loop (`_input_gates`) and how step features
+    become logits (`_logits`)."""
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        emb_dim: int,
+        hidden: int,
+        layers: int,
+        rnn: RNNKind,
+        extra_dim: int,
+        enc_dim: int,
+        init: InitKind,
+        dropout: float,
+        pad_id: int,
+    ) -> None:
+        super().__init__()
+        self.hidden, self.layers = hidden, layers
+        self.embed = nn.Embedding(vocab_size, emb_dim, padding_idx=pad_id)
+        self.dropout = nn.Dropout(dropout)
+        self.rnn = StackedCell(
+            rnn=rnn, emb_dim=emb_dim, extra_dim=extra_dim, hidden=hidden, layers=layers,
+            dropout=dropout,
+        )  # fmt: skip
+        # Seed 000: s_0 = tanh(W [h_fwd; h_bwd]) for every layer; seed 001 starts from zeros.
+        self.bridge = nn.Linear(enc_dim, layers * hidden) if init == "bridge" else None
+
+    def init_state(self, final: Tensor) -> DecoderState:
+        """s_0 from the encoder's final state `final` (B, C)."""
+        batch = final.size(0)
+        if self.bridge is None:
+            hidden = final.new_zeros(batch, self.layers, self.hidden)
+        else:
+            hidden = torch.tanh(self.bridge(final)).view(batch, self.layers, self.hidden)
+        return DecoderState(
+            hidden=hidden,
+            cell=torch.zeros_like(hidden) if self.rnn.is_lstm else None,
+            feed=None,
+        )
+
+    def forward(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> DecoderOutput:
+        """Teacher-forced unroll.
+
+        Args:
+            tgt_in: (B, T_tgt) int64 decoder inputs <s> y_1 .. y_n, padded.
+            state: initial state (from `init_state`).
+            memory: from `prepare`.
+
+        Returns:
+            logits (B, T_tgt, V), attention (B, T_tgt, T_src) or None, and the final state.
+            Padded target steps produce values that the loss ignores; they never feed back
+            into earlier steps.
+        """
+        emb = self.dropout(self.embed(tgt_in))  # (B, T_tgt, E)
+        gates = self._input_gates(emb, memory)  # (B, T_tgt, G)
+        features, weights = [], []
+        for t in range(tgt_in.size(1)):
+            state, feature, alpha = self._advance(gates[:, t], state, memory)
+            features.append(feature)
+            weights.append(alpha)
+        logits = self._logits(torch.stack(features, dim=1), emb, memory)  # (B, T_tgt, V)
+        attention = None if weights[0] is None else torch.stack(weights, dim=1)
+        return DecoderOutput(logits, attention, state)
+
+    def step(
+        self, prev: Tensor, state: DecoderState, memory: Memory
+    ) -> tuple[Tensor, DecoderState, Tensor | None]:
+        """One decoding step.
+
+        Args:
+            prev: (B,) int64 the previous output y_{i-1} (<s> at the first step).
+            state: the state after step i - 1.
+            memory: from `prepare`.
+
+        Returns:
+            logits (B, V), the new state, and alpha_i (B, T_src) or None.
+        """
+        emb = self.dropout(self.embed(prev)).unsqueeze(1)  # (B, 1, E)
+        state, feature, alpha = self._advance(self._input_gates(emb, memory)[:, 0], state, memory)
+        return self._logits(feature.unsqueeze(1), emb, memory)[:, 0], state, alpha
+
+    def _input_gates(self, emb: Tensor, memory: Memory) -> Tensor:
+        """(B, T, E) -> (B, T, G): the first layer's input projection known before the loop."""
+        return self.rnn.embed_in(emb)
+
+
+class BahdanauDecoder(Decoder):
+    """Query s_{i-1}; s_i = RNN(s_{i-1}, [y_{i-1}; c_i]); logits from [s_i; c_i; y_{i-1}]."""
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        emb_dim: int,
+        hidden: int,
+        enc_dim: int,
+        attention: str = "additive",
+        attn_dim: int = 128,
+        layers: int = 1,
+        rnn: RNNKind = "gru",
+        init: InitKind = "zeros",
+        readout: ReadoutKind = "none",
+        readout_dim: int = 128,
+        dropout: float = 0.0,
+        pad_id: int = 0,
+    ) -> None:
+        super().__init__(
+            vocab_size=vocab_size, emb_dim=emb_dim, hidden=hidden, layers=layers, rnn=rnn,
+            extra_dim=enc_dim, enc_dim=enc_dim, init=init, dropout=dropout, pad_id=pad_id,
+        )  # fmt: skip
+        self.attention = make_attention(
+            attention, query_dim=hidden, key_dim=enc_dim, attn_dim=attn_dim
+        )
+        self.output = Readout(
+            in_dim=hidden + enc_dim + emb_dim, kind=readout, readout_dim=readout_dim,
+            vocab_size=vocab_size, dropout=dropout,
+        )  # fmt: skip
+
+    def prepare(self, states: Tensor, mask: Tensor, final: Tensor) -> Memory:
+        """Project the keys once per source batch; `final` is unused (attention reads states)."""
+        return Memory(states, mask, self.attention.project_keys(states), None)
+
+    def _advance(
+        self, gates: Tensor, state: DecoderState, memory: Memory
+    ) -> tuple[DecoderState, Tensor, Tensor]:
+        query = state.hidden[:, -1]  # (B, D) s_{i-1} of the top layer
+        context, alpha = self.attention(query, memory.keys, memory.states, memory.mask)
+        state = self.rnn(gates + self.rnn.extra_in(context), state)
+        return state, torch.cat([state.hidden[:, -1], context], dim=-1), alpha  # (B, D + C)
+
+    def _logits(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
+        return self.output(torch.cat([features, emb], dim=-1))  # [s_i; c_i; y_{i-1}]
+
+
+class LuongDecoder(Decoder):
+    """s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]); query s_i; h~_i = tanh(W_c [c_i; s_i])."""
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        emb_dim: int,
+        hidden: int,
+        enc_dim: int,
+        attention: str = "general",
+        attn_dim: int = 128,
+        layers: int = 1,
+        rnn: RNNKind = "gru",
+        init: InitKind = "zeros",
+        dropout: float = 0.0,
+        pad_id: int = 0,
+    ) -> None:
+        super().__init__(
+            vocab_size=vocab_size, emb_dim=emb_dim, hidden=hidden, layers=layers, rnn=rnn,
+            extra_dim=hidden, enc_dim=enc_dim, init=init, dropout=dropout, pad_id=pad_id,
+        )  # fmt: skip
+        self.attention = make_attention(
+            attention, query_dim=hidden, key_dim=enc_dim, attn_dim=attn_dim
+        )
+        self.W_c = nn.Linear(enc_dim + hidden, hidden, bias=False)  # Luong eq. 5, no bias
+        self.proj = nn.Linear(hidden, vocab_size)
+
+    def init_state(self, final: Tensor) -> DecoderState:
+        # h~_0 = 0: nothing has been attended to before the first step.
+        state = super().init_state(final)
+        return state._replace(feed=final.new_zeros(final.size(0), self.hidden))
+
+    def prepare(self, states: Tensor, mask: Tensor, final: Tensor) -> Memory:
+        """Project the keys once per source batch; `final` is unused (attention reads states)."""
+        return Memory(states, mask, self.attention.project_keys(states), None)
+
+    def _advance(
+        self, gates: Tensor, state: DecoderState, memory: Memory
+    ) -> tuple[DecoderState, Tensor, Tensor]:
+        state = self.rnn(gates + self.rnn.extra_in(state.feed), state)
+        query = state.hidden[:, -1]  # (B, D) s_i of the top layer
+        context, alpha = self.attention(query, memory.keys, memory.states, memory.mask)
+        attentional = torch.tanh(self.W_c(torch.cat([context, query], dim=-1)))  # (B, D)
+        return state._replace(feed=attentional), attentional, alpha
+
+    def _logits(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
+        return self.proj(self.dropout(features))
+
+
+class VanillaDecoder(Decoder):
+    """No attention: s_i = RNN(s_{i-1}, [y_{i-1}; c]) with c the final encoder state."""
+
+    def __init__(
+        self,
+        *,
+        vocab_size: int,
+        emb_dim: int,
+        hidden: int,
+        enc_dim: int,
+        layers: int = 1,
+        rnn: RNNKind = "gru",
+        init: InitKind = "zeros",
+        readout: ReadoutKind = "none",
+        readout_dim: int = 128,
+        dropout: float = 0.0,
+        pad_id: int = 0,
+    ) -> None:
+        super().__init__(
+            vocab_size=vocab_size, emb_dim=emb_dim, hidden=hidden, layers=layers, rnn=rnn,
+            extra_dim=enc_dim, enc_dim=enc_dim, init=init, dropout=dropout, pad_id=pad_id,
+        )  # fmt: skip
+        self.output = Readout(
+            in_dim=hidden + enc_dim + emb_dim, kind=readout, readout_dim=readout_dim,
+            vocab_size=vocab_size, dropout=dropout,
+        )  # fmt: skip
+
+    def prepare(self, states: Tensor, mask: Tensor, final: Tensor) -> Memory:
+        """Keep the final state as the fixed context c; the other states go unused."""
+        return Memory(states, mask, None, final)
+
+    def _input_gates(self, emb: Tensor, memory: Memory) -> Tensor:
+        # c is the same at every step, so its input projection joins the embedding's.
+        return self.rnn.embed_in(emb) + self.rnn.extra_in(memory.context).unsqueeze(1)
+
+    def _advance(
+        self, gates: Tensor, state: DecoderState, memory: Memory
+    ) -> tuple[DecoderState, Tensor, None]:
+        state = self.rnn(gates, state)
+        return state, state.hidden[:, -1], None
+
+    def _logits(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
+        context = memory.context.unsqueeze(1).expand(-1, features.size(1), -1)  # (B, T, C)
+        return self.output(torch.cat([features, context, emb], dim=-1))  # [s_i; c; y_{i-1}]

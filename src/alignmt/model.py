@@ -1,0 +1,143 @@
+"""Seq2Seq: wires the encoder, a decoder and the special token ids together.
+
+Owns `encode` (source -> memory and initial decoder state), the teacher-forced `forward`,
+and `decode_step`, the step function that search runs. The loss lives in train.py and
+decoding strategies in search.py.
+
+Dimension key, used in every shape comment of the package:
+
+    B      batch size (sentences)            K  beam size; N = B * K
+    T_src  padded source length, incl. </s>  T_tgt  padded target length
+    E      embedding size                    H  encoder units per direction
+    C      encoder state size, dirs * H      D  decoder hidden size
+    A      attention hidden size             R  readout units
+    V      vocabulary size                   L  RNN layers
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from alignmt.config import ModelConfig
+from alignmt.decoder import (
+    BahdanauDecoder,
+    DecoderOutput,
+    DecoderState,
+    LuongDecoder,
+    Memory,
+    VanillaDecoder,
+)
+from alignmt.encoder import Encoder
+
+
+class Seq2Seq(nn.Module):
+    """An RNN encoder-decoder, with or without attention."""
+
+    def __init__(
+        self, *, encoder: Encoder, decoder: nn.Module, pad_id: int, bos_id: int, eos_id: int
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: ModelConfig,
+        *,
+        src_vocab: int,
+        tgt_vocab: int,
+        pad_id: int = 0,
+        bos_id: int = 1,
+        eos_id: int = 2,
+    ) -> Seq2Seq:
+        """Build the model a `ModelConfig` describes; the only place that reads it."""
+        encoder = Encoder(
+            vocab_size=src_vocab,
+            emb_dim=cfg.emb_dim,
+            hidden=cfg.enc_hidden,
+            layers=cfg.enc_layers,
+            rnn=cfg.rnn,
+            bidirectional=cfg.bidirectional,
+            dropout=cfg.dropout,
+            pad_id=pad_id,
+        )
+        common = dict(
+            vocab_size=tgt_vocab,
+            emb_dim=cfg.emb_dim,
+            hidden=cfg.dec_hidden,
+            enc_dim=encoder.out_dim,
+            layers=cfg.dec_layers,
+            rnn=cfg.rnn,
+            init=cfg.init,
+            dropout=cfg.dropout,
+            pad_id=pad_id,
+        )
+        readout = dict(readout=cfg.readout, readout_dim=cfg.readout_dim)
+        attention = dict(attention=cfg.attention, attn_dim=cfg.attn_dim)
+        if cfg.attention == "none":
+            decoder = VanillaDecoder(**common, **readout)
+        elif cfg.order == "luong":
+            decoder = LuongDecoder(**common, **attention)
+        else:
+            decoder = BahdanauDecoder(**common, **attention, **readout)
+        return cls(encoder=encoder, decoder=decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
+
+    @property
+    def has_attention(self) -> bool:
+        return not isinstance(self.decoder, VanillaDecoder)
+
+    def encode(self, src: Tensor, src_len: Tensor) -> tuple[Memory, DecoderState]:
+        """Run the encoder and prepare what every decoder step reads.
+
+        Args:
+            src: (B, T_src) int64 source ids ending in </s>, padded with pad_id.
+            src_len: (B,) int64 real lengths, 1 ≤ src_len ≤ T_src.
+
+        Returns:
+            The memory (states, mask, projected keys) and the initial decoder state.
+        """
+        _check_source(src, src_len)
+        states, final = self.encoder(src, src_len)  # (B, T_src, C), (B, C)
+        mask = src != self.pad_id  # (B, T_src)
+        return self.decoder.prepare(states, mask, final), self.decoder.init_state(final)
+
+    def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> DecoderOutput:
+        """Teacher forcing: logits (B, T_tgt, V) and attention (B, T_tgt, T_src) or None.
+
+        Args:
+            src: (B, T_src) int64 source ids, padded.
+            src_len: (B,) int64 real source lengths.
+            tgt_in: (B, T_tgt) int64 decoder inputs <s> y_1 .. y_n, padded.
+        """
+        if tgt_in.dim() != 2 or tgt_in.size(0) != src.size(0):
+            raise ValueError(
+                f"tgt_in must be (B, T_tgt) with B = {src.size(0)}, got {tuple(tgt_in.shape)}"
+            )
+        memory, state = self.encode(src, src_len)
+        return self.decoder(tgt_in, state, memory)
+
+    def decode_step(
+        self, prev: Tensor, state: DecoderState, memory: Memory
+    ) -> tuple[Tensor, DecoderState, Tensor | None]:
+        """One step for search: logits (N, V), the new state, alpha (N, T_src) or None.
+
+        Args:
+            prev: (N,) int64 previous output tokens (bos_id at the first step).
+            state: the decoder state after the previous step.
+            memory: from `encode`, with N rows (repeated per beam where needed).
+        """
+        return self.decoder.step(prev, state, memory)
+
+
+def _check_source(src: Tensor, src_len: Tensor) -> None:
+    if src.dim() != 2 or src.dtype != torch.long:
+        raise ValueError(
+            f"src must be a (B, T_src) int64 tensor, got {src.dtype} {tuple(src.shape)}"
+        )
+    if src_len.shape != (src.size(0),):
+        raise ValueError(f"src_len must be (B,) = ({src.size(0)},), got {tuple(src_len.shape)}")
+    if src_len.numel() and (src_len.min() < 1 or src_len.max() > src.size(1)):
+        raise ValueError(f"src_len must lie in [1, T_src = {src.size(1)}], got {src_len.tolist()}")

@@ -1,0 +1,234 @@
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+import torch
+
+from alignmt.data import (
+    BOS,
+    EOS,
+    PAD,
+    UNK,
+    Batch,
+    Vocab,
+    char_detokenize,
+    char_tokenize,
+    make_batch,
+    pad_sequences,
+)
+
+
+@pytest.fixture
+def vocab() -> Vocab:
+    return Vocab("abcdefghijklmnopqrstuvwxyz")
+
+
+@pytest.fixture
+def batch(vocab) -> Batch:
+    # Row 0 is the short one, so selecting it alone must drop padding columns.
+    pairs = [("ab", "ba"), ("hello", "olleh"), ("xyz", "zyx")]
+    return make_batch([(vocab.encode(s), vocab.encode(t)) for s, t in pairs], vocab, vocab)
+
+
+# --- Vocab --------------------------------------------------------------------------------
+
+
+def test_specials_have_ids_0_to_3(vocab):
+    assert [vocab.stoi[t] for t in (PAD, BOS, EOS, UNK)] == [0, 1, 2, 3]
+    assert (vocab.pad_id, vocab.bos_id, vocab.eos_id, vocab.unk_id) == (0, 1, 2, 3)
+    assert (Vocab.pad_id, Vocab.bos_id, Vocab.eos_id, Vocab.unk_id) == (0, 1, 2, 3)
+    assert vocab.itos[:4] == [PAD, BOS, EOS, UNK]
+
+
+def test_tokens_follow_the_specials_in_the_order_given():
+    vocab = Vocab(["z", "a", "m"])
+    assert vocab.itos == [PAD, BOS, EOS, UNK, "z", "a", "m"]
+    assert len(vocab) == 7
+    assert vocab.encode(["a", "z"]) == [5, 4]
+
+
+def test_encode_then_decode_gives_back_the_tokens(vocab):
+    tokens = char_tokenize("attention")
+    assert vocab.decode(vocab.encode(tokens)) == tokens
+    assert vocab.decode(vocab.encode(tokens, add_eos=True)) == tokens
+
+
+def test_encode_appends_eos_only_when_asked(vocab):
+    assert vocab.encode(["a", "b"]) == [4, 5]
+    assert vocab.encode(["a", "b"], add_eos=True) == [4, 5, vocab.eos_id]
+
+
+def test_unknown_token_maps_to_unk(vocab):
+    ids = vocab.encode(["a", "?", "B"])
+    assert ids == [vocab.stoi["a"], vocab.unk_id, vocab.unk_id]
+    assert vocab.decode(ids) == ["a", UNK, UNK]
+
+
+def test_decode_stops_at_the_first_eos_and_drops_pad_and_bos(vocab):
+    a, b, c = vocab.encode(["a", "b", "c"])
+    ids = [vocab.bos_id, a, b, vocab.eos_id, c, vocab.eos_id, vocab.pad_id]
+    assert vocab.decode(ids) == ["a", "b"]
+    assert vocab.decode(ids, strip_special=False) == [BOS, "a", "b", EOS, "c", EOS, PAD]
+
+
+def test_decode_accepts_a_tensor_row(vocab):
+    assert vocab.decode(torch.tensor([4, 5, 2, 0])) == ["a", "b"]
+
+
+@pytest.mark.parametrize("bad_id", [-1, 30])
+def test_decode_rejects_ids_outside_the_vocabulary(vocab, bad_id):
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        vocab.decode([4, bad_id])
+
+
+def test_build_orders_by_frequency_then_token():
+    corpus = [["b", "a", "c"], ["c", "a", "d"], ["c"]]  # c: 3, a: 2, b: 1, d: 1
+    assert Vocab.build(corpus).itos[4:] == ["c", "a", "b", "d"]
+
+
+def test_build_respects_min_freq_and_max_size():
+    corpus = [list("cccaab"), list("dd")]  # c: 3, a: 2, d: 2, b: 1
+    assert Vocab.build(corpus, min_freq=2).itos[4:] == ["c", "a", "d"]
+    assert Vocab.build(corpus, max_size=2).itos[4:] == ["c", "a"]
+    assert Vocab.build(corpus, min_freq=3, max_size=2).itos[4:] == ["c"]
+
+
+def test_build_skips_special_tokens_in_the_corpus():
+    vocab = Vocab.build([["a", UNK, "</s>", "a"]])
+    assert vocab.itos == [PAD, BOS, EOS, UNK, "a"]
+
+
+def test_build_rejects_min_freq_below_one():
+    with pytest.raises(ValueError, match="min_freq"):
+        Vocab.build([["a"]], min_freq=0)
+
+
+def test_json_round_trip_gives_an_equal_vocab():
+    vocab = Vocab(["é", "a", '"', "\\", "日本", " "])
+    restored = Vocab.from_json(vocab.to_json())
+    assert restored == vocab
+    assert restored.itos == vocab.itos
+    assert restored.stoi == vocab.stoi
+
+
+def test_vocabs_with_different_tokens_are_not_equal():
+    assert Vocab(["a", "b"]) != Vocab(["b", "a"])
+    assert Vocab(["a"]) != ["<pad>", "<s>", "</s>", "<unk>", "a"]
+
+
+def test_from_json_rejects_a_vocab_without_the_specials_first():
+    with pytest.raises(ValueError, match="first"):
+        Vocab.from_json('{"itos": ["a", "<pad>", "<s>", "</s>", "<unk>"]}')
+
+
+@pytest.mark.parametrize("tokens", [["a", "b", "a"], ["a", UNK], [PAD]])
+def test_constructor_rejects_duplicates_and_specials(tokens):
+    with pytest.raises(ValueError, match="duplicates or special"):
+        Vocab(tokens)
+
+
+# --- Tokenisation -------------------------------------------------------------------------
+
+
+def test_char_tokenize_splits_into_characters_and_detokenize_joins():
+    assert char_tokenize("a b") == ["a", " ", "b"]
+    assert char_detokenize(char_tokenize("attention")) == "attention"
+
+
+# --- Batching -----------------------------------------------------------------------------
+
+
+def test_pad_sequences_right_pads_with_the_pad_id():
+    padded = pad_sequences([[5, 6], [7], [8, 9, 10]], pad_id=0)
+    assert padded.dtype == torch.int64
+    assert padded.tolist() == [[5, 6, 0], [7, 0, 0], [8, 9, 10]]
+
+
+def test_pad_sequences_of_nothing_is_empty():
+    assert pad_sequences([], pad_id=0).shape == (0, 0)
+
+
+def test_make_batch_shapes_and_dtypes(batch):
+    assert batch.src.shape == (3, 6)  # "hello" + </s>
+    assert batch.tgt_in.shape == batch.tgt_out.shape == (3, 6)
+    assert batch.src_len.tolist() == [3, 6, 4]
+    assert batch.tgt_len.tolist() == [3, 6, 4]
+    for tensor in (batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, batch.tgt_len):
+        assert tensor.dtype == torch.int64
+
+
+def test_make_batch_puts_eos_after_source_and_target_and_bos_first(batch, vocab):
+    rows = range(len(batch.src_len))
+    assert all(batch.src[i, batch.src_len[i] - 1] == vocab.eos_id for i in rows)
+    assert all(batch.tgt_out[i, batch.tgt_len[i] - 1] == vocab.eos_id for i in rows)
+    assert (batch.tgt_in[:, 0] == vocab.bos_id).all()
+    assert vocab.decode(batch.src[1]) == list("hello")
+    assert vocab.decode(batch.tgt_out[1]) == list("olleh")
+
+
+def test_tgt_in_is_tgt_out_shifted_by_one_on_real_positions(batch):
+    for i, n in enumerate(batch.tgt_len.tolist()):
+        assert batch.tgt_in[i, 1:n].tolist() == batch.tgt_out[i, : n - 1].tolist()
+
+
+def test_make_batch_pads_every_tensor_with_the_pad_id_past_the_lengths(batch, vocab):
+    t_src, t_tgt = batch.src.shape[1], batch.tgt_in.shape[1]
+    src_real = torch.arange(t_src) < batch.src_len[:, None]  # (B, T_src)
+    tgt_real = torch.arange(t_tgt) < batch.tgt_len[:, None]  # (B, T_tgt)
+    assert (batch.src[~src_real] == vocab.pad_id).all()
+    assert (batch.src[src_real] != vocab.pad_id).all()
+    for tgt in (batch.tgt_in, batch.tgt_out):
+        assert (tgt[~tgt_real] == vocab.pad_id).all()
+        assert (tgt[tgt_real] != vocab.pad_id).all()
+
+
+def test_num_tgt_tokens_counts_targets_with_eos(batch):
+    assert batch.num_tgt_tokens == (2 + 1) + (5 + 1) + (3 + 1)
+
+
+def test_an_empty_source_becomes_just_eos(vocab):
+    batch = make_batch([([], vocab.encode("ab"))], vocab, vocab)
+    assert batch.src.tolist() == [[vocab.eos_id]]
+    assert batch.src_len.tolist() == [1]
+
+
+def test_make_batch_of_no_pairs_raises(vocab):
+    with pytest.raises(ValueError, match="pairs: empty"):
+        make_batch([], vocab, vocab)
+
+
+@pytest.mark.parametrize("bad_target", [[4, 2], [1, 4], [0], [30]])
+def test_make_batch_rejects_specials_and_out_of_range_ids(vocab, bad_target):
+    with pytest.raises(ValueError, match=r"pairs\[1\] target"):
+        make_batch([([4], [5]), ([4], bad_target)], vocab, vocab)
+
+
+def test_select_of_a_short_row_has_no_padding_and_equals_its_own_batch(batch, vocab):
+    alone = batch.select(0)
+    assert alone.src.shape == (1, 3)
+    assert alone.tgt_in.shape == alone.tgt_out.shape == (1, 3)
+    assert not (alone.src == vocab.pad_id).any()
+    expected = make_batch([(vocab.encode("ab"), vocab.encode("ba"))], vocab, vocab)
+    for f in fields(Batch):
+        assert torch.equal(getattr(alone, f.name), getattr(expected, f.name)), f.name
+
+
+def test_select_of_several_rows_keeps_their_order_and_trims_to_the_longest(batch, vocab):
+    picked = batch.select([2, 0])
+    assert picked.src.shape == (2, 4)  # "xyz" + </s>
+    assert picked.src_len.tolist() == [4, 3]
+    assert vocab.decode(picked.tgt_out[0]) == list("zyx")
+    assert vocab.decode(picked.src[1]) == list("ab")
+
+
+def test_select_of_no_rows_raises(batch):
+    with pytest.raises(ValueError, match="no rows"):
+        batch.select([])
+
+
+def test_to_moves_every_tensor_and_leaves_the_original(batch):
+    # "meta" stands in for an accelerator: a real device move without needing one.
+    moved = batch.to("meta")
+    assert all(getattr(moved, f.name).device.type == "meta" for f in fields(Batch))
+    assert all(getattr(batch, f.name).device.type == "cpu" for f in fields(Batch))
