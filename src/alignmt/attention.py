@@ -132,7 +132,7 @@ class GeneralAttention(nn.Module):
     def forward(
         self, query: Tensor, proj_keys: Tensor, values: Tensor, mask: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """Same arguments and results as `AdditiveAttention.forward`, with proj_keys (B, T_src, D)."""
+        """As `AdditiveAttention.forward`, with proj_keys (B, T_src, D)."""
         scores = torch.bmm(proj_keys, query.unsqueeze(-1)).squeeze(-1)  # (B, T_src)
         return attend(scores, values, mask)
 
@@ -178,6 +178,5 @@ def make_attention(
         return GeneralAttention(query_dim=query_dim, key_dim=key_dim)
     if kind in ("dot", "scaled_dot"):
         return DotAttention(query_dim=query_dim, key_dim=key_dim, scaled=kind == "scaled_dot")
-    raise ValueError(
-        f"unknown attention {kind!r}; choose additive, dot, general, concat, scaled_dot"
-    )
+    choices = ", ".join(get_args(AttentionKind))
+    raise ValueError(f"unknown attention {kind!r}; choose one of {choices}")

@@ -54,14 +54,14 @@ def greedy_search(
     batch = max_len.size(0)
     prev = torch.full((batch,), bos_id, dtype=torch.long, device=max_len.device)
     lengths = max_len.clone()
-    scores = torch.zeros(batch, device=max_len.device)
+    scores = 0.0  # becomes a (B,) tensor of the logits' dtype at the first step
     done = torch.zeros(batch, dtype=torch.bool, device=max_len.device)
     tokens, weights = [], []
     for t in range(int(max_len.max())):
         logits, state, alpha = step(prev, state)
         best, prev = logits.log_softmax(dim=-1).max(dim=-1)  # (B,), (B,)
         prev = prev.masked_fill(done, eos_id)
-        scores += best.masked_fill(done, 0.0)
+        scores = scores + best.masked_fill(done, 0.0)
         tokens.append(prev)
         if alpha is not None:
             weights.append(alpha.masked_fill(done.unsqueeze(1), 0.0))

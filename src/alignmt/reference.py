@@ -1,0 +1,221 @@
+"""The paper's equations in float64 NumPy, one sentence at a time: for study, and as the
+tests' oracle.
+
+Written from the equations, not from the torch modules: no batching, no masks folded into
+matrix products, an explicit loop over source positions. The torch code must agree with it
+to 1e-10 in float64 (tests/test_reference_parity.py).
+
+Conventions. Vectors are 1-D arrays; H is (T, C), one encoder state h_j per row; a weight
+W maps x to W @ x, so a matrix is (out, in). RNN cells follow PyTorch's gate order
+(GRU: r, z, n; LSTM: i, f, g, o) so that their weights can be compared one to one.
+
+Sources: Bahdanau et al. 2015 (eq. 5-6 and App. A), Luong et al. 2015 (eq. 5-8),
+Vaswani et al. 2017 (eq. 1), Cho et al. 2014 (the vanilla encoder-decoder).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Array = np.ndarray
+
+
+# --- scores e_ij for one query against every h_j ------------------------------------------
+
+
+def additive_scores(s: Array, H: Array, W_s: Array, W_h: Array, v: Array) -> Array:
+    """Bahdanau eq. 6: e_j = v^T tanh(W_s s + W_h h_j)."""
+    return np.array([v @ np.tanh(W_s @ s + W_h @ h) for h in H])
+
+
+def concat_scores(s: Array, H: Array, W: Array, v: Array) -> Array:
+    """Luong eq. 8, concat: e_j = v^T tanh(W [s; h_j])."""
+    return np.array([v @ np.tanh(W @ np.concatenate([s, h])) for h in H])
+
+
+def general_scores(s: Array, H: Array, W: Array) -> Array:
+    """Luong eq. 8, general: e_j = s^T W h_j."""
+    return np.array([s @ W @ h for h in H])
+
+
+def dot_scores(s: Array, H: Array) -> Array:
+    """Luong eq. 8, dot: e_j = s^T h_j."""
+    return np.array([s @ h for h in H])
+
+
+def scaled_dot_scores(s: Array, H: Array) -> Array:
+    """Vaswani eq. 1: e_j = s^T h_j / sqrt(d)."""
+    return dot_scores(s, H) / np.sqrt(len(s))
+
+
+# --- normalisation and context -------------------------------------------------------------
+
+
+def masked_softmax(e: Array, mask: Array) -> Array:
+    """alpha_j = exp(e_j) / sum_k exp(e_k) over the real positions (mask True); 0 elsewhere."""
+    alpha = np.zeros_like(e, dtype=np.float64)
+    real = e[mask]
+    z = np.exp(real - real.max())  # shifting by the max changes nothing but overflow
+    alpha[mask] = z / z.sum()
+    return alpha
+
+
+def attend(e: Array, H: Array, mask: Array) -> tuple[Array, Array]:
+    """Bahdanau eq. 5: c = sum_j alpha_j h_j. Returns (c, alpha)."""
+    alpha = masked_softmax(e, mask)
+    c = sum(a * h for a, h in zip(alpha, H, strict=True))
+    return c, alpha
+
+
+# --- recurrent cells -----------------------------------------------------------------------
+
+
+def sigmoid(x: Array) -> Array:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@dataclass
+class CellWeights:
+    """One RNN layer: W_ih (G, in), W_hh (G, D), b_ih (G,), b_hh (G,); G = 3D (GRU) or 4D."""
+
+    W_ih: Array
+    W_hh: Array
+    b_ih: Array
+    b_hh: Array
+
+
+def gru_cell(x: Array, h: Array, w: CellWeights) -> Array:
+    """r = σ(W_ir x + b_ir + W_hr h + b_hr), z likewise,
+    n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn)), h' = (1 - z) ⊙ n + z ⊙ h."""
+    D = len(h)
+    gx = w.W_ih @ x + w.b_ih
+    gh = w.W_hh @ h + w.b_hh
+    r = sigmoid(gx[:D] + gh[:D])
+    z = sigmoid(gx[D : 2 * D] + gh[D : 2 * D])
+    n = np.tanh(gx[2 * D :] + r * gh[2 * D :])
+    return (1 - z) * n + z * h
+
+
+def lstm_cell(x: Array, h: Array, c: Array, w: CellWeights) -> tuple[Array, Array]:
+    """c' = σ(f) ⊙ c + σ(i) ⊙ tanh(g), h' = σ(o) ⊙ tanh(c'), gates from W_ih x + W_hh h + b."""
+    D = len(h)
+    g = w.W_ih @ x + w.b_ih + w.W_hh @ h + w.b_hh
+    c = sigmoid(g[D : 2 * D]) * c + sigmoid(g[:D]) * np.tanh(g[2 * D : 3 * D])
+    return sigmoid(g[3 * D :]) * np.tanh(c), c
+
+
+def run_layers(x: Array, hs: list[Array], cs: list[Array] | None, layers: Sequence[CellWeights]):
+    """One step of a stack: layer l reads layer l-1's new state. Returns (hs', cs')."""
+    new_h, new_c = [], []
+    for layer, w in enumerate(layers):
+        if cs is None:
+            x = gru_cell(x, hs[layer], w)
+        else:
+            x, c = lstm_cell(x, hs[layer], cs[layer], w)
+            new_c.append(c)
+        new_h.append(x)
+    return new_h, (new_c if cs is not None else None)
+
+
+# --- encoder -------------------------------------------------------------------------------
+
+
+def encode(
+    X: Array, forward: Sequence[CellWeights], backward: Sequence[CellWeights] | None, lstm: bool
+) -> tuple[Array, Array]:
+    """A (bi)directional stacked RNN over the T real embeddings X (T, E).
+
+    Each layer reads the previous layer's states (both directions side by side). Returns
+    H (T, C) of the top layer and its final state [h_fwd(T); h_bwd(1)] (C,).
+    """
+    inputs = X
+    for layer in range(len(forward)):
+        fwd = _run_direction(inputs, forward[layer], lstm)
+        if backward is None:
+            inputs = fwd
+        else:
+            inputs = np.concatenate([fwd, _run_direction(inputs[::-1], backward[layer], lstm)[::-1]], 1)
+    final = inputs[-1] if backward is None else np.concatenate([fwd[-1], inputs[0, fwd.shape[1] :]])
+    return inputs, final
+
+
+def _run_direction(X: Array, w: CellWeights, lstm: bool) -> Array:
+    D = w.W_hh.shape[1]
+    h, c, states = np.zeros(D), np.zeros(D), []
+    for x in X:
+        h, c = lstm_cell(x, h, c, w) if lstm else (gru_cell(x, h, w), c)
+        states.append(h)
+    return np.array(states)
+
+
+# --- output layers -------------------------------------------------------------------------
+
+
+@dataclass
+class ReadoutWeights:
+    """logits = W_o t + b_o, with t = features ("none"), tanh(U f + b_u), or maxout(U f + b_u)."""
+
+    kind: str
+    W_o: Array
+    b_o: Array
+    U: Array | None = None
+    b_u: Array | None = None
+
+
+def readout(features: Array, w: ReadoutWeights) -> Array:
+    """Bahdanau App. A.2.2: maxout takes t_k = max(t~_{2k-1}, t~_{2k}) over adjacent pairs."""
+    if w.kind == "none":
+        t = features
+    elif w.kind == "tanh":
+        t = np.tanh(w.U @ features + w.b_u)
+    else:
+        pre = w.U @ features + w.b_u
+        t = np.maximum(pre[0::2], pre[1::2])
+    return w.W_o @ t + w.b_o
+
+
+# --- one decoder step ----------------------------------------------------------------------
+
+Scorer = Callable[[Array, Array], Array]  # (query (D,), H (T, C)) -> e (T,)
+
+
+def bahdanau_step(y_emb, hs, cs, H, mask, score: Scorer, layers, out: ReadoutWeights):
+    """Query s_{i-1}; c_i = attend; s_i = RNN(s_{i-1}, [y_{i-1}; c_i]);
+    logits from [s_i; c_i; y_{i-1}]. Returns (logits, hs', cs', alpha)."""
+    c, alpha = attend(score(hs[-1], H), H, mask)
+    hs, cs = run_layers(np.concatenate([y_emb, c]), hs, cs, layers)
+    logits = readout(np.concatenate([hs[-1], c, y_emb]), out)
+    return logits, hs, cs, alpha
+
+
+def luong_step(y_emb, hs, cs, feed, H, mask, score: Scorer, layers, W_c, W_o, b_o):
+    """s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]); query s_i; h~_i = tanh(W_c [c_i; s_i]);
+    logits = W_o h~_i + b_o. Returns (logits, hs', cs', h~_i, alpha)."""
+    hs, cs = run_layers(np.concatenate([y_emb, feed]), hs, cs, layers)
+    c, alpha = attend(score(hs[-1], H), H, mask)
+    attentional = np.tanh(W_c @ np.concatenate([c, hs[-1]]))
+    return W_o @ attentional + b_o, hs, cs, attentional, alpha
+
+
+def vanilla_step(y_emb, hs, cs, context, layers, out: ReadoutWeights):
+    """No attention: s_i = RNN(s_{i-1}, [y_{i-1}; c]); logits from [s_i; c; y_{i-1}]."""
+    hs, cs = run_layers(np.concatenate([y_emb, context]), hs, cs, layers)
+    return readout(np.concatenate([hs[-1], context, y_emb]), out), hs, cs
+
+
+# --- the seeds' worked example (seed 001, §37.2.2) ------------------------------------------
+
+
+def worked_example() -> tuple[Array, Array]:
+    """Additive attention by hand: three encoder states, one query. Returns (alpha, c);
+    the seed prints alpha = [0.430, 0.217, 0.353] and c = [0.783, 0.570]."""
+    H = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    s_prev = np.array([0.5, 0.8])
+    W_s = np.eye(2)
+    W_h = np.array([[1.0, -1.0], [1.0, 1.0]])
+    v = np.array([0.5, 0.5])
+    c, alpha = attend(additive_scores(s_prev, H, W_s, W_h, v), H, np.ones(3, dtype=bool))
+    return alpha, c

@@ -1,0 +1,87 @@
+"""Shared fixtures: tiny seeded models and padded batches, and the ../shared data marker."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+
+from alignmt.config import ModelConfig
+from alignmt.model import Seq2Seq
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+VOCAB = 13  # 4 specials + 9 symbols
+
+ATTENTIONS = ["additive", "dot", "general", "concat", "scaled_dot"]
+
+# Every architecture the model can be built as: cell x direction x depth x decoder.
+ARCHITECTURES = [
+    dict(rnn=rnn, bidirectional=bi, layers=layers, attention=attention, order=order)
+    for rnn, bi, layers in itertools.product(["gru", "lstm"], [True, False], [1, 2])
+    for attention, order in [(a, "bahdanau") for a in ATTENTIONS]
+    + [("general", "luong"), ("dot", "luong"), ("none", "bahdanau")]
+]
+
+
+def arch_id(arch: dict) -> str:
+    bi = "bi" if arch["bidirectional"] else "uni"
+    return f"{arch['rnn']}-{bi}-L{arch['layers']}-{arch['attention']}-{arch['order']}"
+
+
+def tiny_model(
+    *,
+    rnn: str = "gru",
+    bidirectional: bool = True,
+    layers: int = 1,
+    attention: str = "additive",
+    order: str = "bahdanau",
+    readout: str = "none",
+    init: str = "bridge",
+    dtype: torch.dtype = torch.float64,
+    seed: int = 0,
+) -> Seq2Seq:
+    """A randomly initialised model small enough for exact checks, in eval mode."""
+    torch.manual_seed(seed)
+    enc_hidden = 4
+    cfg = ModelConfig(
+        rnn=rnn,
+        emb_dim=5,
+        enc_hidden=enc_hidden,
+        enc_layers=layers,
+        bidirectional=bidirectional,
+        # dot scores need D = C
+        dec_hidden=enc_hidden * (2 if bidirectional else 1),
+        dec_layers=layers,
+        attention=attention,
+        attn_dim=6,
+        order=order,
+        init=init,
+        readout=readout,
+        readout_dim=3,
+    )
+    model = Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB)
+    return model.to(dtype).eval()
+
+
+def padded_batch(src_lens=(6, 2, 4), tgt_lens=(3, 5, 1), seed: int = 1):
+    """Random ids for sentences of different lengths, padded with 0; sources end in </s> (2).
+
+    Returns src (B, T_src), src_len (B,), tgt_in (B, T_tgt), tgt_len (B,).
+    """
+    g = torch.Generator().manual_seed(seed)
+    batch = len(src_lens)
+    src = torch.zeros(batch, max(src_lens), dtype=torch.long)
+    tgt_in = torch.zeros(batch, max(tgt_lens), dtype=torch.long)
+    for b, (n, m) in enumerate(zip(src_lens, tgt_lens, strict=True)):
+        src[b, : n - 1] = torch.randint(4, VOCAB, (n - 1,), generator=g)
+        src[b, n - 1] = 2
+        tgt_in[b, 0] = 1
+        tgt_in[b, 1:m] = torch.randint(4, VOCAB, (m - 1,), generator=g)
+    return src, torch.tensor(src_lens), tgt_in, torch.tensor(tgt_lens)
+
+
+needs_shared_data = pytest.mark.skipif(
+    not (SHARED / "data").is_dir(), reason=f"../shared/data is absent (looked in {SHARED})"
+)

@@ -1,0 +1,152 @@
+"""Decoders: one step against the NumPy reference, and the unroll against the step loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from alignmt import reference as ref
+from alignmt.decoder import BahdanauDecoder, LuongDecoder, StackedCell, VanillaDecoder
+from tests.conftest import ARCHITECTURES, arch_id, padded_batch, tiny_model
+from tests.test_attention import reference_scores
+
+
+def numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().numpy()
+
+
+def stack_weights(cell: StackedCell) -> list[ref.CellWeights]:
+    """The reference's per-layer weights; layer 0's W_ih is [W_y | W_x] over [y; x]."""
+    layers = [
+        ref.CellWeights(
+            np.concatenate([numpy(cell.embed_in.weight), numpy(cell.extra_in.weight)], axis=1),
+            numpy(cell.hidden_in[0].weight),
+            numpy(cell.embed_in.bias),
+            numpy(cell.hidden_in[0].bias),
+        )
+    ]
+    for below, hidden in zip(cell.layer_in, cell.hidden_in[1:], strict=True):
+        layers.append(
+            ref.CellWeights(
+                numpy(below.weight), numpy(hidden.weight), numpy(below.bias), numpy(hidden.bias)
+            )
+        )
+    return layers
+
+
+def readout_weights(decoder) -> ref.ReadoutWeights:
+    out = decoder.output
+    hidden = out.hidden
+    return ref.ReadoutWeights(
+        out.kind,
+        numpy(out.proj.weight),
+        numpy(out.proj.bias),
+        None if hidden is None else numpy(hidden.weight),
+        None if hidden is None else numpy(hidden.bias),
+    )
+
+
+def reference_step(decoder, b, prev, hs, cs, feed, memory, n):
+    """One reference step for sentence b; returns (logits, hs, cs, feed, alpha)."""
+    y = numpy(decoder.embed.weight)[prev[b]]
+    H = numpy(memory.states[b, :n])
+    mask = np.ones(n, dtype=bool)
+    if isinstance(decoder, VanillaDecoder):
+        logits, hs, cs = ref.vanilla_step(
+            y,
+            hs,
+            cs,
+            numpy(memory.context[b]),
+            stack_weights(decoder.rnn),
+            readout_weights(decoder),
+        )
+        return logits, hs, cs, None, None
+    score = lambda s, H: reference_scores(decoder.attention, s, H)  # noqa: E731
+    if isinstance(decoder, LuongDecoder):
+        logits, hs, cs, feed, alpha = ref.luong_step(
+            y, hs, cs, feed, H, mask, score, stack_weights(decoder.rnn),
+            numpy(decoder.W_c.weight), numpy(decoder.proj.weight), numpy(decoder.proj.bias),
+        )  # fmt: skip
+        return logits, hs, cs, feed, alpha
+    logits, hs, cs, alpha = ref.bahdanau_step(
+        y, hs, cs, H, mask, score, stack_weights(decoder.rnn), readout_weights(decoder)
+    )
+    return logits, hs, cs, None, alpha
+
+
+CASES = [(arch, "none") for arch in ARCHITECTURES] + [
+    (dict(rnn=rnn, bidirectional=True, layers=2, attention=a, order="bahdanau"), readout)
+    for rnn in ("gru", "lstm")
+    for a in ("additive", "none")
+    for readout in ("tanh", "maxout")
+]
+
+
+@pytest.mark.parametrize("arch,readout", CASES, ids=[f"{arch_id(a)}-{r}" for a, r in CASES])
+def test_three_decoder_steps_match_the_numpy_reference_in_float64(arch, readout):
+    model = tiny_model(**arch, readout=readout, init="bridge")
+    decoder = model.decoder
+    src, src_len, _, _ = padded_batch()
+    memory, state = model.encode(src, src_len)
+    g = torch.Generator().manual_seed(5)
+    for b, n in enumerate(src_len.tolist()):
+        hs = [numpy(h) for h in state.hidden[b]]
+        cs = None if state.cell is None else [numpy(c) for c in state.cell[b]]
+        feed = None if state.feed is None else numpy(state.feed[b])
+        step_state = state
+        for _ in range(3):
+            prev = torch.randint(4, 13, (src.size(0),), generator=g)
+            logits, step_state, alpha = model.decode_step(prev, step_state, memory)
+            expected = reference_step(decoder, b, prev.numpy(), hs, cs, feed, memory, n)
+            ref_logits, hs, cs, feed, ref_alpha = expected
+            np.testing.assert_allclose(numpy(logits[b]), ref_logits, rtol=0, atol=1e-10)
+            np.testing.assert_allclose(
+                numpy(step_state.hidden[b]), np.array(hs), rtol=0, atol=1e-10
+            )
+            if alpha is not None:
+                np.testing.assert_allclose(numpy(alpha[b, :n]), ref_alpha, rtol=0, atol=1e-10)
+                assert torch.equal(alpha[b, n:], torch.zeros_like(alpha[b, n:]))
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)
+def test_teacher_forced_forward_equals_the_step_by_step_loop(arch):
+    model = tiny_model(**arch, readout="maxout")
+    src, src_len, tgt_in, _ = padded_batch()
+    out = model(src, src_len, tgt_in)
+    memory, state = model.encode(src, src_len)
+    for t in range(tgt_in.size(1)):
+        logits, state, alpha = model.decode_step(tgt_in[:, t], state, memory)
+        torch.testing.assert_close(logits, out.logits[:, t], rtol=0, atol=1e-12)
+        if alpha is None:
+            assert out.attention is None
+        else:
+            torch.testing.assert_close(alpha, out.attention[:, t], rtol=0, atol=1e-12)
+    torch.testing.assert_close(state.hidden, out.state.hidden, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("init", ["zeros", "bridge"])
+def test_initial_state_is_zeros_or_the_bridged_final_encoder_state(init):
+    model = tiny_model(init=init, layers=2)
+    src, src_len, _, _ = padded_batch()
+    _, final = model.encoder(src, src_len)
+    _, state = model.encode(src, src_len)
+    if init == "zeros":
+        assert torch.equal(state.hidden, torch.zeros_like(state.hidden))
+    else:
+        bridge = model.decoder.bridge
+        expected = torch.tanh(final @ bridge.weight.T + bridge.bias).view(3, 2, -1)
+        torch.testing.assert_close(state.hidden, expected)
+
+
+def test_decoders_are_the_ones_the_config_names():
+    assert isinstance(tiny_model(attention="additive").decoder, BahdanauDecoder)
+    assert isinstance(tiny_model(attention="general", order="luong").decoder, LuongDecoder)
+    assert isinstance(tiny_model(attention="none").decoder, VanillaDecoder)
+
+
+def test_maxout_readout_shrinks_the_vocabulary_projection_to_R_inputs():
+    plain = tiny_model(readout="none").decoder.output.proj
+    maxout = tiny_model(readout="maxout").decoder.output
+    assert plain.in_features == 8 + 8 + 5  # [s_i; c_i; y_{i-1}] = D + C + E
+    assert maxout.hidden.out_features == 2 * 3 and maxout.proj.in_features == 3
