@@ -83,7 +83,7 @@ def test_a_sentence_decodes_the_same_alone_and_inside_a_padded_batch():
     model = tiny_model(
         rnn="lstm", layers=2, attention="general", order="luong", dtype=torch.float32
     )
-    src, src_len, _, _ = padded_batch(src_lens=(9, 2, 5, 7))
+    src, src_len, _, _ = padded_batch(src_lens=(9, 2, 5, 7), tgt_lens=(1, 1, 1, 1))
     batch = decode(model, src, src_len)
     for b, n in enumerate(src_len.tolist()):
         (alone,) = decode(model, src[b : b + 1, :n], src_len[b : b + 1])
