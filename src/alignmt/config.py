@@ -25,7 +25,7 @@ import yaml
 class ModelConfig:
     rnn: Literal["gru", "lstm"] = "gru"  # recurrent cell of encoder and decoder
     emb_dim: int = 48  # E, source and target embeddings
-    enc_hidden: int = 96  # H, encoder units per direction
+    enc_hidden: int = 48  # H, encoder units per direction; C = 2H = D lets dot scores work
     enc_layers: int = 1  # L of the encoder
     bidirectional: bool = True  # [h_fwd; h_bwd] as in the paper; False: forward only (seed 001)
     dec_hidden: int = 96  # D

@@ -137,7 +137,9 @@ def encode(
         if backward is None:
             inputs = fwd
         else:
-            inputs = np.concatenate([fwd, _run_direction(inputs[::-1], backward[layer], lstm)[::-1]], 1)
+            inputs = np.concatenate(
+                [fwd, _run_direction(inputs[::-1], backward[layer], lstm)[::-1]], 1
+            )
     final = inputs[-1] if backward is None else np.concatenate([fwd[-1], inputs[0, fwd.shape[1] :]])
     return inputs, final
 

@@ -1,0 +1,22 @@
+"""alignmt: attention-based RNN encoder-decoders (Bahdanau et al. 2015, Luong et al. 2015)
+to train, translate with, evaluate and look inside."""
+
+from alignmt.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from alignmt.config import Config, ModelConfig, load_config
+from alignmt.model import Seq2Seq
+from alignmt.search import Hypothesis, decode
+from alignmt.train import train
+
+__all__ = [
+    "Checkpoint",
+    "Config",
+    "Hypothesis",
+    "ModelConfig",
+    "Seq2Seq",
+    "decode",
+    "load_checkpoint",
+    "load_config",
+    "save_checkpoint",
+    "train",
+]
+__version__ = "0.1.0"
