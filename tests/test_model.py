@@ -92,3 +92,9 @@ def test_dot_attention_with_mismatched_sizes_fails_at_construction():
     cfg = ModelConfig(attention="dot", enc_hidden=8, bidirectional=True, dec_hidden=8)
     with pytest.raises(ValueError, match="query_dim=8 and key_dim=16"):
         Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB)
+
+
+def test_a_readout_layer_in_the_luong_order_is_refused_not_ignored():
+    cfg = ModelConfig(attention="general", order="luong", readout="maxout")
+    with pytest.raises(ValueError, match="model.readout=maxout has no place in the luong order"):
+        Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB)

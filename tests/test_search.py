@@ -50,7 +50,7 @@ def test_the_step_function_sees_each_previous_choice():
         logits[0, [4, 5, EOS][state]] = 5.0
         return logits, state + 1, None
 
-    tokens, lengths, _, attention = greedy_search(
+    tokens, _, _, attention = greedy_search(
         step, 0, bos_id=BOS, eos_id=EOS, max_len=torch.tensor([10])
     )
     assert seen == [[BOS], [4], [5]]

@@ -80,6 +80,11 @@ class Seq2Seq(nn.Module):
         if cfg.attention == "none":
             decoder = VanillaDecoder(**common, **readout)
         elif cfg.order == "luong":
+            if cfg.readout != "none":
+                raise ValueError(
+                    f"model.readout={cfg.readout} has no place in the luong order, whose "
+                    "attentional vector tanh(W_c [c_i; s_i]) is its readout; use readout=none"
+                )
             decoder = LuongDecoder(**common, **attention)
         else:
             decoder = BahdanauDecoder(**common, **attention, **readout)

@@ -30,8 +30,9 @@ class Hypothesis:
 
 
 def max_output_len(src_len: Tensor, ratio: float, offset: int) -> Tensor:
-    """(B,) the most tokens (</s> included) each sentence may produce: ratio * |x| + offset."""
-    return (src_len.float() * ratio).long() + offset
+    """(B,) the most tokens (</s> included) each sentence may produce: ratio * |x| + offset,
+    and at least one."""
+    return ((src_len.float() * ratio).long() + offset).clamp(min=1)
 
 
 @torch.no_grad()

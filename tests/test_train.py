@@ -1,0 +1,112 @@
+"""The training loop, its loss and schedule, and checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from alignmt.checkpoint import load_checkpoint, save_checkpoint
+from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig, load_config
+from alignmt.data import Batch, Vocab
+from alignmt.tasks import ALPHABET
+from alignmt.train import lr_factor, pick_device, sequence_loss, train, train_step
+from tests.conftest import padded_batch, tiny_model
+
+
+def tiny_config(tmp_path, **train) -> Config:
+    return Config(
+        model=ModelConfig(emb_dim=16, enc_hidden=32, dec_hidden=64, attn_dim=32),
+        data=DataConfig(task="reverse", min_len=2, max_len=4),
+        train=TrainConfig(**{"steps": 160, "log_every": 40, "lr": 1e-2, "batch_size": 32, **train}),
+        out_dir=str(tmp_path / "run"),
+    )
+
+
+def test_loss_is_the_mean_over_real_tokens_and_ignores_padding():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 4, 7, generator=g)
+    targets = torch.tensor([[5, 6, 2, 0], [4, 2, 0, 0]])
+    real = targets != 0
+    expected = -logits.log_softmax(-1).gather(2, targets[..., None])[..., 0][real].mean()
+    torch.testing.assert_close(sequence_loss(logits, targets, pad_id=0), expected)
+    scrambled = logits.clone()
+    scrambled[~real] = torch.randn(int((~real).sum()), 7, generator=g) * 100
+    torch.testing.assert_close(sequence_loss(scrambled, targets, pad_id=0), expected)
+
+
+def test_cosine_schedule_warms_up_linearly_then_decays_to_zero():
+    factor = lr_factor(TrainConfig(steps=110, warmup_steps=10, schedule="cosine"))
+    assert [factor(s) for s in (0, 4, 9)] == pytest.approx([0.1, 0.5, 1.0])
+    assert factor(10) == pytest.approx(1.0)
+    assert factor(60) == pytest.approx(0.5)
+    assert factor(110) == pytest.approx(0.0)
+    constant = lr_factor(TrainConfig(steps=110, warmup_steps=0, schedule="constant"))
+    assert constant(0) == constant(100) == 1.0
+
+
+def test_clipping_bounds_the_gradient_norm_of_the_update():
+    model = tiny_model(dtype=torch.float32)
+    src, src_len, tgt_in, tgt_len = padded_batch()
+    batch = Batch(src, src_len, tgt_in, tgt_out=tgt_in, tgt_len=tgt_len)  # any targets will do
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    train_step(model, batch, optimizer, TrainConfig(clip_norm=1e-3))
+    norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    assert norm <= 1e-3 * (1 + 1e-4)
+
+
+def test_training_lowers_the_loss_and_writes_a_complete_run_folder(tmp_path):
+    cfg = tiny_config(tmp_path)
+    result = train(cfg, progress=False)
+    assert result.steps == [40, 80, 120, 160]
+    assert result.losses[-1] < result.losses[0] / 2
+    records = [
+        json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in records] == result.steps
+    assert records[-1]["lr"] == pytest.approx(0.0)  # cosine ends at zero
+    assert load_config(result.run_dir / "config.yaml") == cfg
+    assert (result.run_dir / "model.safetensors").stat().st_size > 0
+
+
+def test_the_same_seed_trains_the_same_weights(tmp_path):
+    first = train(tiny_config(tmp_path / "a", steps=15), progress=False).model.state_dict()
+    second = train(tiny_config(tmp_path / "b", steps=15), progress=False).model.state_dict()
+    for name, tensor in first.items():
+        assert torch.equal(tensor, second[name]), name
+
+
+def test_a_checkpoint_reloads_to_identical_logits_config_and_vocabularies(tmp_path):
+    model = tiny_model(dtype=torch.float32, rnn="lstm", layers=2, readout="maxout")
+    cfg = Config(model=ModelConfig(
+        rnn="lstm", emb_dim=5, enc_hidden=4, enc_layers=2, bidirectional=True, dec_hidden=8,
+        dec_layers=2, attn_dim=6, init="bridge", readout="maxout", readout_dim=3,
+    ))  # fmt: skip
+    vocab = Vocab(ALPHABET[:9])
+    path = save_checkpoint(tmp_path, model, cfg, vocab, vocab, step=7)
+    assert not list(tmp_path.glob("*.tmp"))  # written to a temporary name, then renamed
+    loaded = load_checkpoint(tmp_path)
+    src, src_len, tgt_in, _ = padded_batch()
+    torch.testing.assert_close(
+        loaded.model(src, src_len, tgt_in).logits, model(src, src_len, tgt_in).logits
+    )
+    assert (loaded.config, loaded.src_vocab, loaded.step) == (cfg, vocab, 7)
+    assert load_checkpoint(path).step == 7  # the file itself works too
+
+
+def test_loading_something_else_names_the_path(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no checkpoint here"):
+        load_checkpoint(tmp_path)
+    from safetensors.torch import save_file
+
+    save_file({"x": torch.zeros(1)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match="not an alignmt checkpoint"):
+        load_checkpoint(tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_asking_for_cuda_without_a_gpu_is_an_error_not_a_silent_fallback():
+    assert pick_device("auto") == torch.device("cpu")
+    with pytest.raises(RuntimeError, match="no CUDA device"):
+        pick_device("cuda")
