@@ -96,5 +96,5 @@ def test_dot_attention_with_mismatched_sizes_fails_at_construction():
 
 def test_a_readout_layer_in_the_luong_order_is_refused_not_ignored():
     cfg = ModelConfig(attention="general", order="luong", readout="maxout")
-    with pytest.raises(ValueError, match="model.readout=maxout has no place in the luong order"):
+    with pytest.raises(ValueError, match=r"model\.readout=maxout has no place in the luong order"):
         Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB)
