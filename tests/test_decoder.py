@@ -111,7 +111,7 @@ def test_three_decoder_steps_match_the_numpy_reference_in_float64(arch, readout)
 
 @pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)
 def test_teacher_forced_forward_equals_the_step_by_step_loop(arch):
-    model = tiny_model(**arch, readout="maxout")
+    model = tiny_model(**arch, readout="none" if arch["order"] == "luong" else "maxout")
     src, src_len, tgt_in, _ = padded_batch()
     out = model(src, src_len, tgt_in)
     memory, state = model.encode(src, src_len)

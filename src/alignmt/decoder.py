@@ -24,12 +24,12 @@ The attention scorers live in `attention.py`; the decoder only says where the qu
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from alignmt.attention import make_attention
+from alignmt.attention import AttentionKind, make_attention
 from alignmt.encoder import RNNKind
 
 ReadoutKind = Literal["none", "tanh", "maxout"]
@@ -163,9 +163,9 @@ class Readout(nn.Module):
 
 class Decoder(nn.Module):
     """What the three decoders share: embeddings, the recurrence, the initial state, and
-    the teacher-forced unroll. Subclasses say how one step reads the memory (`_advance`),
-    which input gates are known before the loop (`_input_gates`) and how step features
-    become logits (`_logits`)."""
+    the teacher-forced unroll. Subclasses say what `prepare` keeps of the encoder, how one
+    step reads it (`_advance`), which input gates are known before the loop
+    (`_input_gates`) and how step features become logits (`_logits`)."""
 
     def __init__(
         self,
@@ -173,22 +173,29 @@ class Decoder(nn.Module):
         vocab_size: int,
         emb_dim: int,
         hidden: int,
-        layers: int,
-        rnn: RNNKind,
-        extra_dim: int,
         enc_dim: int,
-        init: InitKind,
-        dropout: float,
-        pad_id: int,
+        layers: int = 1,
+        rnn: RNNKind = "gru",
+        init: InitKind = "zeros",
+        dropout: float = 0.0,
+        pad_id: int = 0,
+        extra_dim: int | None = None,
     ) -> None:
+        """`extra_dim` is the size of x_i in the RNN input [y_{i-1}; x_i]: the context
+        (enc_dim) unless a subclass feeds something else."""
         super().__init__()
+        self.vocab_size, self.emb_dim, self.enc_dim = vocab_size, emb_dim, enc_dim
         self.hidden, self.layers = hidden, layers
         self.embed = nn.Embedding(vocab_size, emb_dim, padding_idx=pad_id)
         self.dropout = nn.Dropout(dropout)
         self.rnn = StackedCell(
-            rnn=rnn, emb_dim=emb_dim, extra_dim=extra_dim, hidden=hidden, layers=layers,
+            rnn=rnn,
+            emb_dim=emb_dim,
+            extra_dim=enc_dim if extra_dim is None else extra_dim,
+            hidden=hidden,
+            layers=layers,
             dropout=dropout,
-        )  # fmt: skip
+        )
         # Seed 000: s_0 = tanh(W [h_fwd; h_bwd]) for every layer; seed 001 starts from zeros.
         self.bridge = nn.Linear(enc_dim, layers * hidden) if init == "bridge" else None
 
@@ -250,42 +257,49 @@ class Decoder(nn.Module):
         """(B, T, E) -> (B, T, G): the first layer's input projection known before the loop."""
         return self.rnn.embed_in(emb)
 
-
-class BahdanauDecoder(Decoder):
-    """Query s_{i-1}; s_i = RNN(s_{i-1}, [y_{i-1}; c_i]); logits from [s_i; c_i; y_{i-1}]."""
-
-    def __init__(
-        self,
-        *,
-        vocab_size: int,
-        emb_dim: int,
-        hidden: int,
-        enc_dim: int,
-        attention: str = "additive",
-        attn_dim: int = 128,
-        layers: int = 1,
-        rnn: RNNKind = "gru",
-        init: InitKind = "zeros",
-        readout: ReadoutKind = "none",
-        readout_dim: int = 128,
-        dropout: float = 0.0,
-        pad_id: int = 0,
-    ) -> None:
-        super().__init__(
-            vocab_size=vocab_size, emb_dim=emb_dim, hidden=hidden, layers=layers, rnn=rnn,
-            extra_dim=enc_dim, enc_dim=enc_dim, init=init, dropout=dropout, pad_id=pad_id,
-        )  # fmt: skip
-        self.attention = make_attention(
-            attention, query_dim=hidden, key_dim=enc_dim, attn_dim=attn_dim
+    def _readout(self, kind: ReadoutKind, readout_dim: int) -> Readout:
+        """The output layer over [s_i; c_i; y_{i-1}]."""
+        return Readout(
+            in_dim=self.hidden + self.enc_dim + self.emb_dim,
+            kind=kind,
+            readout_dim=readout_dim,
+            vocab_size=self.vocab_size,
+            dropout=self.dropout.p,
         )
-        self.output = Readout(
-            in_dim=hidden + enc_dim + emb_dim, kind=readout, readout_dim=readout_dim,
-            vocab_size=vocab_size, dropout=dropout,
-        )  # fmt: skip
+
+
+class AttentionDecoder(Decoder):
+    """A decoder with a scorer over the encoder states (`Decoder`'s arguments, plus the
+    score and its hidden size for additive and concat)."""
+
+    def __init__(self, *, attention: AttentionKind, attn_dim: int, **common: Any) -> None:
+        super().__init__(**common)
+        self.attention = make_attention(
+            attention, query_dim=self.hidden, key_dim=self.enc_dim, attn_dim=attn_dim
+        )
 
     def prepare(self, states: Tensor, mask: Tensor, final: Tensor) -> Memory:
         """Project the keys once per source batch; `final` is unused (attention reads states)."""
         return Memory(states, mask, self.attention.project_keys(states), None)
+
+
+class BahdanauDecoder(AttentionDecoder):
+    """Query s_{i-1}; s_i = RNN(s_{i-1}, [y_{i-1}; c_i]); logits from [s_i; c_i; y_{i-1}].
+
+    Takes `Decoder`'s arguments, the score, and the readout layer's kind and size.
+    """
+
+    def __init__(
+        self,
+        *,
+        attention: AttentionKind = "additive",
+        attn_dim: int = 128,
+        readout: ReadoutKind = "none",
+        readout_dim: int = 128,
+        **common: Any,
+    ) -> None:
+        super().__init__(attention=attention, attn_dim=attn_dim, **common)
+        self.output = self._readout(readout, readout_dim)
 
     def _advance(
         self, gates: Tensor, state: DecoderState, memory: Memory
@@ -299,42 +313,26 @@ class BahdanauDecoder(Decoder):
         return self.output(torch.cat([features, emb], dim=-1))  # [s_i; c_i; y_{i-1}]
 
 
-class LuongDecoder(Decoder):
-    """s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]); query s_i; h~_i = tanh(W_c [c_i; s_i])."""
+class LuongDecoder(AttentionDecoder):
+    """s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]); query s_i; h~_i = tanh(W_c [c_i; s_i]).
+
+    Takes `Decoder`'s arguments and the score; h~_i is its readout.
+    """
 
     def __init__(
-        self,
-        *,
-        vocab_size: int,
-        emb_dim: int,
-        hidden: int,
-        enc_dim: int,
-        attention: str = "general",
-        attn_dim: int = 128,
-        layers: int = 1,
-        rnn: RNNKind = "gru",
-        init: InitKind = "zeros",
-        dropout: float = 0.0,
-        pad_id: int = 0,
+        self, *, attention: AttentionKind = "general", attn_dim: int = 128, **common: Any
     ) -> None:
+        # Input feeding: x_i is h~_{i-1}, of the decoder's size.
         super().__init__(
-            vocab_size=vocab_size, emb_dim=emb_dim, hidden=hidden, layers=layers, rnn=rnn,
-            extra_dim=hidden, enc_dim=enc_dim, init=init, dropout=dropout, pad_id=pad_id,
-        )  # fmt: skip
-        self.attention = make_attention(
-            attention, query_dim=hidden, key_dim=enc_dim, attn_dim=attn_dim
+            attention=attention, attn_dim=attn_dim, extra_dim=common["hidden"], **common
         )
-        self.W_c = nn.Linear(enc_dim + hidden, hidden, bias=False)  # Luong eq. 5, no bias
-        self.proj = nn.Linear(hidden, vocab_size)
+        self.W_c = nn.Linear(self.enc_dim + self.hidden, self.hidden, bias=False)  # eq. 5
+        self.proj = nn.Linear(self.hidden, self.vocab_size)
 
     def init_state(self, final: Tensor) -> DecoderState:
         # h~_0 = 0: nothing has been attended to before the first step.
         state = super().init_state(final)
         return state._replace(feed=final.new_zeros(final.size(0), self.hidden))
-
-    def prepare(self, states: Tensor, mask: Tensor, final: Tensor) -> Memory:
-        """Project the keys once per source batch; `final` is unused (attention reads states)."""
-        return Memory(states, mask, self.attention.project_keys(states), None)
 
     def _advance(
         self, gates: Tensor, state: DecoderState, memory: Memory
@@ -350,31 +348,16 @@ class LuongDecoder(Decoder):
 
 
 class VanillaDecoder(Decoder):
-    """No attention: s_i = RNN(s_{i-1}, [y_{i-1}; c]) with c the final encoder state."""
+    """No attention: s_i = RNN(s_{i-1}, [y_{i-1}; c]) with c the final encoder state.
+
+    Takes `Decoder`'s arguments and the readout layer's kind and size.
+    """
 
     def __init__(
-        self,
-        *,
-        vocab_size: int,
-        emb_dim: int,
-        hidden: int,
-        enc_dim: int,
-        layers: int = 1,
-        rnn: RNNKind = "gru",
-        init: InitKind = "zeros",
-        readout: ReadoutKind = "none",
-        readout_dim: int = 128,
-        dropout: float = 0.0,
-        pad_id: int = 0,
+        self, *, readout: ReadoutKind = "none", readout_dim: int = 128, **common: Any
     ) -> None:
-        super().__init__(
-            vocab_size=vocab_size, emb_dim=emb_dim, hidden=hidden, layers=layers, rnn=rnn,
-            extra_dim=enc_dim, enc_dim=enc_dim, init=init, dropout=dropout, pad_id=pad_id,
-        )  # fmt: skip
-        self.output = Readout(
-            in_dim=hidden + enc_dim + emb_dim, kind=readout, readout_dim=readout_dim,
-            vocab_size=vocab_size, dropout=dropout,
-        )  # fmt: skip
+        super().__init__(**common)
+        self.output = self._readout(readout, readout_dim)
 
     def prepare(self, states: Tensor, mask: Tensor, final: Tensor) -> Memory:
         """Keep the final state as the fixed context c; the other states go unused."""
