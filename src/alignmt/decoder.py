@@ -50,7 +50,9 @@ class Memory(NamedTuple):
 
     states: Tensor  # (B, T_src, C) h_j: the attention's keys and values
     mask: Tensor  # (B, T_src) bool, True at real tokens
-    keys: Tensor | None  # (B, T_src, A) keys projected once by the scorer; None for vanilla
+    # (B, T_src, A | D | C) the scorer's projection of the keys, made once (A: additive and
+    # concat, D: general, C: dot, which projects nothing); None for vanilla
+    keys: Tensor | None
     context: Tensor | None  # (B, C) vanilla's fixed context (final encoder state); else None
 
 
