@@ -70,7 +70,7 @@ def train(cfg: Config, *, progress: bool | None = None) -> TrainResult:
     run_dir = Path(cfg.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
-    steps, losses, interval = [], [], []
+    steps, losses, interval = [], [], []  # interval: this log period's losses, on the device
     show = sys.stderr.isatty() if progress is None else progress
     bar = tqdm(
         total=cfg.train.steps, desc=f"train {run_dir.name}", disable=not show, file=sys.stderr
@@ -82,7 +82,7 @@ def train(cfg: Config, *, progress: bool | None = None) -> TrainResult:
             schedule.step()
             if step % cfg.train.log_every == 0 or step == cfg.train.steps:
                 steps.append(step)
-                losses.append(sum(interval) / len(interval))
+                losses.append(torch.stack(interval).mean().item())  # the only host sync
                 interval.clear()
                 record = {"step": step, "loss": losses[-1], "lr": schedule.get_last_lr()[0]}
                 metrics.write(json.dumps(record) + "\n")
@@ -98,8 +98,9 @@ def train(cfg: Config, *, progress: bool | None = None) -> TrainResult:
 
 def train_step(
     model: Seq2Seq, batch: Batch, optimizer: torch.optim.Optimizer, cfg: TrainConfig
-) -> float:
-    """One update on `batch`; returns the loss before the update."""
+) -> Tensor:
+    """One update on `batch`; returns the loss before the update, detached, left on the
+    device so that a GPU need not wait for it."""
     model.train()
     logits = model(batch.src, batch.src_len, batch.tgt_in).logits  # (B, T_tgt, V)
     loss = sequence_loss(logits, batch.tgt_out, model.pad_id)
@@ -108,7 +109,7 @@ def train_step(
     if cfg.clip_norm > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
     optimizer.step()
-    return loss.item()
+    return loss.detach()
 
 
 def sequence_loss(logits: Tensor, targets: Tensor, pad_id: int) -> Tensor:
