@@ -119,7 +119,9 @@ def write_outputs(
 ) -> dict[str, Path]:
     """Heatmaps, loss curves, the table and the raw numbers; returns the paths by name."""
     attention = runs["attention"]
-    panels = [heatmap_panel(attention.model, attention.src_vocab, w) for w in HEATMAP_WORDS]
+    panels = [
+        heatmap_panel(attention.model, attention.src_vocab, word, cfg) for word in HEATMAP_WORDS
+    ]
     curves = {name: (run.steps, run.losses) for name, run in runs.items()}
     files = {
         "attention model": attention.run_dir / "model.safetensors",
@@ -142,10 +144,17 @@ def write_outputs(
 
 
 @torch.no_grad()
-def heatmap_panel(model: Seq2Seq, vocab: Vocab, word: str):
-    """(weights, source tokens, output tokens, title) of the model's greedy output on `word`."""
+def heatmap_panel(model: Seq2Seq, vocab: Vocab, word: str, cfg: Config):
+    """(weights, source tokens, output tokens, title) of the model's greedy output on `word`,
+    decoded with the same length limit as the scores."""
     src = torch.tensor([vocab.encode(word, add_eos=True)])
-    (hyp,) = decode(model, src, torch.tensor([src.size(1)]))
+    (hyp,) = decode(
+        model,
+        src,
+        torch.tensor([src.size(1)]),
+        max_len_ratio=cfg.search.max_len_ratio,
+        max_len_offset=cfg.search.max_len_offset,
+    )
     output = vocab.decode(hyp.tokens, strip_special=False)
     title = f"{word} -> {''.join(t for t in output if t != EOS)}"
     return hyp.attention.numpy(), [*word, EOS], output, title

@@ -67,7 +67,7 @@ def score_task(
     if out.attention is not None:
         expected = torch.tensor([tasks.source_positions(task, s) for s, _ in pairs], device=device)
         attended = out.attention[:, :length].argmax(dim=-1)  # (n, L)
-        alignment = (attended == expected.view(n, length)).float().mean().item()
+        alignment = (attended == expected).float().mean().item()
 
     return TaskScores(
         length, token_accuracy, exact_match(model, batch, max_len_ratio, max_len_offset), alignment
