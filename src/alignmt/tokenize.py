@@ -1,0 +1,237 @@
+"""Raw sentences to token strings and back, for one language side.
+
+Owns the three tokenisers a corpus can be cut with (Moses words, characters, SentencePiece
+subwords), SentencePiece training, and the JSON that rebuilds a tokeniser from a
+checkpoint. Does not own token ids: `data.Vocab` maps tokens to ids and unknown tokens to
+`<unk>`. Bahdanau et al. (2015, Sec. 4.1) used words "after a usual tokenization", which
+`MosesTokenizer` reproduces; subwords and characters serve the corpora and models since.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from typing import ClassVar, Literal, get_args
+
+import sentencepiece
+from sacremoses import MosesDetokenizer
+from sacremoses import MosesTokenizer as _SacreMosesTokenizer
+
+TokenizerKind = Literal["moses", "char", "sentencepiece"]
+KINDS: tuple[str, ...] = get_args(TokenizerKind)
+
+SPACE = "\u2581"  # "▁", the visible space of CharTokenizer (SentencePiece's own marker)
+
+
+class Tokenizer(ABC):
+    """Turns a sentence into tokens and tokens back into a sentence."""
+
+    kind: ClassVar[str]
+
+    @abstractmethod
+    def encode(self, text: str) -> list[str]:
+        """The tokens of one raw sentence."""
+
+    @abstractmethod
+    def decode(self, tokens: Sequence[str]) -> str:
+        """A raw-looking sentence from tokens: the inverse of `encode`, up to normalisation."""
+
+    @abstractmethod
+    def to_json(self) -> str:
+        """Everything `tokenizer_from_json` needs to rebuild this tokeniser."""
+
+
+class MosesTokenizer(Tokenizer):
+    """Words and punctuation split by the Moses rules of `lang` (sacremoses)."""
+
+    kind = "moses"
+
+    def __init__(self, *, lang: str, lowercase: bool = False) -> None:
+        self.lang = lang
+        self.lowercase = lowercase
+        # Built once: they hold the language's compiled rules and nonbreaking prefixes.
+        self._tokenizer = _SacreMosesTokenizer(lang=lang)
+        self._detokenizer = MosesDetokenizer(lang=lang)
+
+    def encode(self, text: str) -> list[str]:
+        if self.lowercase:
+            text = text.lower()
+        # escape=False: tokens stay as written ("'s", not "&apos;s"), so that vocabularies,
+        # attention heatmaps and BLEU all see the characters of the corpus.
+        return self._tokenizer.tokenize(text, escape=False)
+
+    def decode(self, tokens: Sequence[str]) -> str:
+        # unescape=False is the inverse of escape=False: a literal "&amp;" in the
+        # output must not turn into "&". "<unk>" passes through untouched either way.
+        return self._detokenizer.detokenize(list(tokens), unescape=False)
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind, "lang": self.lang, "lowercase": self.lowercase})
+
+    def __repr__(self) -> str:
+        return f"MosesTokenizer(lang={self.lang!r}, lowercase={self.lowercase})"
+
+
+class CharTokenizer(Tokenizer):
+    """Characters, with each space kept as the token "▁" so that decoding restores it.
+
+    Example: "a b" -> ["a", "▁", "b"]. A "▁" already in the text decodes as a space.
+    """
+
+    kind = "char"
+
+    def __init__(self, *, lowercase: bool = False) -> None:
+        self.lowercase = lowercase
+
+    def encode(self, text: str) -> list[str]:
+        if self.lowercase:
+            text = text.lower()
+        return list(text.replace(" ", SPACE))
+
+    def decode(self, tokens: Sequence[str]) -> str:
+        return "".join(tokens).replace(SPACE, " ")
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind, "lowercase": self.lowercase})
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(lowercase={self.lowercase})"
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """SentencePiece subwords (Kudo & Richardson 2018), BPE or unigram.
+
+    `model` is the serialised SentencePiece model, as `train` makes it; it travels inside
+    `to_json` (base64), so a checkpoint needs no side file.
+    """
+
+    kind = "sentencepiece"
+
+    def __init__(self, *, model: bytes, lowercase: bool = False) -> None:
+        self.model = model
+        self.lowercase = lowercase
+        self._sp = sentencepiece.SentencePieceProcessor(model_proto=model)
+
+    @classmethod
+    def train(
+        cls,
+        sentences: Iterable[str],
+        *,
+        vocab_size: int,
+        model_type: Literal["bpe", "unigram"] = "bpe",
+        lowercase: bool = False,
+        seed: int = 1,
+    ) -> SentencePieceTokenizer:
+        """A model trained in memory on `sentences`; nothing is written to disk.
+
+        Args:
+            sentences: raw training sentences, one per item.
+            vocab_size: pieces wanted, `<unk>` included; a soft limit, so a corpus too small
+                for it gives fewer pieces instead of an error.
+            model_type: "bpe" or "unigram".
+            lowercase: lowercase the sentences before training (and later before encoding).
+            seed: SentencePiece's random seed. Note that it is process-wide in SentencePiece.
+
+        Returns:
+            The tokeniser. The same sentences and arguments give the same model bytes.
+        """
+        if model_type not in ("bpe", "unigram"):
+            raise ValueError(f"model_type must be 'bpe' or 'unigram', got {model_type!r}")
+        sentencepiece.set_random_generator_seed(seed)
+        model = io.BytesIO()
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=(s.lower() if lowercase else s for s in sentences),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=1.0,
+            # Only <unk> (id 0) is a SentencePiece special: data.Vocab owns <pad>, <s>, </s>.
+            unk_id=0,
+            bos_id=-1,
+            eos_id=-1,
+            pad_id=-1,
+            hard_vocab_limit=False,
+            # Determinism: every sentence, in the order given, and one thread (two threads
+            # give a different, equally good, model for the same input).
+            input_sentence_size=0,
+            shuffle_input_sentence=False,
+            num_threads=1,
+            minloglevel=2,
+        )
+        return cls(model=model.getvalue(), lowercase=lowercase)
+
+    def encode(self, text: str) -> list[str]:
+        if self.lowercase:
+            text = text.lower()
+        return self._sp.encode(text, out_type=str)
+
+    def decode(self, tokens: Sequence[str]) -> str:
+        # Through ids, so that a piece the model lacks (Vocab's "<unk>" is its id 0 anyway)
+        # becomes SentencePiece's " ⁇ " instead of leaking its raw "▁" into the text.
+        return self._sp.decode([self._sp.piece_to_id(token) for token in tokens])
+
+    def to_json(self) -> str:
+        model = base64.b64encode(self.model).decode("ascii")
+        return json.dumps({"kind": self.kind, "lowercase": self.lowercase, "model": model})
+
+    def __repr__(self) -> str:
+        size = self._sp.get_piece_size()
+        return f"SentencePieceTokenizer(pieces={size}, lowercase={self.lowercase})"
+
+
+def tokenizer_from_json(text: str) -> Tokenizer:
+    """The tokeniser that `Tokenizer.to_json` described."""
+    spec = json.loads(text)
+    kind = spec.get("kind")
+    if kind == "moses":
+        return MosesTokenizer(lang=spec["lang"], lowercase=spec["lowercase"])
+    if kind == "char":
+        return CharTokenizer(lowercase=spec["lowercase"])
+    if kind == "sentencepiece":
+        model = base64.b64decode(spec["model"])
+        return SentencePieceTokenizer(model=model, lowercase=spec["lowercase"])
+    raise ValueError(f"unknown tokenizer kind {kind!r}; expected one of {KINDS}")
+
+
+def build_tokenizer(
+    kind: TokenizerKind,
+    *,
+    lang: str,
+    lowercase: bool,
+    train_sentences: Sequence[str] | None = None,
+    vocab_size: int = 8000,
+    model_type: str = "bpe",
+    seed: int = 1,
+) -> Tokenizer:
+    """The tokeniser a data config asks for, trained on `train_sentences` if it needs training.
+
+    Args:
+        kind: "moses", "char" or "sentencepiece".
+        lang: language code for Moses' rules (ignored by the others).
+        lowercase: lowercase every sentence before tokenising.
+        train_sentences: raw training sentences; required for "sentencepiece", ignored
+            otherwise.
+        vocab_size, model_type, seed: SentencePiece training options (see
+            `SentencePieceTokenizer.train`).
+
+    Returns:
+        The tokeniser.
+    """
+    if kind == "moses":
+        return MosesTokenizer(lang=lang, lowercase=lowercase)
+    if kind == "char":
+        return CharTokenizer(lowercase=lowercase)
+    if kind == "sentencepiece":
+        if train_sentences is None:
+            raise ValueError("train_sentences: required to train a sentencepiece tokenizer")
+        return SentencePieceTokenizer.train(
+            train_sentences,
+            vocab_size=vocab_size,
+            model_type=model_type,  # checked by train()
+            lowercase=lowercase,
+            seed=seed,
+        )
+    raise ValueError(f"kind: unknown tokenizer kind {kind!r}; expected one of {KINDS}")
