@@ -9,6 +9,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import matplotlib
 import numpy as np
@@ -187,6 +188,8 @@ def test_a_fresh_import_and_use_never_import_pyplot_or_touch_rcparams(tmp_path):
         "p.save_png(fig, sys.argv[1])\n"
         "p.save_png(p.attention_grid([(np.eye(2), ['a', 'b'], ['x', 'y'], 't')]), sys.argv[1])\n"
         "p.save_png(p.loss_curves({'r': ([0, 1], [2.0, 1.0])}), sys.argv[1])\n"
+        "p.save_png(p.bleu_by_length_plot({'r': ([2, 7], [30.0, 20.0])}), sys.argv[1])\n"
+        "p.save_png(p.bucket_bars({'r': [('< 10', 30.0), ('> 20', None)]}), sys.argv[1])\n"
         "print(matplotlib.rcParams.copy() == before, 'matplotlib.pyplot' in sys.modules)\n"
     )
     src_dir = str(Path(plot.__file__).resolve().parents[1])
@@ -202,3 +205,67 @@ def test_a_fresh_import_and_use_never_import_pyplot_or_touch_rcparams(tmp_path):
     assert rc_unchanged == "True"
     assert pyplot_imported == "False"
     assert (tmp_path / "out.png").stat().st_size > 0
+
+
+def test_bleu_by_length_draws_one_marked_line_per_run_from_zero(tmp_path):
+    curves = {
+        "attention": ([2.0, 7.0, 12.0], [30.0, 28.5, 27.0]),
+        "vanilla": ([2.0, 7.0], [29.0, 15.0]),
+    }
+    fig = plot.bleu_by_length_plot(curves)
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.get_lines()] == ["attention", "vanilla"]
+    for line, (lengths, bleus) in zip(ax.get_lines(), curves.values(), strict=True):
+        np.testing.assert_array_equal(line.get_xdata(), lengths)
+        np.testing.assert_array_equal(line.get_ydata(), bleus)
+        assert line.get_marker() not in (None, "None", "", " ")
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["attention", "vanilla"]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("source length (tokens)", "BLEU")
+    assert ax.get_ylim()[0] == 0.0
+    path = plot.save_png(fig, tmp_path / "bleu_by_length.png", dpi=100)
+    assert path.stat().st_size > 1000
+    assert png_size(path) == (640, 400)
+
+
+def test_bleu_by_length_with_unequal_lengths_raises_naming_the_run():
+    with pytest.raises(ValueError, match="'vanilla'"):
+        plot.bleu_by_length_plot({"attention": ([2], [30.0]), "vanilla": ([2, 7], [30.0])})
+
+
+def bucket(name: str, bleu: float | None, sentences: int = 10) -> SimpleNamespace:
+    """Stands in for evaluate.BucketScore, which plot must not need to import."""
+    return SimpleNamespace(name=name, bleu=bleu, sentences=sentences)
+
+
+def test_bucket_bars_group_one_labelled_bar_per_run_and_bucket(tmp_path):
+    rows = {
+        "attention": [bucket("< 10", 31.0), bucket("10–20", 27.24), bucket("> 20", 24.0)],
+        "vanilla": [("< 10", 30.0), ("10–20", 21.0), ("> 20", 12.5)],  # plain pairs work too
+    }
+    fig = plot.bucket_bars(rows)
+    ax = fig.axes[0]
+    assert len(ax.patches) == 6
+    heights = [p.get_height() for p in ax.patches]
+    assert heights == [31.0, 27.24, 24.0, 30.0, 21.0, 12.5]
+    # Within each bucket's slot the runs sit side by side, attention left of vanilla.
+    centres = [p.get_x() + p.get_width() / 2 for p in ax.patches]
+    np.testing.assert_allclose(centres, [-0.2, 0.8, 1.8, 0.2, 1.2, 2.2])
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["< 10", "10–20", "> 20"]
+    assert [t.get_text() for t in ax.texts] == ["31.0", "27.2", "24.0", "30.0", "21.0", "12.5"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["attention", "vanilla"]
+    assert ax.get_ylim()[1] > 31.0  # room for the tallest bar's label
+    path = plot.save_png(fig, tmp_path / "buckets.png", dpi=100)
+    assert path.stat().st_size > 1000
+    assert png_size(path) == (640, 400)
+
+
+def test_an_empty_bucket_gets_no_bar_but_an_na_label():
+    fig = plot.bucket_bars({"attention": [("< 10", 31.0), ("> 20", None)]})
+    ax = fig.axes[0]
+    assert len(ax.patches) == 1
+    assert sorted(t.get_text() for t in ax.texts) == ["31.0", "n/a"]
+
+
+def test_bucket_bars_reject_runs_with_different_buckets():
+    with pytest.raises(ValueError, match="'vanilla'"):
+        plot.bucket_bars({"attention": [("< 10", 31.0)], "vanilla": [("> 20", 12.0)]})

@@ -1,6 +1,7 @@
-"""Scoring trained models on the synthetic tasks.
+"""Scoring trained models: synthetic-task accuracy and corpus translation metrics.
 
-Three numbers per source length, the ones seed 001 (§37.5) and the core issue ask for:
+On the synthetic tasks, three numbers per source length, the ones seed 001 (§37.5) and the
+core issue ask for:
 
 - teacher-forced per-token accuracy: the decoder is fed the right previous token and we
   count how often its argmax is the right next one, over the string's characters (</s>
@@ -9,13 +10,24 @@ Three numbers per source length, the ones seed 001 (§37.5) and the core issue a
   output must equal the target and stop right after it;
 - alignment: the share of those positions where the teacher-forced attention's argmax is
   the source position the character comes from (the anti-diagonal for reversal).
+
+And, for real corpora, corpus-level translation metrics on detokenised text: sacreBLEU's
+corpus BLEU and chrF with their signatures (never a hand-written corpus BLEU), BLEU per
+source-length bucket and as a curve over source length (Bahdanau et al. 2015, Fig. 2: the
+fixed-vector baseline falls off on long sentences, attention does not), markdown tables of
+both, and the seed's d2l sentence BLEU for printing a few examples. Translating files and
+choosing what to score is the caller's job; these functions take lists of strings.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 
 import torch
+from sacrebleu.metrics import BLEU, CHRF
 
 from alignmt import tasks
 from alignmt.data import Batch, Vocab, make_batch
@@ -83,3 +95,322 @@ def exact_match(model: Seq2Seq, batch: Batch, max_len_ratio: float, max_len_offs
         row[:n].tolist() for row, n in zip(batch.tgt_out, batch.tgt_len.tolist(), strict=True)
     ]
     return sum(h.tokens == r for h, r in zip(hypotheses, references, strict=True)) / len(references)
+
+
+# --- Corpus metrics -------------------------------------------------------------------------
+# Hypotheses are detokenised model output and references are the raw target lines: sacreBLEU
+# tokenises both itself (13a), which is what makes its numbers comparable across papers.
+
+
+@dataclass
+class CorpusScores:
+    bleu: float  # sacreBLEU corpus BLEU, 0-100
+    chrf: float  # sacreBLEU chrF (character 6-grams, β = 2), 0-100
+    bleu_signature: str  # e.g. "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:2.6.0"
+    chrf_signature: str  # e.g. "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0"
+    lowercase: bool  # both metrics were computed on lowercased text
+    sentences: int
+
+    def as_dict(self) -> dict:
+        """The scores as a JSON-ready dict (floats, strings, a bool and an int)."""
+        return asdict(self)
+
+
+def _check_parallel(hyps: Sequence[str], refs: Sequence[str]) -> None:
+    if len(hyps) != len(refs):
+        raise ValueError(
+            f"got {len(hyps)} hypotheses but {len(refs)} references; need one reference per "
+            "hypothesis"
+        )
+    if not hyps:
+        raise ValueError("no hypotheses to score; need at least one sentence")
+
+
+def _corpus_bleu(hyps: Sequence[str], refs: Sequence[str], lowercase: bool) -> tuple[float, str]:
+    # One metric object per call: sacreBLEU fixes `lowercase` when the object is built and
+    # fills the signature's nrefs only once it has scored something.
+    metric = BLEU(lowercase=lowercase)
+    score = metric.corpus_score(list(hyps), [list(refs)]).score
+    return score, str(metric.get_signature())
+
+
+def corpus_scores(
+    hyps: Sequence[str], refs: Sequence[str], *, lowercase: bool = False
+) -> CorpusScores:
+    """Corpus BLEU and chrF of detokenised hypotheses against raw references, via sacreBLEU.
+
+    Args:
+        hyps: N detokenised system outputs, one sentence each.
+        refs: N reference translations as they appear in the test file (one reference each).
+        lowercase: lowercase hypotheses and references before scoring, for both metrics;
+            the signatures then read "case:lc" instead of "case:mixed".
+
+    Returns:
+        CorpusScores with both scores (0-100), their sacreBLEU signatures and N.
+
+    Raises:
+        ValueError: if `hyps` and `refs` differ in length (both counts are named) or are empty.
+    """
+    _check_parallel(hyps, refs)
+    bleu, bleu_signature = _corpus_bleu(hyps, refs, lowercase)
+    chrf_metric = CHRF(lowercase=lowercase)
+    chrf = chrf_metric.corpus_score(list(hyps), [list(refs)]).score
+    return CorpusScores(
+        bleu=bleu,
+        chrf=chrf,
+        bleu_signature=bleu_signature,
+        chrf_signature=str(chrf_metric.get_signature()),
+        lowercase=lowercase,
+        sentences=len(hyps),
+    )
+
+
+# Source-length buckets in tokens, bounds inclusive; None: no upper bound. The short/medium/
+# long split of the issue: "< 10", "10–20", "> 20".
+BUCKETS: tuple[tuple[int, int | None], ...] = ((0, 9), (10, 20), (21, None))
+
+
+@dataclass
+class BucketScore:
+    name: str  # "< 10", "10–20", "> 20"
+    sentences: int  # sentences whose source length falls in the bucket
+    bleu: float | None  # sacreBLEU corpus BLEU over them; None when the bucket is empty
+
+    def as_dict(self) -> dict:
+        """The bucket as a JSON-ready dict (`bleu` is null for an empty bucket)."""
+        return asdict(self)
+
+
+def bucket_name(low: int, high: int | None) -> str:
+    """Display name of an inclusive token range: (0, 9) -> "< 10", (21, None) -> "> 20"."""
+    if high is None:
+        return f"> {low - 1}"
+    if low == 0:
+        return f"< {high + 1}"
+    return f"{low}–{high}"
+
+
+def _check_lengths(src_lengths: Sequence[int], hyps: Sequence[str]) -> None:
+    if len(src_lengths) != len(hyps):
+        raise ValueError(
+            f"got {len(src_lengths)} source lengths but {len(hyps)} hypotheses; need one "
+            "source length per hypothesis"
+        )
+
+
+def bucket_scores(
+    src_lengths: Sequence[int],
+    hyps: Sequence[str],
+    refs: Sequence[str],
+    *,
+    lowercase: bool = False,
+    buckets: Sequence[tuple[int, int | None]] = BUCKETS,
+) -> list[BucketScore]:
+    """Corpus BLEU over the sentences in each source-length bucket.
+
+    Each bucket's BLEU is a corpus BLEU of its own sentences (n-gram counts pooled within the
+    bucket), not an average of sentence BLEUs. Sentences outside every bucket are left out.
+
+    Args:
+        src_lengths: N source lengths in tokens, counted by the caller with its tokeniser.
+        hyps: N detokenised system outputs.
+        refs: N raw references.
+        lowercase: score lowercased text, as in `corpus_scores`.
+        buckets: inclusive (low, high) token ranges, high None for no upper bound.
+
+    Returns:
+        One BucketScore per bucket, in the order of `buckets`; `bleu` is None for an empty one.
+
+    Raises:
+        ValueError: if the three sequences differ in length or are empty.
+    """
+    _check_parallel(hyps, refs)
+    _check_lengths(src_lengths, hyps)
+    scores = []
+    for low, high in buckets:
+        members = [i for i, n in enumerate(src_lengths) if low <= n and (high is None or n <= high)]
+        bleu = None
+        if members:
+            bleu, _ = _corpus_bleu(
+                [hyps[i] for i in members], [refs[i] for i in members], lowercase
+            )
+        scores.append(BucketScore(bucket_name(low, high), len(members), bleu))
+    return scores
+
+
+def bleu_by_length(
+    src_lengths: Sequence[int],
+    hyps: Sequence[str],
+    refs: Sequence[str],
+    *,
+    lowercase: bool = False,
+    width: int = 5,
+    min_sentences: int = 20,
+) -> tuple[list[float], list[float], list[int]]:
+    """Corpus BLEU against source length, for a Bahdanau et al. (2015) Fig. 2 style curve.
+
+    Sentences go into bins of `width` tokens (0-4, 5-9, ... for width 5). A corpus BLEU over
+    a handful of sentences is mostly noise, so bins are merged until each holds at least
+    `min_sentences`: walking from short to long, consecutive bins are pooled until the pool
+    is large enough, and a final pool that never gets there (the long tail) is merged into
+    the point before it rather than dropped. Every sentence is therefore counted exactly
+    once, unless the whole set has fewer than `min_sentences`, when nothing is returned.
+
+    Args:
+        src_lengths: N source lengths in tokens, counted by the caller.
+        hyps: N detokenised system outputs.
+        refs: N raw references.
+        lowercase: score lowercased text, as in `corpus_scores`.
+        width: bin width in tokens (>= 1).
+        min_sentences: fewest sentences behind a point (>= 1).
+
+    Returns:
+        (centres, bleus, counts), one entry per point from short to long: the midpoint of the
+        token range the point covers (the first pooled bin's low end to the last one's high
+        end, e.g. 2.0 for 0-4, 9.5 for 5-14 at width 5), its corpus BLEU and its sentences.
+
+    Raises:
+        ValueError: if the sequences differ in length or are empty, or `width` or
+            `min_sentences` is below 1.
+    """
+    _check_parallel(hyps, refs)
+    _check_lengths(src_lengths, hyps)
+    if width < 1 or min_sentences < 1:
+        raise ValueError(f"width and min_sentences must be >= 1; got {width}, {min_sentences}")
+    by_bin: dict[int, list[int]] = {}
+    for i, n in enumerate(src_lengths):
+        by_bin.setdefault(n // width, []).append(i)
+
+    pools: list[list] = []  # [first bin, last bin, sentence indices], short to long
+    for b in sorted(by_bin):
+        if pools and len(pools[-1][2]) < min_sentences:
+            pools[-1][1:] = [b, pools[-1][2] + by_bin[b]]
+        else:
+            pools.append([b, b, by_bin[b]])
+    if pools and len(pools[-1][2]) < min_sentences:  # the long tail never filled up
+        _, last, members = pools.pop()
+        if pools:
+            pools[-1][1:] = [last, pools[-1][2] + members]
+
+    centres, bleus, counts = [], [], []
+    for first, last, members in pools:
+        centres.append((first * width + (last + 1) * width - 1) / 2)
+        bleus.append(
+            _corpus_bleu([hyps[i] for i in members], [refs[i] for i in members], lowercase)[0]
+        )
+        counts.append(len(members))
+    return centres, bleus, counts
+
+
+def sentence_bleu_d2l(pred: str, label: str, k: int = 2) -> float:
+    """The seed's sentence BLEU (d2l's `bleu`), for printing a few examples, not for reporting.
+
+    Whitespace tokens; brevity penalty exp(min(0, 1 - len_label / len_pred)); then for
+    n = 1 .. min(k, len_pred) the clipped n-gram precision p_n, weighted as p_n ** (0.5 ** n)
+    so that longer matches count more. No smoothing: one n-gram order without a match gives 0.
+    Use `corpus_scores` for numbers to compare with papers.
+
+    Args:
+        pred: the predicted sentence, tokens separated by whitespace.
+        label: the reference sentence, tokenised the same way.
+        k: the longest n-gram order.
+
+    Returns:
+        The score in [0, 1]; 0.0 for an empty prediction (d2l would divide by zero).
+    """
+    pred_tokens, label_tokens = pred.split(), label.split()
+    if not pred_tokens:
+        return 0.0
+    score = math.exp(min(0.0, 1 - len(label_tokens) / len(pred_tokens)))
+    for n in range(1, min(k, len(pred_tokens)) + 1):
+        pred_ngrams = Counter(
+            tuple(pred_tokens[i : i + n]) for i in range(len(pred_tokens) - n + 1)
+        )
+        label_ngrams = Counter(
+            tuple(label_tokens[i : i + n]) for i in range(len(label_tokens) - n + 1)
+        )
+        matches = sum((pred_ngrams & label_ngrams).values())  # & keeps min counts: clipping
+        score *= (matches / (len(pred_tokens) - n + 1)) ** (0.5**n)
+    return score
+
+
+def _markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    # Run names left-aligned, numbers right-aligned.
+    lines = ["| " + " | ".join(header) + " |", "| --- |" + " ---: |" * (len(header) - 1)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def format_scores_table(rows: dict[str, tuple[CorpusScores, CorpusScores]]) -> str:
+    """A markdown table of corpus scores, one row per run, with the signatures below it.
+
+    Columns: run | BLEU lc | BLEU cased | chrF cased | sentences, scores to one decimal.
+    Below the table, one "BLEU lc signature: ...", "BLEU cased signature: ..." and
+    "chrF cased signature: ..." line per distinct signature (normally one each).
+
+    Args:
+        rows: run name -> (lowercased scores, cased scores) of that run on one test set.
+
+    Returns:
+        The table and signature lines, newline-separated, without a trailing newline.
+
+    Raises:
+        ValueError: if `rows` is empty, a pair is not (lowercased, cased) in that order, or
+            its two halves count different sentences.
+    """
+    if not rows:
+        raise ValueError("rows is empty; need at least one run")
+    table, signatures = [], {}
+    for name, (lc, cased) in rows.items():
+        if not lc.lowercase or cased.lowercase:
+            raise ValueError(
+                f"run {name!r}: expected (lowercased, cased) scores; got lowercase="
+                f"({lc.lowercase}, {cased.lowercase})"
+            )
+        if lc.sentences != cased.sentences:
+            raise ValueError(
+                f"run {name!r}: lowercased scores cover {lc.sentences} sentences but cased "
+                f"scores {cased.sentences}; both must come from the same test set"
+            )
+        table.append(
+            [name, f"{lc.bleu:.1f}", f"{cased.bleu:.1f}", f"{cased.chrf:.1f}", str(cased.sentences)]
+        )
+        # A dict keeps first-seen order and drops duplicates: one line per distinct signature.
+        signatures[("BLEU lc", lc.bleu_signature)] = None
+        signatures[("BLEU cased", cased.bleu_signature)] = None
+        signatures[("chrF cased", cased.chrf_signature)] = None
+    header = ["run", "BLEU lc", "BLEU cased", "chrF cased", "sentences"]
+    lines = [f"{kind} signature: {signature}" for kind, signature in signatures]
+    return _markdown_table(header, table) + "\n\n" + "\n".join(lines)
+
+
+def format_bucket_table(rows: dict[str, list[BucketScore]]) -> str:
+    """A markdown table of BLEU per source-length bucket, one row per run.
+
+    Columns: run, then one per bucket; each cell holds the BLEU to one decimal and the
+    bucket's sentence count, e.g. "23.4 (n=120)", or "– (n=0)" for an empty bucket.
+
+    Args:
+        rows: run name -> that run's `bucket_scores`, all with the same buckets.
+
+    Returns:
+        The table, newline-separated, without a trailing newline.
+
+    Raises:
+        ValueError: if `rows` is empty or the runs' bucket names differ.
+    """
+    if not rows:
+        raise ValueError("rows is empty; need at least one run")
+    names = [b.name for b in next(iter(rows.values()))]
+    table = []
+    for run, buckets in rows.items():
+        if [b.name for b in buckets] != names:
+            raise ValueError(
+                f"run {run!r} has buckets {[b.name for b in buckets]}; expected {names} "
+                "like the first run"
+            )
+        cells = [
+            ("–" if b.bleu is None else f"{b.bleu:.1f}") + f" (n={b.sentences})" for b in buckets
+        ]
+        table.append([run, *cells])
+    return _markdown_table(["run", *names], table)

@@ -1,8 +1,10 @@
-"""Attention heatmaps and learning curves as matplotlib Figures, ready for PNG.
+"""Attention heatmaps, learning curves and BLEU plots as matplotlib Figures, ready for PNG.
 
 Owns turning arrays into figures: the alignment matrix of Bahdanau et al. (2015), Fig. 3
 (source along the top, output down the side, one row of weights α_ij per output token),
-and loss-per-step curves comparing runs. Does not own the model, the data or files: it takes
+loss-per-step curves comparing runs, and BLEU against source length as a curve (after the
+paper's Fig. 2) or as grouped bars per length bucket. Does not own the model, the data, the
+metrics (`evaluate` computes them; this module never imports it) or files: it takes
 NumPy arrays or plain Python data (tensors are converted) and returns a `Figure`; `save_png`
 is the only function that writes. Figures are built with `matplotlib.figure.Figure`, never
 pyplot, and nothing here touches global matplotlib state (backend, rcParams), so importing
@@ -198,3 +200,112 @@ def save_png(fig: Figure, path: str | Path, *, dpi: int = 120) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png", dpi=dpi)
     return path
+
+
+def bleu_by_length_plot(
+    curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    *,
+    title: str = "BLEU by source length",
+) -> Figure:
+    """Plot BLEU against source-sentence length, one marked line per run.
+
+    In the spirit of Bahdanau et al. (2015), Fig. 2: a model that squeezes the source into
+    one vector falls off as sentences grow, an attention model much less. Feed it the
+    (centres, bleus) of `evaluate.bleu_by_length` for each run.
+
+    Args:
+        curves: run name -> (source lengths in tokens, BLEU at each), two 1-D sequences of
+            equal length N.
+        title: axes title.
+
+    Returns:
+        A Figure with one labelled line (with markers) per run, a legend and a grid; the
+        y axis starts at 0 so that runs are compared on their absolute level.
+
+    Raises:
+        ValueError: if `curves` is empty or a run's lengths and scores differ in shape.
+    """
+    if not curves:
+        raise ValueError("curves is empty; need at least one run")
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    for name, (lengths, bleus) in curves.items():
+        lengths, bleus = _to_numpy(lengths), _to_numpy(bleus)
+        if lengths.ndim != 1 or lengths.shape != bleus.shape:
+            raise ValueError(
+                f"run {name!r}: lengths has shape {lengths.shape} but BLEU has shape "
+                f"{bleus.shape}; expected two 1-D sequences of equal length"
+            )
+        ax.plot(lengths, bleus, marker="o", label=name)
+    ax.set_ylim(bottom=0.0)
+    ax.set(title=title, xlabel="source length (tokens)", ylabel="BLEU")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return fig
+
+
+def _name_and_bleu(bucket: Any) -> tuple[str, float | None]:
+    # Duck-typed so this module need not import evaluate: an evaluate.BucketScore (.name,
+    # .bleu) or a plain (name, bleu) pair.
+    if hasattr(bucket, "name") and hasattr(bucket, "bleu"):
+        return bucket.name, bucket.bleu
+    name, bleu = bucket
+    return name, bleu
+
+
+def bucket_bars(
+    rows: Mapping[str, Sequence[Any]],
+    *,
+    title: str = "BLEU by source length",
+) -> Figure:
+    """Grouped bars of BLEU per source-length bucket: buckets along x, one bar per run.
+
+    Args:
+        rows: run name -> its buckets in order, each a (name, bleu) pair or an object with
+            `.name` and `.bleu` (such as `evaluate.BucketScore`); bleu None for an empty
+            bucket, which gets no bar and an "n/a" label instead. Every run must list the
+            same bucket names.
+        title: axes title.
+
+    Returns:
+        A Figure with one bar per run and non-empty bucket, each labelled with its BLEU to
+        one decimal, bucket names as x tick labels, and a legend of runs.
+
+    Raises:
+        ValueError: if `rows` is empty or the runs' bucket names differ.
+    """
+    if not rows:
+        raise ValueError("rows is empty; need at least one run")
+    runs = {run: [_name_and_bleu(b) for b in buckets] for run, buckets in rows.items()}
+    names = [name for name, _ in next(iter(runs.values()))]
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    # The runs share each bucket's unit-wide slot, leaving a fifth of it as the gap between.
+    bar_width = 0.8 / len(runs)
+    for k, (run, buckets) in enumerate(runs.items()):
+        if [name for name, _ in buckets] != names:
+            raise ValueError(
+                f"run {run!r} has buckets {[name for name, _ in buckets]}; expected {names} "
+                "like the first run"
+            )
+        offset = (k - (len(runs) - 1) / 2) * bar_width
+        shown = [(i, bleu) for i, (_, bleu) in enumerate(buckets) if bleu is not None]
+        bars = ax.bar(
+            [i + offset for i, _ in shown],
+            [bleu for _, bleu in shown],
+            width=bar_width,
+            label=run,
+        )
+        ax.bar_label(bars, fmt="%.1f", fontsize=8)
+        for i, (_, bleu) in enumerate(buckets):
+            if bleu is None:
+                ax.text(i + offset, 0, "n/a", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(names)), names)
+    # Headroom above the tallest bar for its value label.
+    ax.set_ylim(
+        0.0, max([b for bs in runs.values() for _, b in bs if b is not None] + [1.0]) * 1.15
+    )
+    ax.set(title=title, xlabel="source length (tokens)", ylabel="BLEU")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend()
+    return fig
