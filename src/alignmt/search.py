@@ -1,17 +1,19 @@
-"""Greedy search over token ids.
+"""Greedy and beam search over token ids.
 
-Knows nothing about words, files or checkpoints. The core, `greedy_search`, runs any step
-function `step(prev, state) -> (logits, state, alpha)`; `decode` binds it to a Seq2Seq.
-The state is a tuple of batch-first tensors (or None), so a beam search can reorder it
-with one `index_select` per field and slot in beside greedy.
+Knows nothing about words, files or checkpoints. The cores run any step function:
+`greedy_search` a `step(prev, state) -> (logits, state, alpha)`, `beam_search` a
+`step(prev, state, memory) -> (logits, state, alpha)`; `decode` and `beam_decode` bind
+them to a Seq2Seq. State and memory are tuples of batch-first tensors (or None), so beam
+search repeats them per beam, follows the back-pointers and drops finished sentences with
+one `index_select` per field. Length normalisation is GNMT's (Wu et al. 2016, eq. 14).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -108,4 +110,249 @@ def decode(
             attention=None if attention is None else attention[b, :n, : src_len[b]].cpu(),
         )
         for b, n in enumerate(lengths.tolist())
+    ]
+
+
+# step(prev (N,) int64, state, memory) -> (logits (N, V), new state, alpha (N, T_src) or None)
+BeamStepFn = Callable[[Tensor, Any, Any], tuple[Tensor, Any, "Tensor | None"]]
+
+
+def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
+    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14).
+
+    Beam search ranks hypotheses by score / lp: alpha = 0 gives lp = 1 (raw summed
+    log-probability); a larger alpha divides long outputs' (negative) scores by more, which
+    favours them. `length` is an int or a tensor of lengths.
+    """
+    return ((5 + length) / 6) ** alpha
+
+
+class _Step(NamedTuple):
+    """What one beam step keeps for the back-trace at the end, for the B_t sentences it
+    searched. Its 2K candidates sit in slots 0..2K-1, the K live beams first."""
+
+    sentences: Tensor  # (B_t,) int64 each row's sentence index in the batch
+    tokens: Tensor  # (B_t, 2K) int64 each candidate's last token
+    parents: Tensor  # (B_t, 2K) int64 the beam (slot 0..K-1 of the step before) it extends
+    scores: Tensor  # (B_t, 2K) summed log-probabilities
+    ended: Tensor  # (B_t, 2K) score / lp where the candidate ends a hypothesis, else -inf
+    attention: Tensor | None  # (B_t, K, T_src) alpha of each beam fed to this step
+
+
+@torch.no_grad()
+def beam_search(
+    step: BeamStepFn,
+    state: Any,
+    memory: Any,
+    *,
+    beam_size: int,
+    bos_id: int,
+    eos_id: int,
+    max_len: Tensor,
+    alpha: float = 0.0,
+    nbest: int = 1,
+) -> list[list[Hypothesis]]:
+    """Keep the `beam_size` (K) best partial outputs of each sentence, for a batch at once.
+
+    The B sentences' beams run as one batch of N = B*K rows, sentence-major (row b*K + k).
+    Each step extends every live beam by every token and keeps, per sentence, the 2K best
+    extensions by summed log-probability. Of these, the K best that are not </s> stay live;
+    a </s> among the K best ends a hypothesis, ranked by score / `length_penalty`. A sentence
+    stops, and leaves the batch so that later steps cost less, when
+
+    - K of its hypotheses have ended, or
+    - its nbest-th best ended hypothesis ranks at least as high as its best live beam could
+      still reach (score / lp, with the score that can only fall and the largest lp it
+      could reach), or
+    - it reaches its length limit, where its K best candidates end, </s> or not.
+
+    Args:
+        step: (prev (N,), state, memory) -> (logits (N, V), new state, alpha (N, T_src) or
+            None); see `BeamStepFn` and `Seq2Seq.decode_step`.
+        state: the initial state, a (named) tuple of B-row batch-first tensors or None.
+        memory: what every step reads, the same kind of tuple; never changes per beam.
+        beam_size: K >= 1; 1 gives greedy search's output.
+        bos_id, eos_id: start and end symbols.
+        max_len: (B,) int64 length limit of each output, </s> included (at least 1 token).
+        alpha: the length penalty's exponent; 0 ranks by summed log-probability.
+        nbest: how many hypotheses to return per sentence, 1 <= nbest <= K.
+
+    Returns:
+        For each sentence its nbest best hypotheses, best first (fewer only if fewer than
+        nbest outputs have a nonzero probability). `score` is the summed log-probability;
+        `attention` is (len(tokens), T_src) over the padded source, or None.
+    """
+    _check_beam_args(beam_size, nbest, max_len)
+    K, batch, device = beam_size, max_len.size(0), max_len.device
+    if batch == 0:
+        return []
+    state, memory = (
+        _select_rows(x, torch.arange(batch, device=device).repeat_interleave(K))
+        for x in (state, memory)
+    )
+    sentences, limit = torch.arange(batch, device=device), max_len  # (B_t,) still searched
+    prev = torch.full((batch * K,), bos_id, dtype=torch.long, device=device)  # (N,)
+    # Only beam 0 is live at first, or all K beams would extend <s> the same way.
+    scores = torch.full((batch, K), float("-inf"), device=device)  # (B_t, K)
+    scores[:, 0] = 0.0
+    n_ended = torch.zeros(batch, dtype=torch.long, device=device)  # (B_t,)
+    best_ended = torch.full((batch, nbest), float("-inf"), device=device)  # (B_t, nbest)
+    history = []
+    for t in range(int(max_len.max())):
+        logits, state, weights = step(prev, state, memory)  # (N, V), (N, T_src) | None
+        log_probs = logits.log_softmax(dim=-1).unflatten(0, (-1, K))  # (B_t, K, V)
+        cand, parents, tokens, rank = _candidates(scores.to(log_probs), log_probs, eos_id)
+        at_limit = t + 1 >= limit  # (B_t,)
+        ends = (rank < K) & cand.isfinite() & ((tokens == eos_id) | at_limit[:, None])
+        ended = (cand / length_penalty(t + 1, alpha)).masked_fill(~ends, float("-inf"))
+        if weights is not None:
+            weights = weights.unflatten(0, (-1, K))  # (B_t, K, T_src)
+        history.append(_Step(sentences, tokens, parents, cand, ended, weights))
+        n_ended = n_ended + ends.sum(dim=1)
+        best_ended = torch.cat([best_ended.to(ended), ended], dim=1).topk(nbest, dim=1).values
+        scores, prev = cand[:, :K], tokens[:, :K]  # (B_t, K) the live beams, best first
+        # Scores only fall as beams grow; lp is monotone in the length, so its largest
+        # value is at the current length or at the limit.
+        lp_max = length_penalty(limit, alpha).clamp(min=length_penalty(t + 1, alpha))
+        done = at_limit | (n_ended >= K) | (best_ended[:, -1] >= scores[:, 0] / lp_max)
+        keep = (~done).nonzero().squeeze(1)  # (B_t',) the step's one host sync
+        if len(keep) == 0:
+            break
+        state = _select_rows(state, (keep[:, None] * K + parents[keep, :K]).flatten())
+        if len(keep) < len(sentences):  # drop finished sentences from all later steps
+            kept_rows = keep[:, None] * K + torch.arange(K, device=device)  # (B_t', K)
+            memory = _select_rows(memory, kept_rows.flatten())
+            sentences, limit, scores, prev, n_ended, best_ended = (
+                x[keep] for x in (sentences, limit, scores, prev, n_ended, best_ended)
+            )
+        prev = prev.flatten()
+    return _backtrack(history, batch, nbest)
+
+
+def _check_beam_args(beam_size: int, nbest: int, max_len: Tensor) -> None:
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must lie in [1, beam_size = {beam_size}], got {nbest}")
+    if max_len.dim() != 1:
+        raise ValueError(f"max_len must be (B,), got {tuple(max_len.shape)}")
+
+
+def _select_rows(fields: Any, index: Tensor) -> Any:
+    """`fields` (a NamedTuple or tuple) with `index_select(0, index)` applied to every tensor
+    field: the rows of each beam or sentence kept. None fields stay None."""
+    rows = [x.index_select(0, index) if isinstance(x, Tensor) else x for x in fields]
+    return fields._make(rows) if hasattr(fields, "_make") else type(fields)(rows)
+
+
+def _candidates(
+    scores: Tensor, log_probs: Tensor, eos_id: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The 2K best one-token extensions of a sentence's K beams, those ending in </s> last.
+
+    Args:
+        scores: (B_t, K) each beam's summed log-probability.
+        log_probs: (B_t, K, V) each beam's next-token log-probabilities.
+
+    Returns:
+        scores, parents (the beam each extends), tokens, and rank (the candidate's place in
+        best-first order, before </s> went last), each (B_t, 2K). Each beam has one </s>
+        extension, so at most K of the 2K end in </s>, and slots 0..K-1 never do (V >= 2).
+    """
+    beams, vocab = log_probs.shape[1:]
+    total = (scores.unsqueeze(2) + log_probs).flatten(1)  # (B_t, K*V)
+    top, index = total.topk(min(2 * beams, total.size(1)), dim=1)  # (B_t, 2K) best first
+    tokens = index % vocab
+    rank = torch.sort((tokens == eos_id).int(), dim=1, stable=True).indices  # </s> last
+    return top.gather(1, rank), (index // vocab).gather(1, rank), tokens.gather(1, rank), rank
+
+
+def _stack(history: list[_Step], field: str, batch: int, fill: float) -> Tensor | None:
+    """One `_Step` field of every step as (B, T, ...); steps after a sentence left the
+    batch hold `fill`."""
+    first = getattr(history[0], field)
+    if first is None:
+        return None
+    out = first.new_full((batch, len(history), *first.shape[1:]), fill)
+    for t, step in enumerate(history):
+        out[step.sentences, t] = getattr(step, field)
+    return out
+
+
+def _backtrack(history: list[_Step], batch: int, nbest: int) -> list[list[Hypothesis]]:
+    """Each sentence's nbest best ended hypotheses, traced back through the parents."""
+    ended = _stack(history, "ended", batch, float("-inf"))  # (B, T, 2K)
+    tokens, parents = (_stack(history, f, batch, 0) for f in ("tokens", "parents"))
+    attention = _stack(history, "attention", batch, 0.0)  # (B, T, K, T_src) | None
+    best, where = ended.flatten(1).topk(nbest, dim=1)  # (B, nbest) over every (step, slot)
+    scores = _stack(history, "scores", batch, 0.0).flatten(1).gather(1, where)  # (B, nbest)
+    last, slot = where // ended.size(2), where % ended.size(2)  # (B, nbest) step, slot
+    sentence = torch.arange(batch, device=ended.device)[:, None]  # (B, 1)
+    trace, weights = [], []
+    for t in reversed(range(len(history))):  # a hypothesis' entries past its last step are cut
+        trace.append(tokens[sentence, t, slot])  # (B, nbest)
+        parent = parents[sentence, t, slot]  # (B, nbest)
+        if attention is not None:
+            weights.append(attention[sentence, t, parent])  # (B, nbest, T_src)
+        slot = torch.where(t <= last, parent, slot)
+    trace = torch.stack(trace[::-1], dim=2).tolist()  # (B, nbest, T)
+    weights = torch.stack(weights[::-1], dim=2) if weights else None  # (B, nbest, T, T_src)
+    found, lengths, scores = (best > float("-inf")).tolist(), (last + 1).tolist(), scores.tolist()
+    return [
+        [
+            Hypothesis(
+                tokens=trace[i][n][: lengths[i][n]],
+                score=scores[i][n],
+                attention=None if weights is None else weights[i, n, : lengths[i][n]],
+            )
+            for n in range(nbest)
+            if found[i][n]
+        ]
+        for i in range(batch)
+    ]
+
+
+@torch.no_grad()
+def beam_decode(
+    model: Seq2Seq,
+    src: Tensor,
+    src_len: Tensor,
+    *,
+    beam_size: int = 5,
+    nbest: int = 1,
+    alpha: float = 0.0,
+    max_len_ratio: float = 2.0,
+    max_len_offset: int = 10,
+) -> list[list[Hypothesis]]:
+    """Beam-search translations of a padded source batch: each sentence's nbest hypotheses.
+
+    Args:
+        model: a Seq2Seq (put in eval mode by the caller).
+        src: (B, T_src) int64 source ids ending in </s>, padded.
+        src_len: (B,) int64 real lengths.
+        beam_size, nbest, alpha: see `beam_search`.
+        max_len_ratio, max_len_offset: the length limit, see `max_output_len`.
+
+    Returns:
+        For each sentence, its hypotheses best first; attention is cut to the real source
+        length and on the CPU, as `decode` returns it.
+    """
+    memory, state = model.encode(src, src_len)
+    beams = beam_search(
+        model.decode_step,
+        state,
+        memory,
+        beam_size=beam_size,
+        bos_id=model.bos_id,
+        eos_id=model.eos_id,
+        max_len=max_output_len(src_len, max_len_ratio, max_len_offset),
+        alpha=alpha,
+        nbest=nbest,
+    )
+    return [
+        [
+            replace(h, attention=None if h.attention is None else h.attention[:, :n].cpu())
+            for h in hypotheses
+        ]
+        for hypotheses, n in zip(beams, src_len.tolist(), strict=True)
     ]
