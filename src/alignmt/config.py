@@ -37,25 +37,49 @@ class ModelConfig:
     init: Literal["zeros", "bridge"] = "zeros"  # decoder s_0: zeros, or tanh(W [h_fwd; h_bwd])
     readout: Literal["none", "tanh", "maxout"] = "none"  # layer between [s_i; c_i; y_{i-1}] and V
     readout_dim: int = 128  # R, units of the readout layer
+    tie_embeddings: bool = False  # output projection = target embeddings (needs R = E)
     dropout: float = 0.0  # dropout probability, in [0, 1)
 
 
 @dataclass
 class DataConfig:
-    task: Literal["reverse", "copy", "sort"] = "reverse"  # built-in synthetic task
-    min_len: int = 3  # shortest training string
-    max_len: int = 10  # longest training string
+    # A built-in synthetic task, or "corpus": the parallel files named by train/valid/test
+    task: Literal["reverse", "copy", "sort", "corpus"] = "reverse"
+    min_len: int = 3  # shortest training string (synthetic tasks)
+    max_len: int = 10  # longest training string (synthetic tasks)
+    # A corpus is PREFIX (PREFIX.{src_lang} + PREFIX.{tgt_lang}, each optionally .gz) or a
+    # .tsv file of source<TAB>target[<TAB>attribution] lines; relative to the working directory
+    train: str = ""  # training pairs
+    valid: str = ""  # validation pairs for loss, BLEU and early stopping; "" for none
+    test: str = ""  # held-out pairs for `alignmt evaluate` without --src/--ref
+    src_lang: str = "en"  # file suffix and Moses language of the source
+    tgt_lang: str = "de"
+    tsv_swap: bool = False  # TSV only: read column 2 as the source and column 1 as the target
+    tokenizer: Literal["moses", "char", "sentencepiece"] = "moses"  # per side, trained on train
+    lowercase: bool = False  # lowercase both sides before tokenising
+    spm_vocab_size: int = 8000  # SentencePiece pieces per side
+    spm_model_type: Literal["bpe", "unigram"] = "bpe"
+    min_freq: int = 1  # tokens seen fewer times in train become <unk>
+    max_tokens: int = 80  # training pairs longer than this (either side, tokens) are dropped
 
 
 @dataclass
 class TrainConfig:
     steps: int = 2000  # optimiser updates
-    batch_size: int = 64  # sentences per batch, not tokens
+    batch_size: int = 64  # sentences per batch
+    batch_tokens: int = 0  # corpus only: >0 fills batches up to this many target tokens instead
     lr: float = 3e-3  # peak learning rate
     clip_norm: float = 1.0  # max global gradient norm; 0 disables clipping
-    schedule: Literal["cosine", "constant"] = "cosine"  # learning-rate decay after warmup
+    # After warm-up: cosine decay to zero at `steps`, flat, or halve on a validation plateau
+    schedule: Literal["cosine", "constant", "plateau"] = "cosine"
     warmup_steps: int = 0  # learning-rate warmup before the schedule; 0: none
+    plateau_patience: int = 2  # plateau: evaluations without improvement before lr *= 0.5
+    label_smoothing: float = 0.0  # in [0, 1): share of target mass spread over the vocabulary
     log_every: int = 50  # steps between recorded losses
+    eval_every: int = 0  # corpus: steps between validation loss + greedy BLEU; 0: at the end
+    early_stop: int = 0  # stop after this many evaluations without improvement; 0: never
+    metric: Literal["bleu", "loss"] = "bleu"  # validation metric for best checkpoint and stopping
+    tensorboard: bool = False  # also write TensorBoard event files (needs the tensorboard package)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when available
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
 
@@ -64,6 +88,8 @@ class TrainConfig:
 class SearchConfig:
     max_len_ratio: float = 2.0  # an output stops after ratio * source length + offset tokens
     max_len_offset: int = 10
+    beam_size: int = 5  # 1 is greedy
+    length_penalty: float = 0.6  # GNMT alpha: rank finished beams by score / ((5 + |y|) / 6)^alpha
 
 
 @dataclass
@@ -83,7 +109,8 @@ class ConfigError(ValueError):
 _CLI = "command line"
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 # Int fields named like this are sizes or counts, so must be at least 1 (but not warmup_steps).
-_COUNTS = ("_dim", "hidden", "layers", "steps", "batch_size", "log_every", "min_len", "max_len")
+_COUNTS = ("_dim", "hidden", "layers", "steps", "batch_size", "log_every", "_len", "_size")
+_NON_NEGATIVE = ("warmup_steps", "batch_tokens", "eval_every", "early_stop", "threads")
 
 
 def _types(cls: type) -> dict[str, Any]:
@@ -162,12 +189,16 @@ def _merge(obj: Any, data: Any, source: str, prefix: str = "") -> Any:
 def _check_ranges(cfg: Config, source: str) -> None:
     for key in _KEYS:
         value = reduce(getattr, key.split("."), cfg)
-        if key.endswith(_COUNTS) and not key.endswith("warmup_steps") and value < 1:
+        if key.endswith(_NON_NEGATIVE) and value < 0:
+            problem = "must not be negative"
+        elif key.endswith(_COUNTS) and not key.endswith(_NON_NEGATIVE) and value < 1:
             problem = "must be at least 1"
-        elif key == "model.dropout" and not 0 <= value < 1:
+        elif key in ("model.dropout", "train.label_smoothing") and not 0 <= value < 1:
             problem = "must be in [0, 1)"
         elif key == "train.lr" and value <= 0:
             problem = "must be positive"
+        elif key in ("data.min_freq", "data.max_tokens", "train.plateau_patience") and value < 1:
+            problem = "must be at least 1"
         elif key == "data.min_len" and value > cfg.data.max_len:
             problem = f"must not exceed data.max_len ({cfg.data.max_len})"
         else:
