@@ -88,6 +88,8 @@ class Seq2Seq(nn.Module):
             decoder = LuongDecoder(**common, **attention)
         else:
             decoder = BahdanauDecoder(**common, **attention, **readout)
+        if cfg.tie_embeddings:
+            _tie_output(decoder)
         return cls(encoder=encoder, decoder=decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
 
     @property
@@ -135,6 +137,19 @@ class Seq2Seq(nn.Module):
             memory: from `encode`, with N rows (repeated per beam where needed).
         """
         return self.decoder.step(prev, state, memory)
+
+
+def _tie_output(decoder: nn.Module) -> None:
+    """Share the target embedding matrix with the vocabulary projection (Press & Wolf 2017):
+    V x E fewer parameters, which helps most where the corpus is small."""
+    proj = decoder.proj if isinstance(decoder, LuongDecoder) else decoder.output.proj
+    if proj.in_features != decoder.emb_dim:
+        raise ValueError(
+            f"model.tie_embeddings needs {decoder.emb_dim} (emb_dim) units before the vocabulary "
+            f"projection, found {proj.in_features}: use a tanh or maxout readout with "
+            "readout_dim = emb_dim (luong order: dec_hidden = emb_dim)"
+        )
+    proj.weight = decoder.embed.weight
 
 
 def _check_source(src: Tensor, src_len: Tensor) -> None:
