@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import gzip
+import random
 from dataclasses import fields
 
 import pytest
 import torch
 
+from alignmt.corpus import CorpusError
 from alignmt.data import (
     BOS,
     EOS,
@@ -12,10 +15,13 @@ from alignmt.data import (
     UNK,
     Batch,
     Vocab,
+    bucket_batches,
     char_detokenize,
     char_tokenize,
+    drop_long,
     make_batch,
     pad_sequences,
+    read_split,
 )
 
 
@@ -232,3 +238,64 @@ def test_to_moves_every_tensor_and_leaves_the_original(batch):
     moved = batch.to("meta")
     assert all(getattr(moved, f.name).device.type == "meta" for f in fields(Batch))
     assert all(getattr(batch, f.name).device.type == "cpu" for f in fields(Batch))
+
+
+# --- corpus splits and bucketing --------------------------------------------------------------
+
+
+def test_bucket_batches_cover_every_pair_once_and_group_similar_lengths():
+    rng = random.Random(0)
+    lengths = [(rng.randint(1, 40), rng.randint(1, 40)) for _ in range(1000)]
+    batches = bucket_batches(lengths, batch_size=20, rng=random.Random(1), pool=10)
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    assert all(len(b) <= 20 for b in batches)
+
+    def padding(batches):
+        return sum(len(b) * max(lengths[i][1] for i in b) - sum(lengths[i][1] for i in b)
+                   for b in batches)  # fmt: skip
+
+    shuffled = list(range(1000))
+    random.Random(1).shuffle(shuffled)
+    unsorted = [shuffled[i : i + 20] for i in range(0, 1000, 20)]
+    assert padding(batches) < padding(unsorted) / 5
+
+
+def test_bucket_batches_by_tokens_stay_within_the_budget_and_depend_only_on_the_rng():
+    rng = random.Random(0)
+    lengths = [(5, rng.randint(1, 30)) for _ in range(500)] + [(5, 300)]  # one over budget
+    make = lambda seed: bucket_batches(lengths, batch_size=1, batch_tokens=200,  # noqa: E731
+                                       rng=random.Random(seed))  # fmt: skip
+    batches = make(3)
+    assert sorted(i for b in batches for i in b) == list(range(501))
+    for b in batches:
+        assert len(b) == 1 or len(b) * (max(lengths[i][1] for i in b) + 1) <= 200
+    assert [500] in batches  # too long for any budget, it still gets a batch of its own
+    assert make(3) == batches and make(4) != batches
+
+
+def test_drop_long_keeps_short_pairs_and_names_the_dropped_lines(caplog):
+    pairs = [(["a"] * 3, ["b"] * 3), (["a"] * 9, ["b"]), (["a"], ["b"] * 9), (["a"] * 5, ["b"])]
+    keep = drop_long(pairs, ["f:1", "f:2", "f:3", "f:4"], max_tokens=5)
+    assert keep == [0, 3]
+    assert "dropped 2 of 4 pairs longer than 5 tokens" in caplog.text
+    assert "f:2, f:3" in caplog.text
+
+
+def test_read_split_finds_plain_or_gzipped_files_and_names_what_is_missing(tmp_path):
+    (tmp_path / "t.en").write_text("a dog\n")
+    with gzip.open(tmp_path / "t.de.gz", "wt") as f:
+        f.write("ein hund\n")
+    pairs = read_split(str(tmp_path / "t"), src_lang="en", tgt_lang="de", swap=False, what="x")
+    assert [(p.src, p.tgt) for p in pairs] == [("a dog", "ein hund")]
+    with pytest.raises(CorpusError, match=r"data.valid: neither .*v\.en nor .*v\.en\.gz exists"):
+        read_split(str(tmp_path / "v"), src_lang="en", tgt_lang="de", swap=False,
+                   what="data.valid")  # fmt: skip
+
+
+def test_read_split_reads_tsv_either_way_round(tmp_path):
+    tsv = tmp_path / "p.tsv"
+    tsv.write_text("Hi.\tSalut.\tCC-BY 2.0 (France) Attribution: tatoeba.org\n")
+    forward = read_split(str(tsv), src_lang="en", tgt_lang="fr", swap=False, what="x")
+    backward = read_split(str(tsv), src_lang="fr", tgt_lang="en", swap=True, what="x")
+    assert (forward[0].src, forward[0].tgt) == ("Hi.", "Salut.")
+    assert (backward[0].src, backward[0].tgt) == ("Salut.", "Hi.")

@@ -1,20 +1,28 @@
-"""Text to tensors: tokenisation, the vocabulary, and padding/batching of token ids.
+"""Text to tensors: the vocabulary, corpus splits as token ids, bucketing and padding.
 
-Owns the special tokens and their ids, `Vocab` (stored inside checkpoints as JSON), and
-`Batch`, the padded id tensors the model and the loss consume. Does not own the synthetic
-tasks (`tasks`), the model, or the loss (`train`); reading parallel corpora from files will
-be added here, beside the tokenisers.
+Owns the special tokens and their ids, `Vocab` (stored inside checkpoints as JSON), finding
+a corpus split on disk (`read_split`), dropping over-long pairs with a report, length-bucketed
+batch order, and `Batch`, the padded id tensors the model and the loss consume. Reading files
+line by line is `corpus`'s and cutting sentences into tokens is `tokenize`'s; the synthetic
+tasks are `tasks`', and the loss is `train`'s.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import random
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 import torch
 from torch import Tensor
+
+from alignmt.corpus import CorpusError, Pair, read_parallel, read_tsv
+
+log = logging.getLogger(__name__)
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)
@@ -126,6 +134,114 @@ class Vocab:
                 f"vocab JSON: expected {list(SPECIALS)} first, got {itos[: len(SPECIALS)]}"
             )
         return cls(itos[len(SPECIALS) :])
+
+
+# --- Corpus splits ------------------------------------------------------------------------
+
+
+def read_split(spec: str, *, src_lang: str, tgt_lang: str, swap: bool, what: str) -> list[Pair]:
+    """The sentence pairs of one corpus split.
+
+    Args:
+        spec: a `.tsv` file (source<TAB>target[<TAB>...]), or a PREFIX naming the line-aligned
+            files PREFIX.{src_lang} and PREFIX.{tgt_lang}, each possibly gzipped (`.gz`).
+        src_lang, tgt_lang: the file suffixes.
+        swap: TSV only; take the second column as the source.
+        what: the config key that named `spec`, for messages.
+
+    Returns:
+        The pairs; empty ones are dropped and reported by `corpus`.
+    """
+    if spec.endswith(".tsv"):
+        if not Path(spec).is_file():
+            raise CorpusError(f"{what}: {spec} does not exist{_DATA_HINT}")
+        pairs, report = read_tsv(spec, src_column=int(swap), tgt_column=int(not swap))
+    else:
+        pairs, report = read_parallel(*(_find(spec, lang, what) for lang in (src_lang, tgt_lang)))
+    log.info("%s", report.summary())
+    return pairs
+
+
+_DATA_HINT = (
+    " (the configs read ../shared/data by default: run from the repository root with the"
+    " shared folder beside it, or point data.train/valid/test at your files)"
+)
+
+
+def _find(prefix: str, lang: str, what: str) -> Path:
+    for path in (Path(f"{prefix}.{lang}"), Path(f"{prefix}.{lang}.gz")):
+        if path.is_file():
+            return path
+    raise CorpusError(f"{what}: neither {prefix}.{lang} nor {prefix}.{lang}.gz exists{_DATA_HINT}")
+
+
+def drop_long(
+    pairs: Sequence[tuple[Sequence[str], Sequence[str]]], where: Sequence[str], max_tokens: int
+) -> list[int]:
+    """Indices of the tokenised pairs with at most `max_tokens` tokens on each side; the
+    others are counted and logged with their locations, never dropped silently."""
+    keep = [i for i, (s, t) in enumerate(pairs) if len(s) <= max_tokens and len(t) <= max_tokens]
+    dropped = len(pairs) - len(keep)
+    if dropped:
+        kept = set(keep)
+        first = [where[i] for i in range(len(pairs)) if i not in kept][:3]
+        log.warning(
+            "dropped %d of %d pairs longer than %d tokens (data.max_tokens): %s%s",
+            dropped, len(pairs), max_tokens, ", ".join(first), ", ..." * (dropped > 3),
+        )  # fmt: skip
+    return keep
+
+
+def bucket_batches(
+    lengths: Sequence[tuple[int, int]],
+    *,
+    batch_size: int,
+    batch_tokens: int = 0,
+    rng: random.Random,
+    pool: int = 100,
+) -> list[list[int]]:
+    """One epoch's batches of pair indices, grouped by length to waste little on padding.
+
+    The pairs are shuffled, cut into pools of `pool` batches' worth, sorted by (target,
+    source) length within each pool and cut into batches; then the batches are shuffled.
+    Sorting only within pools keeps some randomness in what shares a batch.
+
+    Args:
+        lengths: (source, target) token counts of each pair.
+        batch_size: sentences per batch when `batch_tokens` is 0.
+        batch_tokens: > 0: fill each batch while its padded target tokens (rows x longest
+            target) stay within this budget; a longer pair still gets a batch of its own.
+        rng: the shuffling generator (seeded per epoch by the caller, for resuming).
+        pool: batches per sorting pool.
+
+    Returns:
+        Lists of indices; every pair appears exactly once.
+    """
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    per_pool = pool * (batch_size if not batch_tokens else max(1, batch_tokens // 16))
+    batches = []
+    for start in range(0, len(order), per_pool):
+        chunk = sorted(order[start : start + per_pool], key=lambda i: lengths[i][::-1])
+        batches += _cut(chunk, lengths, batch_size, batch_tokens)
+    rng.shuffle(batches)
+    return batches
+
+
+def _cut(
+    chunk: list[int], lengths: Sequence[tuple[int, int]], batch_size: int, batch_tokens: int
+) -> list[list[int]]:
+    if not batch_tokens:
+        return [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    batches, current, longest = [], [], 0
+    for i in chunk:
+        longest_with = max(longest, lengths[i][1] + 1)  # + 1: </s>
+        if current and longest_with * (len(current) + 1) > batch_tokens:
+            batches.append(current)
+            current, longest_with = [], lengths[i][1] + 1
+        current.append(i)
+        longest = longest_with
+    return [*batches, current] if current else batches
 
 
 # --- Batching -----------------------------------------------------------------------------
