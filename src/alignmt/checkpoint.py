@@ -1,26 +1,35 @@
 """Save and load trained models: one safetensors file per checkpoint.
 
 The file holds the weights as tensors and, in its string metadata, everything needed to
-rebuild and use the model without the training code: the resolved config (YAML), the source
-and target vocabularies (JSON) and the step. Train, evaluate and serve all load through here,
-so serving never imports training code.
+rebuild and use the model on raw text without the training code: the resolved config (YAML),
+the source and target tokenizers and vocabularies (JSON) and the step. A run directory keeps
+`model.safetensors` (the best model by the validation metric, or the last where there is
+none) and `last.safetensors`, which also holds the training state (optimizer moments as
+tensors under `_train.`, the rest as JSON) so that a killed run can resume. Train, evaluate
+and serve all load through here, so serving never imports training code.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from safetensors import safe_open
 from safetensors.torch import save_file
+from torch import Tensor
 
 from alignmt.config import Config, config_from_dict, dump_config
 from alignmt.data import Vocab
 from alignmt.model import Seq2Seq
+from alignmt.tokenize import CharTokenizer, Tokenizer, tokenizer_from_json
 
 WEIGHTS = "model.safetensors"
+LAST = "last.safetensors"
+_TRAIN = "_train."  # prefix of training-state tensors; no parameter name starts with "_"
 
 
 @dataclass
@@ -30,25 +39,46 @@ class Checkpoint:
     src_vocab: Vocab
     tgt_vocab: Vocab
     step: int
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
 
 
 def save_checkpoint(
-    path: str | Path, model: Seq2Seq, cfg: Config, src_vocab: Vocab, tgt_vocab: Vocab, step: int
+    path: str | Path,
+    model: Seq2Seq,
+    cfg: Config,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    step: int,
+    *,
+    tokenizers: tuple[Tokenizer, Tokenizer] | None = None,
+    train_state: tuple[dict[str, Tensor], dict[str, Any]] | None = None,
 ) -> Path:
     """Write `path` (a run directory, or a .safetensors file) atomically; return the file.
 
     The file is written next to its final name and renamed into place, so a run killed
     mid-write leaves the previous checkpoint intact.
+
+    Args:
+        tokenizers: (source, target); None: characters, as the synthetic tasks use.
+        train_state: tensors and JSON-ready values to resume training from (see
+            `load_train_state`); None for a model-only checkpoint.
     """
     path = _weights_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tensors = {name: t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+    # clone: safetensors refuses tensors that share memory, as tied embeddings do
+    tensors = {name: t.detach().cpu().clone() for name, t in model.state_dict().items()}
     metadata = {
         "config": dump_config(cfg),
         "src_vocab": src_vocab.to_json(),
         "tgt_vocab": tgt_vocab.to_json(),
         "step": str(step),
     }
+    src_tok, tgt_tok = tokenizers or (CharTokenizer(), CharTokenizer())
+    metadata |= {"src_tokenizer": src_tok.to_json(), "tgt_tokenizer": tgt_tok.to_json()}
+    if train_state is not None:
+        tensors |= {_TRAIN + name: t.detach().cpu().clone() for name, t in train_state[0].items()}
+        metadata["train_state"] = json.dumps(train_state[1])
     tmp = path.with_name(path.name + ".tmp")
     save_file(tensors, str(tmp), metadata=metadata)
     os.replace(tmp, path)
@@ -62,7 +92,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise FileNotFoundError(f"{path}: no checkpoint here (expected a file written by training)")
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata() or {}
-        tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 (not a dict)
+        names = [name for name in f.keys() if not name.startswith(_TRAIN)]  # noqa: SIM118
+        tensors = {name: f.get_tensor(name) for name in names}
     missing = {"config", "src_vocab", "tgt_vocab", "step"} - meta.keys()
     if missing:
         raise ValueError(f"{path}: not an alignmt checkpoint (metadata lacks {sorted(missing)})")
@@ -77,7 +108,21 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         eos_id=tgt_vocab.eos_id,
     )
     model.load_state_dict(tensors)
-    return Checkpoint(model.eval(), cfg, src_vocab, tgt_vocab, int(meta["step"]))
+    char = CharTokenizer().to_json()
+    tokenizers = [tokenizer_from_json(meta.get(f"{s}_tokenizer", char)) for s in ("src", "tgt")]
+    return Checkpoint(model.eval(), cfg, src_vocab, tgt_vocab, int(meta["step"]), *tokenizers)
+
+
+def load_train_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """The training state `save_checkpoint` stored at `path`: (tensors, JSON values)."""
+    path = Path(path)
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+        if "train_state" not in meta:
+            raise ValueError(f"{path}: holds no training state to resume from")
+        names = [name for name in f.keys() if name.startswith(_TRAIN)]  # noqa: SIM118
+        tensors = {name[len(_TRAIN) :]: f.get_tensor(name) for name in names}
+    return tensors, json.loads(meta["train_state"])
 
 
 def _weights_path(path: str | Path) -> Path:

@@ -1,0 +1,125 @@
+"""Raw sentences in, raw translations out: tokenise, encode, search, decode, detokenise.
+
+Owns `Translator`, which binds a model to the tokenizers and vocabularies it was trained
+with (all stored in its checkpoint, so a run folder alone translates raw text), sorts input
+by length into batches, and returns each sentence's hypotheses with their attention. Search
+itself is `search`'s; scoring translations is `evaluate`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from alignmt.checkpoint import Checkpoint
+from alignmt.config import SearchConfig
+from alignmt.data import EOS, Vocab, pad_sequences
+from alignmt.model import Seq2Seq
+from alignmt.search import Hypothesis, beam_decode, decode
+from alignmt.tokenize import Tokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Translation:
+    text: str  # the detokenised output
+    tokens: list[str]  # output tokens, </s> included when produced
+    src_tokens: list[str]  # the source as the model read it: tokens (<unk> for unknown) + </s>
+    score: float  # summed log-probability
+    attention: Tensor | None  # (len(tokens), len(src_tokens)); None for vanilla
+
+
+class Translator:
+    """A trained model with its tokenizers and vocabularies, translating raw text."""
+
+    def __init__(
+        self,
+        model: Seq2Seq,
+        *,
+        tokenizers: tuple[Tokenizer, Tokenizer],
+        vocabs: tuple[Vocab, Vocab],
+        search: SearchConfig,
+    ) -> None:
+        self.model = model.eval()
+        self.src_tokenizer, self.tgt_tokenizer = tokenizers
+        self.src_vocab, self.tgt_vocab = vocabs
+        self.search = search
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: Checkpoint, search: SearchConfig | None = None) -> Translator:
+        """The checkpoint's model, searching as `search` says (default: its stored config)."""
+        return cls(
+            ckpt.model,
+            tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer),
+            vocabs=(ckpt.src_vocab, ckpt.tgt_vocab),
+            search=search or ckpt.config.search,
+        )
+
+    @torch.no_grad()
+    def translate(
+        self, lines: Sequence[str], *, nbest: int = 1, batch_size: int = 64, warn: bool = True
+    ) -> list[list[Translation]]:
+        """Translate raw sentences, `nbest` hypotheses each, best first.
+
+        Args:
+            lines: raw source sentences; a blank one gets one empty translation, so that
+                output lines stay aligned with input lines.
+            nbest: hypotheses per sentence, at most the beam size.
+            batch_size: sentences decoded together (sorted by length to limit padding).
+            warn: log a warning counting source tokens outside the vocabulary.
+
+        Returns:
+            One list of `nbest` translations per line, in input order.
+        """
+        tokens = [self.src_tokenizer.encode(line) if line.strip() else [] for line in lines]
+        if warn:
+            self._warn_unknown(tokens)
+        results: list[list[Translation]] = [[] for _ in lines]
+        todo = sorted((i for i, t in enumerate(tokens) if t), key=lambda i: len(tokens[i]))
+        for rows in _chunks(todo, batch_size):
+            hyps = self._search([tokens[i] for i in rows], nbest)
+            for i, sentence_hyps in zip(rows, hyps, strict=True):
+                results[i] = [self._translation(tokens[i], h) for h in sentence_hyps]
+        empty = Translation("", [], [EOS], 0.0, None)
+        return [r or [empty] * nbest for r in results]
+
+    def _search(self, sentences: list[list[str]], nbest: int) -> list[list[Hypothesis]]:
+        device = next(self.model.parameters()).device
+        ids = [self.src_vocab.encode(s, add_eos=True) for s in sentences]
+        src = pad_sequences(ids, self.src_vocab.pad_id).to(device)  # (B, T_src)
+        src_len = torch.tensor([len(s) for s in ids], device=device)  # (B,)
+        cfg = self.search
+        limits = dict(max_len_ratio=cfg.max_len_ratio, max_len_offset=cfg.max_len_offset)
+        if cfg.beam_size == 1 and nbest == 1:
+            return [[h] for h in decode(self.model, src, src_len, **limits)]
+        return beam_decode(
+            self.model, src, src_len, beam_size=cfg.beam_size, nbest=nbest,
+            alpha=cfg.length_penalty, **limits,
+        )  # fmt: skip
+
+    def _translation(self, src_tokens: list[str], hyp: Hypothesis) -> Translation:
+        src_seen = self.src_vocab.decode(self.src_vocab.encode(src_tokens), strip_special=False)
+        out = self.tgt_vocab.decode(hyp.tokens, strip_special=False)
+        text = self.tgt_tokenizer.decode(self.tgt_vocab.decode(hyp.tokens))
+        attention = None if hyp.attention is None else hyp.attention.float()
+        return Translation(text, out, [*src_seen, EOS], hyp.score, attention)
+
+    def _warn_unknown(self, sentences: list[list[str]]) -> None:
+        unknown = [t for s in sentences for t in s if t not in self.src_vocab.stoi]
+        if unknown:
+            total = sum(map(len, sentences))
+            shown = ", ".join(sorted(set(unknown))[:5])
+            log.warning(
+                "%d of %d source tokens are not in the vocabulary and read as <unk> (%s%s)",
+                len(unknown), total, shown, ", ..." * (len(set(unknown)) > 5),
+            )  # fmt: skip
+
+
+def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

@@ -1,0 +1,64 @@
+"""Translating raw text with a run folder: order, blank lines, n-best, attention, quality."""
+
+from __future__ import annotations
+
+import torch
+
+from alignmt.checkpoint import load_checkpoint
+from alignmt.translate import Translator
+from tests.conftest import LEXICON
+
+
+def _translator(run, **search):
+    ckpt = load_checkpoint(run)
+    from dataclasses import replace
+
+    return Translator.from_checkpoint(ckpt, replace(ckpt.config.search, **search))
+
+
+def test_a_run_folder_alone_translates_raw_text(toy_run):
+    lines = ["A red dog runs.", "the small cat sleeps now", "Big cat"]
+    out = [hyps[0].text for hyps in _translator(toy_run).translate(lines)]
+    # detokenised output; "A", "Big" and "." of the input are unseen words, read as <unk>
+    expected = ["ein roter hund läuft.", "der kleiner katze schläft jetzt.", "großer katze."]
+    assert out[1] == expected[1]
+    assert sum(o == e for o, e in zip(out, expected, strict=True)) >= 1
+    assert all(o.endswith(".") for o in out)
+
+
+def test_output_order_and_content_do_not_depend_on_batching(toy_run):
+    words = sorted(LEXICON)
+    lines = [" ".join(words[i % 10 : i % 10 + 1 + i % 5]) for i in range(23)]
+    translator = _translator(toy_run)
+    one_by_one = [h[0].text for h in translator.translate(lines, batch_size=1)]
+    batched = [h[0].text for h in translator.translate(lines, batch_size=8)]
+    assert batched == one_by_one
+    assert one_by_one[0] == _translator(toy_run).translate(lines[:1])[0][0].text
+
+
+def test_blank_lines_get_empty_translations_so_lines_stay_aligned(toy_run):
+    out = _translator(toy_run).translate(["a dog", "", "   ", "a cat"])
+    assert [len(hyps) for hyps in out] == [1, 1, 1, 1]
+    assert out[1][0].text == out[2][0].text == ""
+    assert out[0][0].text and out[3][0].text
+
+
+def test_nbest_returns_distinct_hypotheses_best_first(toy_run):
+    hyps = _translator(toy_run, beam_size=4).translate(["the big dog sleeps"], nbest=3)[0]
+    assert len(hyps) == 3
+    assert len({tuple(h.tokens) for h in hyps}) == 3
+
+
+def test_attention_has_a_row_per_output_token_and_a_column_per_source_token(toy_run):
+    for beam in (1, 3):
+        t = _translator(toy_run, beam_size=beam).translate(["a dog runs"])[0][0]
+        assert t.src_tokens == ["a", "dog", "runs", "</s>"]
+        assert t.tokens[-1] == "</s>"
+        assert t.attention.shape == (len(t.tokens), len(t.src_tokens))
+        torch.testing.assert_close(t.attention.sum(-1), torch.ones(len(t.tokens)))
+
+
+def test_unknown_source_words_read_as_unk_and_are_reported(toy_run, caplog):
+    t = _translator(toy_run).translate(["a zebra runs"])[0][0]
+    assert t.src_tokens == ["a", "<unk>", "runs", "</s>"]
+    assert "1 of 3 source tokens are not in the vocabulary" in caplog.text
