@@ -85,3 +85,51 @@ def padded_batch(src_lens=(6, 2, 4), tgt_lens=(3, 5, 1), seed: int = 1):
 needs_shared_data = pytest.mark.skipif(
     not (SHARED / "data").is_dir(), reason=f"../shared/data is absent (looked in {SHARED})"
 )
+
+
+LEXICON = {
+    **{"a": "ein", "red": "roter", "dog": "hund", "cat": "katze", "runs": "läuft"},
+    **{"sleeps": "schläft", "big": "großer", "small": "kleiner", "the": "der", "now": "jetzt"},
+}
+
+
+def write_toy_corpus(folder: Path, name: str = "train", n: int = 200, seed: int = 0) -> str:
+    """Line-aligned NAME.en / NAME.de files of word-for-word 'translations' in `folder`;
+    returns the PREFIX that `data.train` takes."""
+    import random
+
+    rng = random.Random(seed)
+    words = sorted(LEXICON)
+    src = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 6))) for _ in range(n)]
+    tgt = [" ".join(LEXICON[w] for w in line.split()) + " ." for line in src]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.en").write_text("".join(line + "\n" for line in src))
+    (folder / f"{name}.de").write_text("".join(line + "\n" for line in tgt))
+    return str(folder / name)
+
+
+def toy_corpus_config(folder: Path, **train):
+    """A small attention model on the toy corpus, validated on held-out toy sentences."""
+    from alignmt.config import Config, DataConfig, SearchConfig, TrainConfig
+
+    return Config(
+        model=ModelConfig(emb_dim=24, enc_hidden=24, dec_hidden=48, attn_dim=24, dropout=0.1),
+        data=DataConfig(
+            task="corpus", train=write_toy_corpus(folder / "data"), tokenizer="moses",
+            valid=write_toy_corpus(folder / "data", "valid", n=30, seed=1),
+        ),
+        train=TrainConfig(**{"steps": 30, "batch_size": 16, "log_every": 5, "eval_every": 10,
+                             "lr": 1e-2, **train}),
+        search=SearchConfig(beam_size=3),
+        out_dir=str(folder / "run"),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def toy_run(tmp_path_factory) -> Path:
+    """A run folder trained until it translates the toy corpus (a few seconds)."""
+    from alignmt.train import train
+
+    folder = tmp_path_factory.mktemp("toy")
+    train(toy_corpus_config(folder, steps=300, eval_every=100), progress=False)
+    return folder / "run"

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from alignmt.checkpoint import load_checkpoint, save_checkpoint
 from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig, load_config
 from alignmt.data import Batch, Vocab
 from alignmt.tasks import ALPHABET
 from alignmt.train import lr_factor, pick_device, sequence_loss, train, train_step
-from tests.conftest import padded_batch, tiny_model
+from tests.conftest import padded_batch, tiny_model, toy_corpus_config
 
 
 def tiny_config(tmp_path, **train) -> Config:
@@ -65,7 +68,9 @@ def test_training_lowers_the_loss_and_writes_a_complete_run_folder(tmp_path):
         json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()
     ]
     assert [r["step"] for r in records] == result.steps
-    assert records[-1]["lr"] == pytest.approx(0.0)  # cosine ends at zero
+    # the rate of each interval's last update: the cosine's last step, just above zero
+    assert records[-1]["lr"] == pytest.approx(1e-2 * lr_factor(cfg.train)(159))
+    assert records[-1]["lr"] < 1e-5
     assert load_config(result.run_dir / "config.yaml") == cfg
     assert (result.run_dir / "model.safetensors").stat().st_size > 0
 
@@ -110,3 +115,102 @@ def test_asking_for_cuda_without_a_gpu_is_an_error_not_a_silent_fallback():
     assert pick_device("auto") == torch.device("cpu")
     with pytest.raises(RuntimeError, match="no CUDA device"):
         pick_device("cuda")
+
+
+# --- corpus runs: validation, best model, early stopping, resuming ---------------------------
+
+
+def test_label_smoothing_mixes_the_target_with_a_uniform_distribution():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, 7, generator=g)
+    targets = torch.tensor([[5, 6, 2], [4, 2, 0]])
+    logp, real = logits.log_softmax(-1), targets != 0
+    nll = -logp.gather(2, targets[..., None])[..., 0][real]
+    uniform = -logp.mean(-1)[real]
+    expected = (0.9 * nll + 0.1 * uniform).mean()
+    torch.testing.assert_close(sequence_loss(logits, targets, 0, label_smoothing=0.1), expected)
+
+
+def _records(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_corpus_run_validates_keeps_the_best_model_and_stores_its_tokenizers(tmp_path):
+    result = train(toy_corpus_config(tmp_path), progress=False)
+    evals = [r for r in _records(result.run_dir) if "bleu" in r]
+    assert [r["step"] for r in evals] == [10, 20, 30] == [r["step"] for r in result.evals]
+    best = load_checkpoint(result.run_dir)
+    assert best.step == max(evals, key=lambda r: r["bleu"])["step"]
+    assert (best.src_tokenizer.kind, best.tgt_tokenizer.kind) == ("moses", "moses")
+    assert load_checkpoint(result.run_dir / "last.safetensors").step == 30
+    assert (result.run_dir / "curves.png").stat().st_size > 0
+
+
+def test_early_stopping_ends_the_run_after_evaluations_without_improvement(tmp_path):
+    # A vanishing learning rate leaves BLEU where the first evaluation put it.
+    cfg = toy_corpus_config(tmp_path, steps=100, eval_every=5, early_stop=2, lr=1e-12)
+    result = train(cfg, progress=False)
+    assert [r["step"] for r in result.evals] == [5, 10, 15]
+    assert result.steps[-1] == 15
+
+
+def test_the_plateau_schedule_halves_the_rate_after_each_evaluation_without_improvement(tmp_path):
+    cfg = toy_corpus_config(tmp_path, steps=20, eval_every=5, schedule="plateau",
+                            plateau_patience=1, lr=1e-12)  # fmt: skip
+    lrs = [r["lr"] for r in _records(train(cfg, progress=False).run_dir) if "lr" in r]
+    assert lrs == pytest.approx([1e-12, 1e-12, 0.5e-12, 0.25e-12])
+
+
+class _Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("data", ["corpus", "task"])
+def test_a_killed_run_resumed_from_its_last_checkpoint_ends_with_the_same_weights(
+    tmp_path, monkeypatch, data
+):
+    def config(folder):
+        if data == "corpus":  # crosses an epoch boundary (13 batches per epoch), dropout on
+            return toy_corpus_config(folder, steps=30, eval_every=10)
+        return tiny_config(folder, steps=30, eval_every=10, log_every=5)
+
+    train(config(tmp_path / "whole"), progress=False)
+    calls, real_step = [0], train_step
+
+    def dies_at_step_23(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == 23:
+            raise _Killed
+        return real_step(*args, **kwargs)
+
+    module = importlib.import_module("alignmt.train")  # the package re-exports train() as .train
+    monkeypatch.setattr(module, "train_step", dies_at_step_23)
+    with pytest.raises(_Killed):
+        train(config(tmp_path / "killed"), progress=False)
+    monkeypatch.setattr(module, "train_step", real_step)
+    train(config(tmp_path / "killed"), progress=False, resume=True)
+
+    whole, resumed = (load_file(str(tmp_path / d / "run" / "last.safetensors"))
+                      for d in ("whole", "killed"))  # fmt: skip
+    assert whole.keys() == resumed.keys()
+    for name, tensor in whole.items():  # weights, optimizer moments and RNG state
+        assert torch.equal(tensor, resumed[name]), name
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]  # noqa: E731
+    assert strip(_records(tmp_path / "killed" / "run")) == strip(
+        _records(tmp_path / "whole" / "run")
+    )
+
+
+def test_resuming_without_a_checkpoint_says_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        train(tiny_config(tmp_path), progress=False, resume=True)
+
+
+def test_tensorboard_logging_writes_events_or_says_which_package_is_missing(tmp_path):
+    cfg = tiny_config(tmp_path, steps=4, log_every=2, tensorboard=True)
+    if importlib.util.find_spec("tensorboard") is None:
+        with pytest.raises(ValueError, match="pip install tensorboard"):
+            train(cfg, progress=False)
+    else:
+        run_dir = train(cfg, progress=False).run_dir
+        assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))

@@ -1,13 +1,20 @@
 """Training: `train(cfg)` fits a Seq2Seq and writes a run directory.
 
 The loop is the classic one of Bahdanau et al. (2015) with today's defaults: teacher forcing,
-token-level cross-entropy that ignores padding, Adam, gradient-norm clipping, and a cosine
-learning-rate schedule with optional linear warm-up. Batches come from the built-in synthetic
-tasks (tasks.py), drawn fresh at every step from a seeded generator.
+token-level cross-entropy that ignores padding (optionally label-smoothed), Adam, gradient-norm
+clipping, and a learning-rate schedule with optional linear warm-up: cosine to zero, constant,
+or halved when the validation metric plateaus. Batches come either from a built-in synthetic
+task (tasks.py), drawn fresh at every step, or from a parallel corpus, in length-bucketed
+batches reshuffled every epoch.
 
-A run directory holds `model.safetensors` (weights, config, vocabularies; see checkpoint.py),
-`config.yaml` (the resolved config, for reading) and `metrics.jsonl` (one line per logged
-interval). Progress is a tqdm bar on stderr, shown only when stderr is a terminal.
+On a corpus the model is evaluated every `eval_every` steps (validation loss, and BLEU of
+greedy translations); the best model by `metric` is kept and training can stop early. A run
+directory holds `model.safetensors` (the best model, or the last without validation),
+`last.safetensors` (the last model plus everything needed to resume: optimizer moments, RNG
+states, position in the data, schedule), `config.yaml`, `metrics.jsonl` (one JSON record per
+logged interval and per evaluation) and `curves.png`. Resuming replays nothing: it restores
+that state, so a killed and resumed run ends with the same weights as an uninterrupted one.
+Progress is a tqdm bar on stderr, shown only when stderr is a terminal.
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ import random
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,31 +36,66 @@ from torch import Tensor
 from tqdm import tqdm
 
 from alignmt import tasks
-from alignmt.checkpoint import save_checkpoint
+from alignmt.checkpoint import LAST, WEIGHTS, load_train_state, save_checkpoint
 from alignmt.config import Config, DataConfig, TrainConfig, dump_config
-from alignmt.data import Batch, Vocab, make_batch
+from alignmt.corpus import Pair
+from alignmt.data import Batch, Vocab, bucket_batches, drop_long, make_batch, read_split
+from alignmt.evaluate import corpus_scores
 from alignmt.model import Seq2Seq
+from alignmt.plot import loss_curves, save_png
+from alignmt.tokenize import CharTokenizer, Tokenizer, build_tokenizer
+from alignmt.translate import Translator
 
 log = logging.getLogger(__name__)
+
+IdPair = tuple[list[int], list[int]]
 
 
 @dataclass
 class TrainResult:
     run_dir: Path
-    model: Seq2Seq  # trained, in eval mode
+    model: Seq2Seq  # the best (or last) model, in eval mode
     src_vocab: Vocab
     tgt_vocab: Vocab
     steps: list[int]  # the step at the end of each logged interval
     losses: list[float]  # mean training loss over each interval
     seconds: float  # wall time of the loop (model building and saving excluded)
+    evals: list[dict[str, float]] = field(default_factory=list)  # validation records
 
 
-def train(cfg: Config, *, progress: bool | None = None) -> TrainResult:
+@dataclass
+class Text:
+    """What a run learns from: tokenizers, vocabularies, and the splits as ids."""
+
+    tokenizers: tuple[Tokenizer, Tokenizer]
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    train: list[IdPair]  # empty for a synthetic task, whose batches are made on the fly
+    valid: list[Pair]  # raw validation pairs, for BLEU
+    valid_ids: list[IdPair]
+
+
+@dataclass
+class Progress:
+    """Everything besides weights and optimizer that a resumed run needs; JSON-ready."""
+
+    step: int = 0
+    epoch: int = 0  # corpus: current epoch and how many of its batches are done
+    batch: int = 0
+    lr_scale: float = 1.0  # plateau schedule: product of the halvings so far
+    best: float | None = None  # best validation metric, oriented so that higher is better
+    bad_evals: int = 0  # evaluations since `best` last improved
+    task_rng: Any = None  # synthetic task: the data generator's state
+    seconds: float = 0.0  # training time so far, across resumptions
+
+
+def train(cfg: Config, *, progress: bool | None = None, resume: bool = False) -> TrainResult:
     """Train the model `cfg` describes and save it to `cfg.out_dir`.
 
     Args:
         cfg: the resolved configuration.
         progress: draw a progress bar; None draws one when stderr is a terminal.
+        resume: continue from `cfg.out_dir`/last.safetensors instead of starting afresh.
 
     Returns:
         The trained model, its vocabularies, the loss curve and the training time.
@@ -61,39 +104,133 @@ def train(cfg: Config, *, progress: bool | None = None) -> TrainResult:
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     device = pick_device(cfg.train.device)
-    vocab = Vocab(tasks.ALPHABET)
-    model = Seq2Seq.from_config(cfg.model, src_vocab=len(vocab), tgt_vocab=len(vocab)).to(device)
+    text = prepare_text(cfg.data, cfg.seed)
+    model = Seq2Seq.from_config(
+        cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
+    ).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg.train))
-    batches = task_batches(cfg.data, vocab, cfg.train.batch_size, random.Random(cfg.seed))
-
     run_dir = Path(cfg.out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    state = Progress(task_rng=random.Random(cfg.seed).getstate())
+    if resume:
+        state = restore(run_dir / LAST, model, optimizer, cfg)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
-    steps, losses, interval = [], [], []  # interval: this log period's losses, on the device
-    show = sys.stderr.isatty() if progress is None else progress
-    bar = tqdm(
-        total=cfg.train.steps, desc=f"train {run_dir.name}", disable=not show, file=sys.stderr
-    )
-    start = time.perf_counter()
-    with (run_dir / "metrics.jsonl").open("w") as metrics:
-        for step in range(1, cfg.train.steps + 1):
-            interval.append(train_step(model, next(batches).to(device), optimizer, cfg.train))
-            schedule.step()
-            if step % cfg.train.log_every == 0 or step == cfg.train.steps:
-                steps.append(step)
-                losses.append(torch.stack(interval).mean().item())  # the only host sync
-                interval.clear()
-                record = {"step": step, "loss": losses[-1], "lr": schedule.get_last_lr()[0]}
-                metrics.write(json.dumps(record) + "\n")
-                bar.set_postfix(loss=f"{losses[-1]:.4f}")
-                log.info("step %d loss %.4f", step, losses[-1])
-            bar.update()
-    seconds = time.perf_counter() - start
-    bar.close()
+    loop = _Loop(cfg, model, optimizer, text, state, run_dir, device)
+    seconds = loop.run(progress)
+    best = run_dir / WEIGHTS
+    if best.is_file() and text.valid:
+        model.load_state_dict(_weights(best))
     model.eval()
-    save_checkpoint(run_dir, model, cfg, vocab, vocab, cfg.train.steps)
-    return TrainResult(run_dir, model, vocab, vocab, steps, losses, seconds)
+    return TrainResult(
+        run_dir, model, text.src_vocab, text.tgt_vocab, loop.steps, loop.losses, seconds,
+        loop.evals,
+    )  # fmt: skip
+
+
+class _Loop:
+    """The training loop and its bookkeeping, split into short methods."""
+
+    def __init__(self, cfg, model, optimizer, text, state, run_dir, device) -> None:
+        self.cfg, self.model, self.optimizer, self.text = cfg, model, optimizer, text
+        self.state, self.run_dir, self.device = state, run_dir, device
+        self.steps, self.losses, self.evals = _history(run_dir / "metrics.jsonl", state.step)
+        self.board = _tensorboard(run_dir) if cfg.train.tensorboard else None
+
+    def run(self, progress: bool | None) -> float:
+        cfg, state = self.cfg.train, self.state
+        show = sys.stderr.isatty() if progress is None else progress
+        bar = tqdm(total=cfg.steps, initial=state.step, desc=f"train {self.run_dir.name}",
+                   disable=not show, file=sys.stderr)  # fmt: skip
+        interval, start = [], time.perf_counter()
+        self.start = start - self.state.seconds
+        batches = self._batches()
+        with (self.run_dir / "metrics.jsonl").open("a") as self.metrics:
+            while state.step < cfg.steps:
+                self._set_lr()
+                interval.append(train_step(self.model, next(batches).to(self.device),
+                                           self.optimizer, cfg))  # fmt: skip
+                state.step += 1
+                bar.update()
+                if state.step % cfg.log_every == 0 or state.step == cfg.steps:
+                    bar.set_postfix(loss=f"{self._log(interval):.4f}")
+                    interval.clear()
+                if self._checkpoint_due() and self._evaluate_and_save():
+                    break  # early stop
+        bar.close()
+        if not self.text.valid:
+            self._save(self.run_dir / WEIGHTS, with_state=False)
+        plot_curves(self.run_dir / "curves.png", self.steps, self.losses, self.evals)
+        return time.perf_counter() - start
+
+    def _batches(self) -> Iterator[Batch]:
+        if self.text.train:
+            return corpus_batches(self.text, self.cfg.train, self.cfg.seed, self.state)
+        rng = random.Random()
+        rng.setstate(_tuples(self.state.task_rng))
+        return task_batches(self.cfg.data, self.text.src_vocab, self.cfg.train.batch_size, rng,
+                            self.state)  # fmt: skip
+
+    def _set_lr(self) -> None:
+        factor = lr_factor(self.cfg.train)(self.state.step) * self.state.lr_scale
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.cfg.train.lr * factor
+
+    def _log(self, interval: list[Tensor]) -> float:
+        loss = torch.stack(interval).mean().item()  # the only host sync of the interval
+        self.steps.append(self.state.step)
+        self.losses.append(loss)
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.state.seconds = round(time.perf_counter() - self.start, 3)
+        self._record({"step": self.state.step, "loss": loss, "lr": lr, "epoch": self.state.epoch,
+                      "seconds": self.state.seconds})  # fmt: skip
+        log.info("step %d loss %.4f", self.state.step, loss)
+        return loss
+
+    def _record(self, record: dict[str, Any]) -> None:
+        self.metrics.write(json.dumps(record) + "\n")
+        self.metrics.flush()
+        for key, value in record.items():
+            if self.board and key not in ("step", "seconds", "epoch"):
+                self.board.add_scalar(key, value, record["step"])
+
+    def _checkpoint_due(self) -> bool:
+        every = self.cfg.train.eval_every
+        return self.state.step == self.cfg.train.steps or (every and self.state.step % every == 0)
+
+    def _evaluate_and_save(self) -> bool:
+        """Evaluate (corpus only), keep the best model and the last state; True: stop early."""
+        stop = False
+        if self.text.valid:
+            record = validate(self.model, self.text, self.cfg)
+            record["step"] = self.state.step
+            record["seconds"] = round(time.perf_counter() - self.start, 3)
+            self.evals.append(record)
+            self._record(record)
+            log.info("step %d valid %s", self.state.step, record)
+            if self._improved(record):
+                self._save(self.run_dir / WEIGHTS, with_state=False)
+            stop = 0 < self.cfg.train.early_stop <= self.state.bad_evals
+        self._save(self.run_dir / LAST, with_state=True)
+        return stop
+
+    def _improved(self, record: dict[str, float]) -> bool:
+        cfg, state = self.cfg.train, self.state
+        value = record["bleu"] if cfg.metric == "bleu" else -record["valid_loss"]
+        if state.best is None or value > state.best:
+            state.best, state.bad_evals = value, 0
+            return True
+        state.bad_evals += 1
+        if cfg.schedule == "plateau" and state.bad_evals % cfg.plateau_patience == 0:
+            state.lr_scale *= 0.5
+        return False
+
+    def _save(self, path: Path, *, with_state: bool) -> None:
+        self.model.eval()
+        text = self.text
+        train_state = capture(self.optimizer, self.state) if with_state else None
+        save_checkpoint(path, self.model, self.cfg, text.src_vocab, text.tgt_vocab,
+                        self.state.step, tokenizers=text.tokenizers,
+                        train_state=train_state)  # fmt: skip
 
 
 def train_step(
@@ -103,7 +240,7 @@ def train_step(
     device so that a GPU need not wait for it."""
     model.train()
     logits = model(batch.src, batch.src_len, batch.tgt_in).logits  # (B, T_tgt, V)
-    loss = sequence_loss(logits, batch.tgt_out, model.pad_id)
+    loss = sequence_loss(logits, batch.tgt_out, model.pad_id, cfg.label_smoothing)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.clip_norm > 0:
@@ -112,24 +249,31 @@ def train_step(
     return loss.detach()
 
 
-def sequence_loss(logits: Tensor, targets: Tensor, pad_id: int) -> Tensor:
+def sequence_loss(
+    logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float = 0.0
+) -> Tensor:
     """Mean cross-entropy over real target tokens (</s> included, padding excluded).
 
     Args:
         logits: (B, T_tgt, V).
         targets: (B, T_tgt) int64 y_1 .. y_n </s>, padded with pad_id.
+        label_smoothing: share of each target's probability mass spread uniformly over the
+            vocabulary (Szegedy et al. 2016), as in `F.cross_entropy`.
     """
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=pad_id)
+    return F.cross_entropy(
+        logits.flatten(0, 1), targets.flatten(), ignore_index=pad_id,
+        label_smoothing=label_smoothing,
+    )  # fmt: skip
 
 
 def lr_factor(cfg: TrainConfig):
-    """The schedule as a multiplier of cfg.lr for LambdaLR: linear warm-up, then cosine to
-    zero over the remaining steps ("cosine") or flat ("constant")."""
+    """The schedule as a multiplier of cfg.lr: linear warm-up, then cosine to zero over the
+    remaining steps ("cosine") or flat ("constant", "plateau": halvings are applied on top)."""
 
     def factor(step: int) -> float:
         if step < cfg.warmup_steps:
             return (step + 1) / cfg.warmup_steps
-        if cfg.schedule == "constant":
+        if cfg.schedule != "cosine":
             return 1.0
         progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
         return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
@@ -137,13 +281,168 @@ def lr_factor(cfg: TrainConfig):
     return factor
 
 
+# --- Data ---------------------------------------------------------------------------------
+
+
+def prepare_text(cfg: DataConfig, seed: int) -> Text:
+    """Tokenizers, vocabularies and id-encoded splits for a corpus (or the task alphabet)."""
+    if cfg.task != "corpus":
+        vocab = Vocab(tasks.ALPHABET)
+        return Text((CharTokenizer(), CharTokenizer()), vocab, vocab, [], [], [])
+    if not cfg.train:
+        raise ValueError("data.task=corpus needs data.train (a file PREFIX or a .tsv file)")
+    split = dict(src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, swap=cfg.tsv_swap)
+    train_pairs = read_split(cfg.train, **split, what="data.train")
+    valid = read_split(cfg.valid, **split, what="data.valid") if cfg.valid else []
+    tokenizers = tuple(
+        build_tokenizer(cfg.tokenizer, lang=lang, lowercase=cfg.lowercase,
+                        train_sentences=[getattr(p, side) for p in train_pairs],
+                        vocab_size=cfg.spm_vocab_size, model_type=cfg.spm_model_type, seed=seed)
+        for side, lang in (("src", cfg.src_lang), ("tgt", cfg.tgt_lang))
+    )  # fmt: skip
+    tokens = [(tokenizers[0].encode(p.src), tokenizers[1].encode(p.tgt)) for p in train_pairs]
+    keep = drop_long(tokens, [p.where for p in train_pairs], cfg.max_tokens)
+    tokens = [tokens[i] for i in keep]
+    src_vocab = Vocab.build((s for s, _ in tokens), min_freq=cfg.min_freq)
+    tgt_vocab = Vocab.build((t for _, t in tokens), min_freq=cfg.min_freq)
+    log.info("vocabularies: %d source, %d target tokens", len(src_vocab), len(tgt_vocab))
+    encode = lambda s, t: (src_vocab.encode(s), tgt_vocab.encode(t))  # noqa: E731
+    valid_ids = [encode(tokenizers[0].encode(p.src), tokenizers[1].encode(p.tgt)) for p in valid]
+    return Text(tokenizers, src_vocab, tgt_vocab, [encode(s, t) for s, t in tokens], valid,
+                valid_ids)  # fmt: skip
+
+
+def corpus_batches(text: Text, cfg: TrainConfig, seed: int, state: Progress) -> Iterator[Batch]:
+    """Length-bucketed batches, epoch after epoch, from where `state` says the run is.
+
+    Each epoch's order depends only on (seed, epoch), so a resumed run skips the batches
+    it has done and continues with exactly the ones an uninterrupted run would see.
+    """
+    lengths = [(len(s), len(t)) for s, t in text.train]
+    while True:
+        rng = random.Random(f"{seed}/epoch {state.epoch}")
+        order = bucket_batches(lengths, batch_size=cfg.batch_size,
+                               batch_tokens=cfg.batch_tokens, rng=rng)  # fmt: skip
+        while state.batch < len(order):
+            rows = order[state.batch]
+            state.batch += 1
+            yield make_batch([text.train[i] for i in rows], text.src_vocab, text.tgt_vocab)
+        state.epoch, state.batch = state.epoch + 1, 0
+
+
 def task_batches(
-    cfg: DataConfig, vocab: Vocab, batch_size: int, rng: random.Random
+    cfg: DataConfig, vocab: Vocab, batch_size: int, rng: random.Random, state: Progress
 ) -> Iterator[Batch]:
-    """An endless stream of fresh synthetic batches (the task is never short of data)."""
+    """An endless stream of fresh synthetic batches (the task is never short of data); the
+    generator's state is copied into `state` before each batch, for resuming."""
     while True:
         pairs = tasks.sample_pairs(cfg.task, rng, batch_size, cfg.min_len, cfg.max_len)
-        yield make_batch([(vocab.encode(s), vocab.encode(t)) for s, t in pairs], vocab, vocab)
+        batch = make_batch([(vocab.encode(s), vocab.encode(t)) for s, t in pairs], vocab, vocab)
+        state.task_rng = rng.getstate()
+        yield batch
+
+
+# --- Validation ---------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def validate(model: Seq2Seq, text: Text, cfg: Config, batch_size: int = 64) -> dict[str, float]:
+    """Validation loss (teacher-forced, no smoothing) and BLEU of greedy translations."""
+    model.eval()
+    device = next(model.parameters()).device
+    total, tokens = 0.0, 0
+    for start in range(0, len(text.valid_ids), batch_size):
+        batch = make_batch(text.valid_ids[start : start + batch_size], text.src_vocab,
+                           text.tgt_vocab).to(device)  # fmt: skip
+        logits = model(batch.src, batch.src_len, batch.tgt_in).logits
+        total += float(sequence_loss(logits, batch.tgt_out, model.pad_id)) * batch.num_tgt_tokens
+        tokens += batch.num_tgt_tokens
+    greedy = replace(cfg.search, beam_size=1)
+    translator = Translator(model, tokenizers=text.tokenizers,
+                            vocabs=(text.src_vocab, text.tgt_vocab), search=greedy)  # fmt: skip
+    hyps = [t[0].text for t in translator.translate([p.src for p in text.valid], warn=False)]
+    bleu = corpus_scores(hyps, [p.tgt for p in text.valid], lowercase=cfg.data.lowercase).bleu
+    return {"valid_loss": total / tokens, "bleu": bleu}
+
+
+# --- Checkpoint state ---------------------------------------------------------------------
+
+
+def capture(optimizer: torch.optim.Optimizer, state: Progress) -> tuple[dict, dict]:
+    """The training state as (tensors, JSON values) for `save_checkpoint`."""
+    opt = optimizer.state_dict()
+    tensors = {"rng.torch": torch.get_rng_state()}
+    for param, moments in opt["state"].items():
+        tensors |= {f"optim.{param}.{name}": value for name, value in moments.items()}
+    values = {"progress": vars(state), "param_groups": opt["param_groups"],
+              "python_rng": random.getstate()}  # fmt: skip
+    return tensors, values
+
+
+def restore(path: Path, model: Seq2Seq, optimizer: torch.optim.Optimizer, cfg: Config) -> Progress:
+    """Load weights, optimizer and RNG states from `path`; return where the run was."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: nothing to resume (no last checkpoint in this run)")
+    tensors, values = load_train_state(path)
+    model.load_state_dict(_weights(path))
+    moments: dict[int, dict[str, Tensor]] = {}
+    for name, value in tensors.items():
+        if name.startswith("optim."):
+            _, param, key = name.split(".")
+            moments.setdefault(int(param), {})[key] = value
+    optimizer.load_state_dict({"state": moments, "param_groups": values["param_groups"]})
+    torch.set_rng_state(tensors["rng.torch"])
+    random.setstate(_tuples(values["python_rng"]))
+    state = Progress(**values["progress"])
+    log.info("resuming %s at step %d", path.parent, state.step)
+    return state
+
+
+def _weights(path: Path) -> dict[str, Tensor]:
+    from safetensors.torch import load_file
+
+    return {k: v for k, v in load_file(str(path)).items() if not k.startswith("_train.")}
+
+
+def _tuples(value: Any) -> Any:
+    """JSON turns the tuples of `random.getstate()` into lists; setstate wants tuples."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def _history(path: Path, step: int) -> tuple[list[int], list[float], list[dict]]:
+    """The records a resumed run keeps: those up to `step` (later ones are redone)."""
+    steps, losses, evals, kept = [], [], [], []
+    if step and path.is_file():
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record["step"] > step:
+                continue
+            kept.append(line)
+            if "valid_loss" in record:
+                evals.append(record)
+            else:
+                steps.append(record["step"])
+                losses.append(record["loss"])
+    path.write_text("".join(line + "\n" for line in kept))
+    return steps, losses, evals
+
+
+def _tensorboard(run_dir: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as err:  # torch imports it lazily; the package is optional
+        raise ValueError(
+            "train.tensorboard=true needs the tensorboard package: pip install tensorboard"
+        ) from err
+    return SummaryWriter(str(run_dir / "tensorboard"))
+
+
+def plot_curves(path: Path, steps, losses, evals) -> None:
+    curves = {"train": (steps, losses)}
+    if evals:
+        curves["valid"] = ([e["step"] for e in evals], [e["valid_loss"] for e in evals])
+    if steps:
+        save_png(loss_curves(curves, title=path.parent.name), path)
 
 
 def seed_everything(seed: int) -> None:
