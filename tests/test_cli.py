@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 import yaml
@@ -58,3 +59,80 @@ def test_a_missing_or_unknown_command_is_a_usage_error(argv):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2
+
+
+# --- real-text commands on the toy corpus run -----------------------------------------------
+
+
+def _toy_test_set(folder):
+    (folder / "t.en").write_text("a red dog runs\nthe cat sleeps\n\nsmall dog\n")
+    (folder / "t.de").write_text("ein roter hund läuft .\nder katze schläft .\n\nkleiner hund .\n")
+    return str(folder / "t.en"), str(folder / "t.de")
+
+
+def test_translate_prints_nbest_tab_joined_and_keeps_blank_lines(toy_run, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("a dog runs\n\nthe cat\n"))
+    assert main(["translate", str(toy_run), "--beam", "3", "--nbest", "2"]) == 0
+    lines = capsys.readouterr().out.split("\n")[:-1]
+    assert len(lines) == 3 and lines[1] == "\t"
+    assert len(lines[0].split("\t")) == 2 and lines[0].split("\t")[0].startswith("ein")
+
+
+def test_nbest_larger_than_the_beam_is_an_error(toy_run, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO("a dog\n"))
+    assert main(["translate", str(toy_run), "--beam", "2", "--nbest", "3"]) == 2
+    assert "--nbest" in capsys.readouterr().err
+
+
+def test_evaluate_scores_buckets_plots_heatmaps_and_dumps_attention(toy_run, tmp_path, capsys):
+    src, ref = _toy_test_set(tmp_path)
+    out, attention = tmp_path / "eval", tmp_path / "align.json"
+    argv = ["evaluate", str(toy_run), "--src", src, "--ref", ref, "--out", str(out),
+            "--heatmaps", "1,4", "--attention", str(attention), "--sentence-bleu"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "BLEU lc signature: nrefs:1|case:lc" in printed and "< 10" in printed
+    assert "a red dog runs => [" in printed and "bleu " in printed
+    scores = json.loads((out / "scores.json").read_text())
+    assert scores["bleu_lowercased"]["sentences"] == 4
+    assert (out / "hyps.txt").read_text().split("\n")[2] == ""  # the blank line stays blank
+    for name in ("buckets.png", "bleu_by_length.png", "heatmap_1.png", "heatmap_4.png"):
+        assert (out / name).stat().st_size > 0
+    rows = json.loads(attention.read_text())
+    assert rows[0]["source"] == ["a", "red", "dog", "runs", "</s>"]
+    assert len(rows[0]["attention"]) == len(rows[0]["output"])
+    assert len(rows[0]["attention"][0]) == 5
+
+
+def test_evaluate_names_both_files_when_their_line_counts_differ(toy_run, tmp_path, capsys):
+    src, _ = _toy_test_set(tmp_path)
+    (tmp_path / "short.de").write_text("ein hund .\n")
+    assert main(["evaluate", str(toy_run), "--src", src, "--ref", str(tmp_path / "short.de")]) == 2
+    err = capsys.readouterr().err
+    assert "t.en has 4 lines" in err and "short.de has 1" in err
+
+
+def test_evaluate_without_a_test_set_says_how_to_give_one(toy_run, capsys):
+    assert main(["evaluate", str(toy_run)]) == 2
+    assert "pass --src and --ref" in capsys.readouterr().err
+
+
+def test_compare_scores_every_run_on_one_test_set_with_plots(toy_run, tmp_path, capsys):
+    src, ref = _toy_test_set(tmp_path)
+    out = tmp_path / "cmp"
+    argv = ["compare", str(toy_run), str(toy_run), "--src", src, "--ref", ref, "--out", str(out)]
+    assert main([*argv, "--beam", "1"]) == 0
+    printed = capsys.readouterr().out
+    # one row per run in both tables; the second run of the same name goes by its path
+    assert printed.count(f"| {toy_run} |") == 2 and printed.count("| run | ") == 4
+    assert len(json.loads((out / "scores.json").read_text())) == 2
+    assert (out / "buckets.png").stat().st_size > 0
+
+
+def test_train_resume_continues_a_run_to_its_last_step(tmp_path, capsys):
+    run = tmp_path / "run"
+    first = ["train", "configs/reverse.yaml", f"out_dir={run}", *TINY[1:], "train.steps=20",
+             "train.eval_every=10"]  # fmt: skip
+    assert main(first) == 0
+    assert main([*first[:-2], "train.steps=40", "train.eval_every=10", "--resume"]) == 0
+    assert "trained to step 40" in capsys.readouterr().out

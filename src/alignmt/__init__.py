@@ -3,9 +3,11 @@ to train, translate with, evaluate and look inside."""
 
 from alignmt.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from alignmt.config import Config, ModelConfig, load_config
+from alignmt.evaluate import corpus_scores
 from alignmt.model import Seq2Seq
-from alignmt.search import Hypothesis, decode
+from alignmt.search import Hypothesis, beam_decode, decode
 from alignmt.train import train
+from alignmt.translate import Translation, Translator
 
 __all__ = [
     "Checkpoint",
@@ -13,6 +15,10 @@ __all__ = [
     "Hypothesis",
     "ModelConfig",
     "Seq2Seq",
+    "Translation",
+    "Translator",
+    "beam_decode",
+    "corpus_scores",
     "decode",
     "load_checkpoint",
     "load_config",

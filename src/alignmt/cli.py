@@ -1,4 +1,4 @@
-"""The `alignmt` command: demo, train, translate.
+"""The `alignmt` command: demo, train, translate, evaluate, compare.
 
 The only module that prints to stdout and the only one that imports everything. Each
 subcommand builds a `Config` (defaults < YAML file < `key.path=value` overrides, with the
@@ -8,18 +8,32 @@ friendly flags below turned into overrides) and hands it to the library.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
+import time
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 
 import torch
 
 from alignmt.checkpoint import load_checkpoint
 from alignmt.config import ConfigError, apply_overrides, dump_config, load_config
-from alignmt.data import char_detokenize, pad_sequences
+from alignmt.corpus import CorpusError, read_lines
+from alignmt.data import EOS, read_split
 from alignmt.demo import run_demo
-from alignmt.search import decode
+from alignmt.evaluate import (
+    Evaluation,
+    format_bucket_table,
+    format_scores_table,
+    score_translations,
+    sentence_bleu_d2l,
+)
+from alignmt.plot import attention_heatmap, bleu_by_length_plot, bucket_bars, save_png
+from alignmt.tokenize import MosesTokenizer
 from alignmt.train import train
+from alignmt.translate import Translation, Translator
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     try:
         return args.run(args)
-    except (ConfigError, FileNotFoundError, ValueError) as error:
+    except (ConfigError, CorpusError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
@@ -67,15 +81,50 @@ def build_parser() -> argparse.ArgumentParser:
     train_cmd.add_argument(
         "--print-config", action="store_true", help="print the resolved config and stop"
     )
+    train_cmd.add_argument(
+        "--resume", action="store_true", help="continue the run in out_dir from last.safetensors"
+    )
     train_cmd.set_defaults(run=run_train_command)
 
-    translate = commands.add_parser(
-        "translate", help="greedy-decode stdin line by line with a trained model"
-    )
-    translate.add_argument("run_dir", help="a run folder (or its model.safetensors)")
-    translate.add_argument("--batch-size", type=int, default=64)
+    translate = commands.add_parser("translate", help="translate stdin line by line to stdout")
+    _add_run_options(translate)
+    translate.add_argument("--nbest", type=int, default=1, help="hypotheses per line, tab-joined")
     translate.set_defaults(run=run_translate_command)
+
+    evaluate = commands.add_parser(
+        "evaluate", help="BLEU and chrF (lowercased and cased), length buckets, heatmaps"
+    )
+    _add_run_options(evaluate)
+    _add_test_options(evaluate)
+    evaluate.add_argument("--attention", metavar="FILE", help="write every alignment as JSON")
+    evaluate.add_argument(
+        "--heatmaps", default="", metavar="N,N,...", help="source line numbers to draw (1-based)"
+    )
+    evaluate.add_argument(
+        "--sentence-bleu", action="store_true",
+        help="also print each line with the seeds' d2l sentence BLEU (k=2) on its tokens",
+    )  # fmt: skip
+    evaluate.set_defaults(run=run_evaluate_command)
+
+    compare = commands.add_parser("compare", help="score several runs on one test set, with plots")
+    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    compare.add_argument("--beam", type=int, help="beam size (default: each run's config)")
+    compare.add_argument("--batch-size", type=int, default=64)
+    _add_test_options(compare)
+    compare.set_defaults(run=run_compare_command)
     return parser
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="a run folder (or a .safetensors checkpoint)")
+    parser.add_argument("--beam", type=int, help="beam size, 1 = greedy (default: run config)")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+
+
+def _add_test_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--src", help="source sentences, one per line (default: data.test)")
+    parser.add_argument("--ref", help="reference translations, line-aligned with --src")
+    parser.add_argument("--out", help="folder for translations, scores and plots")
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
@@ -117,29 +166,157 @@ def run_train_command(args: argparse.Namespace) -> int:
     if args.print_config:
         print(dump_config(cfg), end="")
         return 0
-    result = train(cfg)
-    print(f"trained {cfg.train.steps} steps in {result.seconds:.1f} s; "
+    result = train(cfg, resume=args.resume)
+    print(f"trained to step {result.steps[-1]} in {result.seconds:.1f} s; "
           f"final loss {result.losses[-1]:.4f}; run folder {result.run_dir}")  # fmt: skip
+    for record in result.evals[-1:]:
+        print(f"validation: loss {record['valid_loss']:.4f}, greedy BLEU {record['bleu']:.2f}")
     return 0
+
+
+def _translator(run: str, beam: int | None) -> Translator:
+    ckpt = load_checkpoint(run)
+    search = ckpt.config.search if beam is None else replace(ckpt.config.search, beam_size=beam)
+    if search.beam_size < 1:
+        raise ValueError(f"--beam must be at least 1, got {search.beam_size}")
+    return Translator.from_checkpoint(ckpt, search)
 
 
 def run_translate_command(args: argparse.Namespace) -> int:
-    checkpoint = load_checkpoint(args.run_dir)
-    model, vocab = checkpoint.model, checkpoint.src_vocab
-    search = checkpoint.config.search
+    translator = _translator(args.run_dir, args.beam)
+    if not 1 <= args.nbest <= translator.search.beam_size:
+        raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
     lines = [line.rstrip("\n") for line in sys.stdin]
-    for number, line in enumerate(lines, start=1):
-        unknown = sorted({char for char in line if char not in vocab.stoi})
-        if unknown:
-            print(f"warning: stdin line {number}: {''.join(unknown)!r} not in the model's "
-                  f"vocabulary, read as <unk>", file=sys.stderr)  # fmt: skip
-    for start in range(0, len(lines), args.batch_size):
-        chunk = [
-            vocab.encode(line, add_eos=True) for line in lines[start : start + args.batch_size]
-        ]
-        src_len = torch.tensor([len(ids) for ids in chunk])
-        src = pad_sequences(chunk, vocab.pad_id)
-        for hyp in decode(model, src, src_len, max_len_ratio=search.max_len_ratio,
-                          max_len_offset=search.max_len_offset):  # fmt: skip
-            print(char_detokenize(checkpoint.tgt_vocab.decode(hyp.tokens)))
+    _warn_unknown(translator, lines, "stdin")
+    results = translator.translate(lines, nbest=args.nbest, batch_size=args.batch_size, warn=False)
+    for hyps in results:
+        print("\t".join(h.text for h in hyps))
     return 0
+
+
+def _warn_unknown(translator: Translator, lines: Sequence[str], name: str, shown: int = 10) -> None:
+    """Name the lines whose tokens the model has never seen (they are read as <unk>)."""
+    vocab, bad = translator.src_vocab, 0
+    for number, line in enumerate(lines, start=1):
+        unknown = sorted({t for t in translator.src_tokenizer.encode(line) if t not in vocab.stoi})
+        if unknown and bad < shown:
+            print(f"warning: {name} line {number}: {' '.join(unknown)!r} not in the model's "
+                  "vocabulary, read as <unk>", file=sys.stderr)  # fmt: skip
+        bad += bool(unknown)
+    if bad > shown:
+        print(f"warning: {bad - shown} more lines of {name} have unknown tokens", file=sys.stderr)
+
+
+def _test_set(args: argparse.Namespace, run_dir: str) -> tuple[list[str], list[str], str]:
+    """(sources, references, source language) from --src/--ref or the run's data.test."""
+    cfg = load_checkpoint(run_dir).config
+    if bool(args.src) != bool(args.ref):
+        raise ValueError("--src and --ref go together")
+    if args.src:
+        src, ref = read_lines(args.src), read_lines(args.ref)
+        if len(src) != len(ref):
+            raise CorpusError(f"{args.src} has {len(src)} lines but {args.ref} has {len(ref)}")
+        return src, ref, cfg.data.src_lang
+    if not cfg.data.test:
+        raise ValueError(f"{run_dir}: its config names no data.test; pass --src and --ref")
+    pairs = read_split(cfg.data.test, src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang,
+                       swap=cfg.data.tsv_swap, what="data.test")  # fmt: skip
+    return [p.src for p in pairs], [p.tgt for p in pairs], cfg.data.src_lang
+
+
+def _evaluate(
+    name: str, translator: Translator, src: list[str], ref: list[str], lang: str, batch_size: int
+) -> tuple[Evaluation, list[Translation]]:
+    _warn_unknown(translator, src, "source", shown=3)
+    start = time.perf_counter()
+    best = [hyps[0] for hyps in translator.translate(src, batch_size=batch_size, warn=False)]
+    seconds = time.perf_counter() - start
+    # Buckets count Moses words of the source, whatever the model's own tokens are, so that
+    # runs with different tokenizers share buckets.
+    moses = MosesTokenizer(lang=lang)
+    lengths = [len(moses.encode(line)) for line in src]
+    return score_translations(name, [t.text for t in best], ref, lengths, seconds), best
+
+
+def run_evaluate_command(args: argparse.Namespace) -> int:
+    translator = _translator(args.run_dir, args.beam)
+    src, ref, lang = _test_set(args, args.run_dir)
+    name = Path(args.run_dir).name
+    result, best = _evaluate(name, translator, src, ref, lang, args.batch_size)
+    out = Path(args.out or Path(args.run_dir) / "eval")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "hyps.txt").write_text("".join(h + "\n" for h in result.hyps))
+    (out / "scores.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+    _print_scores({name: result}, translator.search.beam_size)
+    files = _write_plots({name: result}, out)
+    for number in (int(n) for n in args.heatmaps.split(",") if n.strip()):
+        if not 1 <= number <= len(src) or best[number - 1].attention is None:
+            raise ValueError(f"--heatmaps: line {number} has no attention to draw")
+        t = best[number - 1]
+        fig = attention_heatmap(t.attention, t.src_tokens, t.tokens, title=f"line {number}")
+        files.append(save_png(fig, out / f"heatmap_{number}.png"))
+    if args.sentence_bleu:
+        _print_sentence_bleu(translator, src, ref, best)
+    if args.attention:
+        _dump_attention(Path(args.attention), best)
+        files.append(Path(args.attention))
+    written = [out / "hyps.txt", out / "scores.json", *files]
+    print("\nWritten: " + ", ".join(str(f) for f in written))
+    return 0
+
+
+def run_compare_command(args: argparse.Namespace) -> int:
+    src, ref, lang = _test_set(args, args.run_dirs[0])
+    results = {}
+    for run in args.run_dirs:
+        name = Path(run).name if Path(run).name not in results else run
+        results[name] = _evaluate(name, _translator(run, args.beam), src, ref, lang,
+                                  args.batch_size)[0]  # fmt: skip
+    _print_scores(results, args.beam)
+    out = Path(args.out or "runs/compare")
+    files = _write_plots(results, out)
+    (out / "scores.json").write_text(json.dumps([r.as_dict() for r in results.values()],
+                                                indent=2) + "\n")  # fmt: skip
+    print("\nExamples (longest first of every 100th line):")
+    for i in sorted(range(0, len(src), 100), key=lambda i: -len(src[i]))[:3]:
+        print(f"\n  source    {src[i]}\n  reference {ref[i]}")
+        for name, result in results.items():
+            print(f"  {name:9} {result.hyps[i]}")
+    print("\nWritten: " + ", ".join(str(f) for f in [*files, out / "scores.json"]))
+    return 0
+
+
+def _print_scores(results: dict[str, Evaluation], beam: int | None) -> None:
+    print(format_scores_table({n: (r.lowercased, r.cased) for n, r in results.items()}))
+    print("\nLowercased BLEU by source length (Moses tokens):\n")
+    print(format_bucket_table({n: r.buckets for n, r in results.items()}))
+    times = ", ".join(f"{n} {r.seconds:.1f} s" for n, r in results.items())
+    print(f"\nTranslation time (beam {beam or 'from config'}): {times}")
+
+
+def _write_plots(results: dict[str, Evaluation], out: Path) -> list[Path]:
+    buckets = bucket_bars({n: r.buckets for n, r in results.items()})
+    curves = bleu_by_length_plot({n: r.curve for n, r in results.items()})
+    return [save_png(buckets, out / "buckets.png"), save_png(curves, out / "bleu_by_length.png")]
+
+
+def _print_sentence_bleu(
+    translator: Translator, src: list[str], ref: list[str], best: list[Translation]
+) -> None:
+    """Seed 003's printout: `source => [tokens], bleu` with d2l's BLEU over the target
+    tokenizer's tokens (so "J'ai perdu." and "j'ai perdu ." match, as in d2l)."""
+    print()
+    for line, reference, t in zip(src, ref, best, strict=True):
+        hyp = [tok for tok in t.tokens if tok != EOS]
+        label = " ".join(translator.tgt_tokenizer.encode(reference))
+        print(f"{line} => {hyp}, bleu {sentence_bleu_d2l(' '.join(hyp), label):.3f}")
+
+
+def _dump_attention(path: Path, best: list[Translation]) -> None:
+    rows = [
+        {"line": i + 1, "source": t.src_tokens, "output": t.tokens,
+         "attention": None if t.attention is None else t.attention.round(decimals=4).tolist()}
+        for i, t in enumerate(best)
+    ]  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, ensure_ascii=False) + "\n")

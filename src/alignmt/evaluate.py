@@ -414,3 +414,44 @@ def format_bucket_table(rows: dict[str, list[BucketScore]]) -> str:
         ]
         table.append([run, *cells])
     return _markdown_table(["run", *names], table)
+
+
+# --- Evaluating a trained model on a test set -----------------------------------------------
+
+
+@dataclass
+class Evaluation:
+    """One model's translations of a test set, scored."""
+
+    name: str
+    lowercased: CorpusScores
+    cased: CorpusScores
+    buckets: list[BucketScore]  # lowercased BLEU by source length
+    curve: tuple[list[float], list[float]]  # (length, lowercased BLEU), see bleu_by_length
+    hyps: list[str]  # detokenised best translations, one per source line
+    seconds: float  # translation time
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "bleu_lowercased": self.lowercased.as_dict(),
+            "bleu_cased": self.cased.as_dict(),
+            "buckets": [b.as_dict() for b in self.buckets],
+            "seconds": self.seconds,
+        }
+
+
+def score_translations(
+    name: str, hyps: Sequence[str], refs: Sequence[str], src_lengths: Sequence[int], seconds: float
+) -> Evaluation:
+    """BLEU and chrF, lowercased and cased, and lowercased BLEU by source-length bucket."""
+    centres, bleus, _ = bleu_by_length(src_lengths, hyps, refs, lowercase=True)
+    return Evaluation(
+        name=name,
+        lowercased=corpus_scores(hyps, refs, lowercase=True),
+        cased=corpus_scores(hyps, refs, lowercase=False),
+        buckets=bucket_scores(src_lengths, hyps, refs, lowercase=True),
+        curve=(centres, bleus),
+        hyps=list(hyps),
+        seconds=seconds,
+    )
