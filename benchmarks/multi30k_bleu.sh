@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Multi30k English→German quality benchmark: train the attention and the vanilla config, each
+# timed from process start, then score both on test_2016_flickr (beam 5, sacreBLEU on
+# detokenised output against the raw references, lowercased and cased, by length bucket) and
+# draw heatmaps of five test sentences.
+#
+#   bash benchmarks/multi30k_bleu.sh                 # the 15-minute recipe (~32 min for both)
+#   STEPS=12000 bash benchmarks/multi30k_bleu.sh     # the 60-minute run
+#   ONLY=multi30k_en_de bash benchmarks/multi30k_bleu.sh   # one config
+#
+# Run from the repository root with ../shared beside it and nothing else using the CPU.
+set -euo pipefail
+alignmt=${ALIGNMT:-.venv/bin/alignmt}
+out=${OUT:-runs/bench${STEPS:+_$STEPS}}
+configs=${ONLY:-"multi30k_en_de multi30k_en_de_vanilla"}
+runs=()
+for cfg in $configs; do
+  SECONDS=0
+  "$alignmt" train "configs/$cfg.yaml" out_dir="$out/$cfg" ${STEPS:+train.steps=$STEPS}
+  echo "$cfg: $SECONDS s from process start"
+  runs+=("$out/$cfg")
+done
+"$alignmt" compare "${runs[@]}" --out "$out/compare"
+# Test lines of 4 to 25 words: monotonic, reordered (German verb-final) and many-to-one cases.
+"$alignmt" evaluate "${runs[0]}" --out "$out/eval" --heatmaps 1,8,24,105,411 \
+  --attention "$out/eval/attention.json" > "$out/eval.txt"
+echo "heatmaps and attention: $out/eval"
