@@ -98,3 +98,28 @@ def test_a_readout_layer_in_the_luong_order_is_refused_not_ignored():
     cfg = ModelConfig(attention="general", order="luong", readout="maxout")
     with pytest.raises(ValueError, match=r"model\.readout=maxout has no place in the luong order"):
         Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB)
+
+
+@pytest.mark.parametrize("order", ["bahdanau", "luong"])
+def test_tied_embeddings_share_one_matrix_with_the_output_projection(order):
+    readout = dict(readout="tanh", readout_dim=8) if order == "bahdanau" else {}
+    cfg = ModelConfig(emb_dim=8, enc_hidden=4, dec_hidden=8, attention="general", order=order,
+                      tie_embeddings=True, **readout)  # fmt: skip
+    model = Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB)
+    proj = model.decoder.proj if order == "luong" else model.decoder.output.proj
+    assert proj.weight is model.decoder.embed.weight
+    untied = Seq2Seq.from_config(
+        ModelConfig(**{**vars(cfg), "tie_embeddings": False}), src_vocab=VOCAB, tgt_vocab=VOCAB
+    )
+    n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert n(untied) - n(model) == VOCAB * 8
+    # a loss gradient reaches the shared matrix from both of its uses
+    src, src_len, tgt_in, _ = padded_batch()
+    model(src, src_len, tgt_in).logits.sum().backward()
+    assert model.decoder.embed.weight.grad[tgt_in.max()].abs().sum() > 0
+
+
+def test_tying_needs_the_layer_before_the_vocabulary_to_have_emb_dim_units():
+    with pytest.raises(ValueError, match=r"tie_embeddings needs 8 .* found 24"):
+        Seq2Seq.from_config(ModelConfig(emb_dim=8, enc_hidden=4, dec_hidden=8, tie_embeddings=True),
+                            src_vocab=VOCAB, tgt_vocab=VOCAB)  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from alignmt.checkpoint import load_checkpoint
-from alignmt.translate import Translator
+from alignmt.translate import Translator, replace_unknown
 from tests.conftest import LEXICON
 
 
@@ -62,3 +62,11 @@ def test_unknown_source_words_read_as_unk_and_are_reported(toy_run, caplog):
     t = _translator(toy_run).translate(["a zebra runs"])[0][0]
     assert t.src_tokens == ["a", "<unk>", "runs", "</s>"]
     assert "1 of 3 source tokens are not in the vocabulary" in caplog.text
+
+
+def test_an_unknown_output_word_is_replaced_by_the_source_word_it_attends_to_most():
+    attention = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [0.0, 0.1, 0.9]])
+    # the second <unk> attends most to </s>, so it takes the best real source word instead
+    out = replace_unknown(["ein", "<unk>", "<unk>"], ["a", "Zorro"], attention)
+    assert out == ["ein", "Zorro", "Zorro"]
+    assert replace_unknown(["<unk>"], ["Zorro", "x"], attention[:1]) == ["Zorro"]

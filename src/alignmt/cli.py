@@ -110,15 +110,20 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     compare.add_argument("--beam", type=int, help="beam size (default: each run's config)")
     compare.add_argument("--batch-size", type=int, default=64)
+    compare.add_argument("--replace-unk", action="store_true", help=_REPLACE_UNK)
     _add_test_options(compare)
     compare.set_defaults(run=run_compare_command)
     return parser
+
+
+_REPLACE_UNK = "copy the most-attended source word into each output <unk>"
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", help="a run folder (or a .safetensors checkpoint)")
     parser.add_argument("--beam", type=int, help="beam size, 1 = greedy (default: run config)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--replace-unk", action="store_true", help=_REPLACE_UNK)
 
 
 def _add_test_options(parser: argparse.ArgumentParser) -> None:
@@ -174,16 +179,17 @@ def run_train_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _translator(run: str, beam: int | None) -> Translator:
+def _translator(run: str, beam: int | None, replace_unk: bool = False) -> Translator:
     ckpt = load_checkpoint(run)
     search = ckpt.config.search if beam is None else replace(ckpt.config.search, beam_size=beam)
+    search = replace(search, replace_unk=search.replace_unk or replace_unk)
     if search.beam_size < 1:
         raise ValueError(f"--beam must be at least 1, got {search.beam_size}")
     return Translator.from_checkpoint(ckpt, search)
 
 
 def run_translate_command(args: argparse.Namespace) -> int:
-    translator = _translator(args.run_dir, args.beam)
+    translator = _translator(args.run_dir, args.beam, args.replace_unk)
     if not 1 <= args.nbest <= translator.search.beam_size:
         raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
     lines = [line.rstrip("\n") for line in sys.stdin]
@@ -239,7 +245,7 @@ def _evaluate(
 
 
 def run_evaluate_command(args: argparse.Namespace) -> int:
-    translator = _translator(args.run_dir, args.beam)
+    translator = _translator(args.run_dir, args.beam, args.replace_unk)
     src, ref, lang = _test_set(args, args.run_dir)
     name = Path(args.run_dir).name
     result, best = _evaluate(name, translator, src, ref, lang, args.batch_size)
@@ -270,8 +276,8 @@ def run_compare_command(args: argparse.Namespace) -> int:
     results = {}
     for run in args.run_dirs:
         name = Path(run).name if Path(run).name not in results else run
-        results[name] = _evaluate(name, _translator(run, args.beam), src, ref, lang,
-                                  args.batch_size)[0]  # fmt: skip
+        translator = _translator(run, args.beam, args.replace_unk)
+        results[name] = _evaluate(name, translator, src, ref, lang, args.batch_size)[0]
     _print_scores(results, args.beam)
     out = Path(args.out or "runs/compare")
     files = _write_plots(results, out)

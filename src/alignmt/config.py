@@ -61,6 +61,7 @@ class DataConfig:
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
     min_freq: int = 1  # tokens seen fewer times in train become <unk>
     max_tokens: int = 80  # training pairs longer than this (either side, tokens) are dropped
+    limit: int = 0  # read only the first N pairs of train and valid (quick trials); 0: all
 
 
 @dataclass
@@ -90,6 +91,7 @@ class SearchConfig:
     max_len_offset: int = 10
     beam_size: int = 5  # 1 is greedy
     length_penalty: float = 0.6  # GNMT alpha: rank finished beams by score / ((5 + |y|) / 6)^alpha
+    replace_unk: bool = False  # output <unk> -> the source word it attends to most (Luong 2015)
 
 
 @dataclass
@@ -110,7 +112,7 @@ _CLI = "command line"
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 # Int fields named like this are sizes or counts, so must be at least 1 (but not warmup_steps).
 _COUNTS = ("_dim", "hidden", "layers", "steps", "batch_size", "log_every", "_len", "_size")
-_NON_NEGATIVE = ("warmup_steps", "batch_tokens", "eval_every", "early_stop", "threads")
+_NON_NEGATIVE = ("warmup_steps", "batch_tokens", "eval_every", "early_stop", "threads", "limit")
 
 
 def _types(cls: type) -> dict[str, Any]:

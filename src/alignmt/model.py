@@ -149,6 +149,11 @@ def _tie_output(decoder: nn.Module) -> None:
             f"projection, found {proj.in_features}: use a tanh or maxout readout with "
             "readout_dim = emb_dim (luong order: dec_hidden = emb_dim)"
         )
+    # nn.Embedding draws N(0, 1), which as output weights would give logits of std ~sqrt(E)
+    # and a far-too-confident untrained model; N(0, 1/E) keeps them near unit scale.
+    with torch.no_grad():
+        nn.init.normal_(decoder.embed.weight, std=decoder.emb_dim**-0.5)
+        decoder.embed.weight[decoder.embed.padding_idx].zero_()
     proj.weight = decoder.embed.weight
 
 

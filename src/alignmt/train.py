@@ -292,8 +292,10 @@ def prepare_text(cfg: DataConfig, seed: int) -> Text:
     if not cfg.train:
         raise ValueError("data.task=corpus needs data.train (a file PREFIX or a .tsv file)")
     split = dict(src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, swap=cfg.tsv_swap)
-    train_pairs = read_split(cfg.train, **split, what="data.train")
-    valid = read_split(cfg.valid, **split, what="data.valid") if cfg.valid else []
+    train_pairs = read_split(cfg.train, **split, what="data.train")[: cfg.limit or None]
+    valid = (
+        read_split(cfg.valid, **split, what="data.valid")[: cfg.limit or None] if cfg.valid else []
+    )
     tokenizers = tuple(
         build_tokenizer(cfg.tokenizer, lang=lang, lowercase=cfg.lowercase,
                         train_sentences=[getattr(p, side) for p in train_pairs],

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from alignmt.checkpoint import Checkpoint
 from alignmt.config import SearchConfig
-from alignmt.data import EOS, Vocab, pad_sequences
+from alignmt.data import EOS, UNK, Vocab, pad_sequences
 from alignmt.model import Seq2Seq
 from alignmt.search import Hypothesis, beam_decode, decode
 from alignmt.tokenize import Tokenizer
@@ -105,8 +105,11 @@ class Translator:
     def _translation(self, src_tokens: list[str], hyp: Hypothesis) -> Translation:
         src_seen = self.src_vocab.decode(self.src_vocab.encode(src_tokens), strip_special=False)
         out = self.tgt_vocab.decode(hyp.tokens, strip_special=False)
-        text = self.tgt_tokenizer.decode(self.tgt_vocab.decode(hyp.tokens))
         attention = None if hyp.attention is None else hyp.attention.float()
+        words = self.tgt_vocab.decode(hyp.tokens)
+        if self.search.replace_unk and attention is not None:
+            words = replace_unknown(words, src_tokens, attention)
+        text = self.tgt_tokenizer.decode(words)
         return Translation(text, out, [*src_seen, EOS], hyp.score, attention)
 
     def _warn_unknown(self, sentences: list[list[str]]) -> None:
@@ -118,6 +121,20 @@ class Translator:
                 "%d of %d source tokens are not in the vocabulary and read as <unk> (%s%s)",
                 len(unknown), total, shown, ", ..." * (len(set(unknown)) > 5),
             )  # fmt: skip
+
+
+def replace_unknown(words: list[str], src_tokens: list[str], attention: Tensor) -> list[str]:
+    """Replace each output <unk> by the source token its attention weighs most, </s> aside
+    (Luong et al. 2015, "Addressing the rare word problem"): names and numbers the
+    vocabulary lacks are usually copied across unchanged.
+
+    Args:
+        words: output tokens, </s> excluded.
+        src_tokens: the source tokens as written (before <unk> mapping), </s> excluded.
+        attention: (>= len(words), len(src_tokens) + 1) weights; the last column is </s>.
+    """
+    best = attention[: len(words), : len(src_tokens)].argmax(dim=-1).tolist()  # (len(words),)
+    return [src_tokens[j] if w == UNK else w for w, j in zip(words, best, strict=True)]
 
 
 def _chunks(items: list[int], size: int) -> Iterator[list[int]]:

@@ -1,0 +1,44 @@
+"""The shipped real-data configs load, point at ../shared/data, and train on a slice."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from alignmt.checkpoint import load_checkpoint
+from alignmt.config import load_config
+from alignmt.corpus import CorpusError
+from alignmt.train import train
+from tests.conftest import needs_shared_data
+
+TINY = ["model.emb_dim=16", "model.enc_hidden=16", "model.dec_hidden=32", "model.attn_dim=16",
+        "model.readout_dim=16", "train.steps=6", "train.eval_every=3", "train.log_every=3",
+        "data.limit=300"]  # fmt: skip
+
+
+@pytest.fixture
+def in_repo(monkeypatch):
+    """The configs name ../shared/data relative to the repository root."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    monkeypatch.chdir(root)
+
+
+@needs_shared_data
+@pytest.mark.needs_shared_data
+@pytest.mark.parametrize("name", ["multi30k_en_de", "multi30k_en_de_vanilla", "tatoeba_en_fr"])
+def test_each_real_data_config_trains_a_tiny_model_on_a_slice(name, in_repo, tmp_path):
+    cfg = load_config(f"configs/{name}.yaml", [*TINY, f"out_dir={tmp_path / name}"])
+    result = train(cfg, progress=False)
+    ckpt = load_checkpoint(result.run_dir)
+    assert ckpt.src_tokenizer.kind == "moses" and len(ckpt.src_vocab) > 20
+    assert result.steps[-1] == 6
+    assert (name == "tatoeba_en_fr") == (not result.evals)  # Tatoeba has no validation set
+
+
+def test_a_config_whose_data_is_missing_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # ../shared/data is not beside this folder
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cfg = load_config(f"{root}/configs/multi30k_en_de.yaml", [*TINY, f"out_dir={tmp_path}/r"])
+    with pytest.raises(CorpusError, match=r"data.train: neither .*train\.en nor .*shared"):
+        train(cfg, progress=False)
