@@ -144,6 +144,27 @@ def attention_grid(
     return fig
 
 
+def _lines(
+    curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    names: tuple[str, str],
+    marker: str | None = None,
+) -> tuple[Figure, Axes]:
+    """A figure with one labelled line per run; `names` say what x and y are, for errors."""
+    if not curves:
+        raise ValueError("curves is empty; need at least one run")
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    for name, (xs, ys) in curves.items():
+        xs, ys = _to_numpy(xs), _to_numpy(ys)
+        if xs.ndim != 1 or xs.shape != ys.shape:
+            raise ValueError(
+                f"run {name!r}: {names[0]} has shape {xs.shape} but {names[1]} has shape "
+                f"{ys.shape}; expected two 1-D sequences of equal length"
+            )
+        ax.plot(xs, ys, marker=marker, label=name)
+    return fig, ax
+
+
 def loss_curves(
     curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     *,
@@ -165,18 +186,7 @@ def loss_curves(
     Raises:
         ValueError: if `curves` is empty or a run's steps and values differ in shape.
     """
-    if not curves:
-        raise ValueError("curves is empty; need at least one run")
-    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
-    ax = fig.add_subplot()
-    for name, (steps, values) in curves.items():
-        steps, values = _to_numpy(steps), _to_numpy(values)
-        if steps.ndim != 1 or steps.shape != values.shape:
-            raise ValueError(
-                f"run {name!r}: steps has shape {steps.shape} but values has shape "
-                f"{values.shape}; expected two 1-D sequences of equal length"
-            )
-        ax.plot(steps, values, label=name)
+    fig, ax = _lines(curves, ("steps", "values"))
     if log_y:
         ax.set_yscale("log")
     ax.set(title=title, xlabel="step", ylabel=ylabel)
@@ -225,18 +235,7 @@ def bleu_by_length_plot(
     Raises:
         ValueError: if `curves` is empty or a run's lengths and scores differ in shape.
     """
-    if not curves:
-        raise ValueError("curves is empty; need at least one run")
-    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
-    ax = fig.add_subplot()
-    for name, (lengths, bleus) in curves.items():
-        lengths, bleus = _to_numpy(lengths), _to_numpy(bleus)
-        if lengths.ndim != 1 or lengths.shape != bleus.shape:
-            raise ValueError(
-                f"run {name!r}: lengths has shape {lengths.shape} but BLEU has shape "
-                f"{bleus.shape}; expected two 1-D sequences of equal length"
-            )
-        ax.plot(lengths, bleus, marker="o", label=name)
+    fig, ax = _lines(curves, ("lengths", "BLEU"), marker="o")
     ax.set_ylim(bottom=0.0)
     ax.set(title=title, xlabel="source length (tokens)", ylabel="BLEU")
     ax.grid(True, alpha=0.3)
