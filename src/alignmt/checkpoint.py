@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from alignmt.config import Config, config_from_dict, dump_config
@@ -128,3 +130,46 @@ def load_train_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any
 def _weights_path(path: str | Path) -> Path:
     path = Path(path)
     return path if path.suffix == ".safetensors" else path / WEIGHTS
+
+
+def load_weights(path: str | Path) -> dict[str, Tensor]:
+    """The model tensors of the checkpoint file `path`, without any training state."""
+    return {k: v for k, v in load_file(str(path)).items() if not k.startswith(_TRAIN)}
+
+
+def capture_train_state(
+    optimizer: torch.optim.Optimizer, progress: dict[str, Any]
+) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """What resuming needs besides the weights, as (tensors, JSON values) for
+    `save_checkpoint`: Adam's moments, both RNG states, and the loop's `progress`."""
+    opt = optimizer.state_dict()
+    tensors = {"rng.torch": torch.get_rng_state()}
+    for param, moments in opt["state"].items():
+        tensors |= {f"optim.{param}.{name}": value for name, value in moments.items()}
+    values = {"progress": progress, "param_groups": opt["param_groups"],
+              "python_rng": random.getstate()}  # fmt: skip
+    return tensors, values
+
+
+def restore_train_state(
+    path: Path, model: Seq2Seq, optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
+    """Load weights, optimizer and RNG states from `path`; return the stored progress."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: nothing to resume (no last checkpoint in this run)")
+    tensors, values = load_train_state(path)
+    model.load_state_dict(load_weights(path))
+    moments: dict[int, dict[str, Tensor]] = {}
+    for name, value in tensors.items():
+        if name.startswith("optim."):
+            _, param, key = name.split(".")
+            moments.setdefault(int(param), {})[key] = value
+    optimizer.load_state_dict({"state": moments, "param_groups": values["param_groups"]})
+    torch.set_rng_state(tensors["rng.torch"])
+    random.setstate(as_tuples(values["python_rng"]))
+    return values["progress"]
+
+
+def as_tuples(value: Any) -> Any:
+    """JSON turns the tuples of `random.getstate()` into lists; setstate wants tuples."""
+    return tuple(as_tuples(v) for v in value) if isinstance(value, list) else value

@@ -36,7 +36,15 @@ from torch import Tensor
 from tqdm import tqdm
 
 from alignmt import tasks
-from alignmt.checkpoint import LAST, WEIGHTS, load_train_state, save_checkpoint
+from alignmt.checkpoint import (
+    LAST,
+    WEIGHTS,
+    as_tuples,
+    capture_train_state,
+    load_weights,
+    restore_train_state,
+    save_checkpoint,
+)
 from alignmt.config import Config, DataConfig, TrainConfig, dump_config
 from alignmt.corpus import Pair
 from alignmt.data import Batch, Vocab, bucket_batches, drop_long, make_batch, read_split
@@ -113,13 +121,14 @@ def train(cfg: Config, *, progress: bool | None = None, resume: bool = False) ->
     run_dir.mkdir(parents=True, exist_ok=True)
     state = Progress(task_rng=random.Random(cfg.seed).getstate())
     if resume:
-        state = restore(run_dir / LAST, model, optimizer, cfg)
+        state = Progress(**restore_train_state(run_dir / LAST, model, optimizer))
+        log.info("resuming %s at step %d", run_dir, state.step)
     (run_dir / "config.yaml").write_text(dump_config(cfg))
     loop = _Loop(cfg, model, optimizer, text, state, run_dir, device)
     seconds = loop.run(progress)
     best = run_dir / WEIGHTS
     if best.is_file() and text.valid:
-        model.load_state_dict(_weights(best))
+        model.load_state_dict(load_weights(best))
     model.eval()
     return TrainResult(
         run_dir, model, text.src_vocab, text.tgt_vocab, loop.steps, loop.losses, seconds,
@@ -166,7 +175,7 @@ class _Loop:
         if self.text.train:
             return corpus_batches(self.text, self.cfg.train, self.cfg.seed, self.state)
         rng = random.Random()
-        rng.setstate(_tuples(self.state.task_rng))
+        rng.setstate(as_tuples(self.state.task_rng))
         return task_batches(self.cfg.data, self.text.src_vocab, self.cfg.train.batch_size, rng,
                             self.state)  # fmt: skip
 
@@ -227,7 +236,7 @@ class _Loop:
     def _save(self, path: Path, *, with_state: bool) -> None:
         self.model.eval()
         text = self.text
-        train_state = capture(self.optimizer, self.state) if with_state else None
+        train_state = capture_train_state(self.optimizer, vars(self.state)) if with_state else None
         save_checkpoint(path, self.model, self.cfg, text.src_vocab, text.tgt_vocab,
                         self.state.step, tokenizers=text.tokenizers,
                         train_state=train_state)  # fmt: skip
@@ -365,50 +374,6 @@ def validate(model: Seq2Seq, text: Text, cfg: Config, batch_size: int = 64) -> d
     hyps = [t[0].text for t in translator.translate([p.src for p in text.valid], warn=False)]
     bleu = corpus_scores(hyps, [p.tgt for p in text.valid], lowercase=cfg.data.lowercase).bleu
     return {"valid_loss": total / tokens, "bleu": bleu}
-
-
-# --- Checkpoint state ---------------------------------------------------------------------
-
-
-def capture(optimizer: torch.optim.Optimizer, state: Progress) -> tuple[dict, dict]:
-    """The training state as (tensors, JSON values) for `save_checkpoint`."""
-    opt = optimizer.state_dict()
-    tensors = {"rng.torch": torch.get_rng_state()}
-    for param, moments in opt["state"].items():
-        tensors |= {f"optim.{param}.{name}": value for name, value in moments.items()}
-    values = {"progress": vars(state), "param_groups": opt["param_groups"],
-              "python_rng": random.getstate()}  # fmt: skip
-    return tensors, values
-
-
-def restore(path: Path, model: Seq2Seq, optimizer: torch.optim.Optimizer, cfg: Config) -> Progress:
-    """Load weights, optimizer and RNG states from `path`; return where the run was."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: nothing to resume (no last checkpoint in this run)")
-    tensors, values = load_train_state(path)
-    model.load_state_dict(_weights(path))
-    moments: dict[int, dict[str, Tensor]] = {}
-    for name, value in tensors.items():
-        if name.startswith("optim."):
-            _, param, key = name.split(".")
-            moments.setdefault(int(param), {})[key] = value
-    optimizer.load_state_dict({"state": moments, "param_groups": values["param_groups"]})
-    torch.set_rng_state(tensors["rng.torch"])
-    random.setstate(_tuples(values["python_rng"]))
-    state = Progress(**values["progress"])
-    log.info("resuming %s at step %d", path.parent, state.step)
-    return state
-
-
-def _weights(path: Path) -> dict[str, Tensor]:
-    from safetensors.torch import load_file
-
-    return {k: v for k, v in load_file(str(path)).items() if not k.startswith("_train.")}
-
-
-def _tuples(value: Any) -> Any:
-    """JSON turns the tuples of `random.getstate()` into lists; setstate wants tuples."""
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
 
 
 def _history(path: Path, step: int) -> tuple[list[int], list[float], list[dict]]:
