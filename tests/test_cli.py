@@ -36,7 +36,7 @@ def test_demo_flags_are_validated_like_config_values(capsys):
     assert "min_len" in capsys.readouterr().err
 
 
-def test_a_trained_run_folder_translates_stdin_line_by_line(tmp_path, capsys, monkeypatch):
+def test_a_trained_run_folder_translates_stdin_line_by_line(tmp_path, capsys, monkeypatch, caplog):
     run = tmp_path / "run"
     assert main(["train", "configs/reverse.yaml", f"out_dir={run}", *TINY]) == 0
     assert "final loss" in capsys.readouterr().out
@@ -46,7 +46,7 @@ def test_a_trained_run_folder_translates_stdin_line_by_line(tmp_path, capsys, mo
     lines = captured.out.split("\n")[:-1]
     assert len(lines) == 4  # one output per input line, the empty one included
     assert lines[:2] == ["cba", "dab"]
-    assert "stdin line 4: 'X' not in the model's vocabulary" in captured.err
+    assert "not in the vocabulary, read as <unk>: line 4: 'X'" in caplog.text
 
 
 def test_translating_a_folder_without_a_model_names_it(tmp_path, capsys):

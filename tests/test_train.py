@@ -162,7 +162,7 @@ def test_the_plateau_schedule_halves_the_rate_after_each_evaluation_without_impr
 
 
 class _Killed(Exception):
-    pass
+    """Stands in for the signal that kills a run."""
 
 
 @pytest.mark.parametrize("data", ["corpus", "task"])

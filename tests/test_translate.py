@@ -61,7 +61,7 @@ def test_attention_has_a_row_per_output_token_and_a_column_per_source_token(toy_
 def test_unknown_source_words_read_as_unk_and_are_reported(toy_run, caplog):
     t = _translator(toy_run).translate(["a zebra runs"])[0][0]
     assert t.src_tokens == ["a", "<unk>", "runs", "</s>"]
-    assert "1 of 3 source tokens are not in the vocabulary" in caplog.text
+    assert "not in the vocabulary, read as <unk>: line 1: 'zebra'" in caplog.text
 
 
 def test_an_unknown_output_word_is_replaced_by_the_source_word_it_attends_to_most():

@@ -193,24 +193,10 @@ def run_translate_command(args: argparse.Namespace) -> int:
     if not 1 <= args.nbest <= translator.search.beam_size:
         raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
     lines = [line.rstrip("\n") for line in sys.stdin]
-    _warn_unknown(translator, lines, "stdin")
-    results = translator.translate(lines, nbest=args.nbest, batch_size=args.batch_size, warn=False)
+    results = translator.translate(lines, nbest=args.nbest, batch_size=args.batch_size)
     for hyps in results:
         print("\t".join(h.text for h in hyps))
     return 0
-
-
-def _warn_unknown(translator: Translator, lines: Sequence[str], name: str, shown: int = 10) -> None:
-    """Name the lines whose tokens the model has never seen (they are read as <unk>)."""
-    vocab, bad = translator.src_vocab, 0
-    for number, line in enumerate(lines, start=1):
-        unknown = sorted({t for t in translator.src_tokenizer.encode(line) if t not in vocab.stoi})
-        if unknown and bad < shown:
-            print(f"warning: {name} line {number}: {' '.join(unknown)!r} not in the model's "
-                  "vocabulary, read as <unk>", file=sys.stderr)  # fmt: skip
-        bad += bool(unknown)
-    if bad > shown:
-        print(f"warning: {bad - shown} more lines of {name} have unknown tokens", file=sys.stderr)
 
 
 def _test_set(args: argparse.Namespace, run_dir: str) -> tuple[list[str], list[str], str]:
@@ -233,9 +219,8 @@ def _test_set(args: argparse.Namespace, run_dir: str) -> tuple[list[str], list[s
 def _evaluate(
     name: str, translator: Translator, src: list[str], ref: list[str], lang: str, batch_size: int
 ) -> tuple[Evaluation, list[Translation]]:
-    _warn_unknown(translator, src, "source", shown=3)
     start = time.perf_counter()
-    best = [hyps[0] for hyps in translator.translate(src, batch_size=batch_size, warn=False)]
+    best = [hyps[0] for hyps in translator.translate(src, batch_size=batch_size)]
     seconds = time.perf_counter() - start
     # Buckets count Moses words of the source, whatever the model's own tokens are, so that
     # runs with different tokenizers share buckets.

@@ -112,14 +112,16 @@ class Translator:
         text = self.tgt_tokenizer.decode(words)
         return Translation(text, out, [*src_seen, EOS], hyp.score, attention)
 
-    def _warn_unknown(self, sentences: list[list[str]]) -> None:
-        unknown = [t for s in sentences for t in s if t not in self.src_vocab.stoi]
-        if unknown:
-            total = sum(map(len, sentences))
-            shown = ", ".join(sorted(set(unknown))[:5])
+    def _warn_unknown(self, sentences: list[list[str]], shown: int = 3) -> None:
+        """Name the lines with tokens the model never saw (they are read as <unk>)."""
+        vocab = self.src_vocab.stoi
+        unknown = [(n, sorted({t for t in s if t not in vocab})) for n, s in enumerate(sentences)]
+        lines = [f"line {n + 1}: {' '.join(words)!r}" for n, words in unknown if words]
+        if lines:
+            more = f"; and {len(lines) - shown} more lines" if len(lines) > shown else ""
             log.warning(
-                "%d of %d source tokens are not in the vocabulary and read as <unk> (%s%s)",
-                len(unknown), total, shown, ", ..." * (len(set(unknown)) > 5),
+                "source tokens not in the vocabulary, read as <unk>: %s%s",
+                "; ".join(lines[:shown]), more,
             )  # fmt: skip
 
 
