@@ -5,18 +5,19 @@
 # draw heatmaps of five test sentences.
 #
 #   bash benchmarks/multi30k_bleu.sh                 # the 15-minute recipe (~32 min for both)
-#   STEPS=12000 bash benchmarks/multi30k_bleu.sh     # the 60-minute run
+#   MINUTES=59 bash benchmarks/multi30k_bleu.sh      # the 60-minute run
 #   ONLY=multi30k_en_de bash benchmarks/multi30k_bleu.sh   # one config
 #
 # Run from the repository root with ../shared beside it and nothing else using the CPU.
 set -euo pipefail
 alignmt=${ALIGNMT:-.venv/bin/alignmt}
-out=${OUT:-runs/bench${STEPS:+_$STEPS}}
+out=${OUT:-runs/bench${MINUTES:+_${MINUTES}min}}
 configs=${ONLY:-"multi30k_en_de multi30k_en_de_vanilla"}
 runs=()
 for cfg in $configs; do
   SECONDS=0
-  "$alignmt" train "configs/$cfg.yaml" out_dir="$out/$cfg" ${STEPS:+train.steps=$STEPS}
+  "$alignmt" train "configs/$cfg.yaml" out_dir="$out/$cfg" \
+    ${MINUTES:+train.minutes=$MINUTES train.steps=100000} ${OVERRIDES:-}
   echo "$cfg: $SECONDS s from process start"
   runs+=("$out/$cfg")
 done

@@ -49,6 +49,35 @@ def test_cosine_schedule_warms_up_linearly_then_decays_to_zero():
     assert constant(0) == constant(100) == 1.0
 
 
+def test_a_time_budget_moves_the_cosine_along_by_whichever_is_further_steps_or_seconds():
+    factor = lr_factor(TrainConfig(steps=1000, warmup_steps=0, schedule="cosine", minutes=1))
+    assert factor(500, seconds=0.0) == pytest.approx(0.5)  # steps ahead
+    assert factor(10, seconds=30.0) == pytest.approx(0.5)  # seconds ahead
+    assert factor(10, seconds=60.0) == pytest.approx(0.0)
+    unbudgeted = lr_factor(TrainConfig(steps=1000, warmup_steps=0, schedule="cosine"))
+    assert unbudgeted(10, seconds=1e6) > 0.99
+
+
+def test_training_stops_when_its_minutes_are_up_with_the_rate_annealed(tmp_path, monkeypatch):
+    train_module = importlib.import_module("alignmt.train")  # `alignmt.train` is the function
+    clock = [0.0]  # one second per update, so the budget is counted in steps
+    real_step = train_module.train_step
+
+    def one_second_step(*args):
+        clock[0] += 1.0
+        return real_step(*args)
+
+    monkeypatch.setattr(train_module.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(train_module, "train_step", one_second_step)
+    cfg = tiny_config(tmp_path, steps=1000, minutes=0.5, log_every=10)
+    result = train(cfg, progress=False)
+    assert result.steps == [10, 20, 30]
+    records = [json.loads(r) for r in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["lr"] == pytest.approx(1e-2 * lr_factor(cfg.train)(29, seconds=29.0))
+    assert records[-1]["lr"] < 1e-4
+    assert (result.run_dir / "model.safetensors").is_file()
+
+
 def test_clipping_bounds_the_gradient_norm_of_the_update():
     model = tiny_model(dtype=torch.float32)
     src, src_len, tgt_in, tgt_len = padded_batch()

@@ -67,6 +67,9 @@ class DataConfig:
 @dataclass
 class TrainConfig:
     steps: int = 2000  # optimiser updates
+    # >0: also stop after this many minutes of training (wall clock, evaluations included);
+    # the cosine schedule then reaches zero at whichever of `steps` and `minutes` comes first
+    minutes: float = 0.0
     batch_size: int = 64  # sentences per batch
     batch_tokens: int = 0  # corpus only: >0 fills batches up to this many target tokens instead
     lr: float = 3e-3  # peak learning rate
@@ -112,7 +115,9 @@ _CLI = "command line"
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 # Int fields named like this are sizes or counts, so must be at least 1 (but not warmup_steps).
 _COUNTS = ("_dim", "hidden", "layers", "steps", "batch_size", "log_every", "_len", "_size")
-_NON_NEGATIVE = ("warmup_steps", "batch_tokens", "eval_every", "early_stop", "threads", "limit")
+_NON_NEGATIVE = (
+    "warmup_steps", "batch_tokens", "eval_every", "early_stop", "threads", "limit", "minutes",
+)  # fmt: skip
 
 
 def _types(cls: type) -> dict[str, Any]:

@@ -230,8 +230,10 @@ class Decoder(nn.Module):
         emb = self.dropout(self.embed(tgt_in))  # (B, T_tgt, E)
         gates = self._input_gates(emb, memory)  # (B, T_tgt, G)
         features, weights = [], []
-        for t in range(tgt_in.size(1)):
-            state, feature, alpha = self._advance(gates[:, t], state, memory)
+        # unbind, not gates[:, t]: each slice's backward would fill a zero (B, T_tgt, G)
+        # tensor, T_tgt times over; unbind's backward stacks the step gradients once.
+        for step_gates in gates.unbind(1):
+            state, feature, alpha = self._advance(step_gates, state, memory)
             features.append(feature)
             weights.append(alpha)
         logits = self._logits(torch.stack(features, dim=1), emb, memory)  # (B, T_tgt, V)

@@ -154,7 +154,7 @@ class _Loop:
         self.start = start - self.state.seconds
         batches = self._batches()
         with (self.run_dir / "metrics.jsonl").open("a") as self.metrics:
-            while state.step < cfg.steps:
+            while state.step < cfg.steps and not self._out_of_time():
                 self._set_lr()
                 interval.append(train_step(self.model, next(batches).to(self.device),
                                            self.optimizer, cfg))  # fmt: skip
@@ -179,8 +179,15 @@ class _Loop:
         return task_batches(self.cfg.data, self.text.src_vocab, self.cfg.train.batch_size, rng,
                             self.state)  # fmt: skip
 
+    def _elapsed(self) -> float:
+        """Seconds of training so far, across resumptions."""
+        return time.perf_counter() - self.start
+
+    def _out_of_time(self) -> bool:
+        return 0 < 60 * self.cfg.train.minutes <= self._elapsed()
+
     def _set_lr(self) -> None:
-        factor = lr_factor(self.cfg.train)(self.state.step) * self.state.lr_scale
+        factor = lr_factor(self.cfg.train)(self.state.step, self._elapsed()) * self.state.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = self.cfg.train.lr * factor
 
@@ -189,7 +196,7 @@ class _Loop:
         self.steps.append(self.state.step)
         self.losses.append(loss)
         lr = self.optimizer.param_groups[0]["lr"]
-        self.state.seconds = round(time.perf_counter() - self.start, 3)
+        self.state.seconds = round(self._elapsed(), 3)
         self._record({"step": self.state.step, "loss": loss, "lr": lr, "epoch": self.state.epoch,
                       "seconds": self.state.seconds})  # fmt: skip
         log.info("step %d loss %.4f", self.state.step, loss)
@@ -204,7 +211,8 @@ class _Loop:
 
     def _checkpoint_due(self) -> bool:
         every = self.cfg.train.eval_every
-        return self.state.step == self.cfg.train.steps or (every and self.state.step % every == 0)
+        last = self.state.step == self.cfg.train.steps or self._out_of_time()
+        return last or bool(every and self.state.step % every == 0)
 
     def _evaluate_and_save(self) -> bool:
         """Evaluate (corpus only), keep the best model and the last state; True: stop early."""
@@ -212,7 +220,7 @@ class _Loop:
         if self.text.valid:
             record = validate(self.model, self.text, self.cfg)
             record["step"] = self.state.step
-            record["seconds"] = round(time.perf_counter() - self.start, 3)
+            record["seconds"] = round(self._elapsed(), 3)
             self.evals.append(record)
             self._record(record)
             log.info("step %d valid %s", self.state.step, record)
@@ -277,14 +285,20 @@ def sequence_loss(
 
 def lr_factor(cfg: TrainConfig):
     """The schedule as a multiplier of cfg.lr: linear warm-up, then cosine to zero over the
-    remaining steps ("cosine") or flat ("constant", "plateau": halvings are applied on top)."""
+    remaining steps ("cosine") or flat ("constant", "plateau": halvings are applied on top).
 
-    def factor(step: int) -> float:
+    With a time budget (`cfg.minutes`) the cosine runs on whichever is further along, steps or
+    seconds, so a run on a slower machine still anneals to zero when its time is up
+    (budgeted training, Li et al. 2020)."""
+
+    def factor(step: int, seconds: float = 0.0) -> float:
         if step < cfg.warmup_steps:
             return (step + 1) / cfg.warmup_steps
         if cfg.schedule != "cosine":
             return 1.0
         progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        if cfg.minutes > 0:
+            progress = max(progress, seconds / (60 * cfg.minutes))
         return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     return factor
