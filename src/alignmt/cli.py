@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from alignmt.allocator import keep_freed_memory
 from alignmt.checkpoint import load_checkpoint
 from alignmt.config import ConfigError, apply_overrides, dump_config, load_config
 from alignmt.corpus import CorpusError, read_lines
@@ -40,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    keep_freed_memory()  # 10-15% faster training on CPU; see allocator.py
     try:
         return args.run(args)
     except (ConfigError, CorpusError, FileNotFoundError, ValueError) as error:

@@ -154,16 +154,19 @@ class _Loop:
         self.start = start - self.state.seconds
         batches = self._batches()
         with (self.run_dir / "metrics.jsonl").open("a") as self.metrics:
-            while state.step < cfg.steps and not self._out_of_time():
+            last = state.step >= cfg.steps or self._out_of_time()
+            while not last:
                 self._set_lr()
                 interval.append(train_step(self.model, next(batches).to(self.device),
                                            self.optimizer, cfg))  # fmt: skip
                 state.step += 1
                 bar.update()
-                if state.step % cfg.log_every == 0 or state.step == cfg.steps:
+                last = state.step >= cfg.steps or self._out_of_time()
+                if state.step % cfg.log_every == 0 or last:
                     bar.set_postfix(loss=f"{self._log(interval):.4f}")
                     interval.clear()
-                if self._checkpoint_due() and self._evaluate_and_save():
+                due = last or (cfg.eval_every and state.step % cfg.eval_every == 0)
+                if due and self._evaluate_and_save():
                     break  # early stop
         bar.close()
         if not self.text.valid:
@@ -208,11 +211,6 @@ class _Loop:
         for key, value in record.items():
             if self.board and key not in ("step", "seconds", "epoch"):
                 self.board.add_scalar(key, value, record["step"])
-
-    def _checkpoint_due(self) -> bool:
-        every = self.cfg.train.eval_every
-        last = self.state.step == self.cfg.train.steps or self._out_of_time()
-        return last or bool(every and self.state.step % every == 0)
 
     def _evaluate_and_save(self) -> bool:
         """Evaluate (corpus only), keep the best model and the last state; True: stop early."""
