@@ -22,12 +22,17 @@ ARCHITECTURES = [
     for rnn, bi, layers in itertools.product(["gru", "lstm"], [True, False], [1, 2])
     for attention, order in [(a, "bahdanau") for a in ATTENTIONS]
     + [("general", "luong"), ("dot", "luong"), ("none", "bahdanau")]
-]
+] + [  # the vanilla decoder that sees the source only through s_0 (Sutskever et al. 2014)
+    dict(rnn=rnn, bidirectional=False, layers=2, attention="none", order="bahdanau",
+         context="init_only")
+    for rnn in ("gru", "lstm")
+]  # fmt: skip
 
 
 def arch_id(arch: dict) -> str:
     bi = "bi" if arch["bidirectional"] else "uni"
-    return f"{arch['rnn']}-{bi}-L{arch['layers']}-{arch['attention']}-{arch['order']}"
+    context = "-init_only" if arch.get("context") == "init_only" else ""
+    return f"{arch['rnn']}-{bi}-L{arch['layers']}-{arch['attention']}-{arch['order']}{context}"
 
 
 def tiny_model(
@@ -39,6 +44,7 @@ def tiny_model(
     order: str = "bahdanau",
     readout: str = "none",
     init: str = "bridge",
+    context: str = "every_step",
     dtype: torch.dtype = torch.float64,
     seed: int = 0,
 ) -> Seq2Seq:
@@ -58,6 +64,7 @@ def tiny_model(
         attn_dim=6,
         order=order,
         init=init,
+        context=context,
         readout=readout,
         readout_dim=3,
     )

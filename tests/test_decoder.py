@@ -17,10 +17,12 @@ def numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def stack_weights(cell: StackedCell) -> list[ref.CellWeights]:
-    """The reference's per-layer weights; layer 0's W_ih is [W_y | W_x] over [y; x]."""
+    """The reference's per-layer weights; layer 0's W_ih is [W_y | W_x] over [y; x] (W_y alone
+    when there is no x)."""
+    extra = [] if cell.extra_in is None else [numpy(cell.extra_in.weight)]
     layers = [
         ref.CellWeights(
-            np.concatenate([numpy(cell.embed_in.weight), numpy(cell.extra_in.weight)], axis=1),
+            np.concatenate([numpy(cell.embed_in.weight), *extra], axis=1),
             numpy(cell.hidden_in[0].weight),
             numpy(cell.embed_in.bias),
             numpy(cell.hidden_in[0].bias),
@@ -57,7 +59,7 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n):
             y,
             hs,
             cs,
-            numpy(memory.context[b]),
+            None if memory.context is None else numpy(memory.context[b]),
             stack_weights(decoder.rnn),
             readout_weights(decoder),
         )
@@ -80,7 +82,11 @@ CASES = [(arch, "none") for arch in ARCHITECTURES] + [
     for rnn in ("gru", "lstm")
     for a in ("additive", "none")
     for readout in ("tanh", "maxout")
-]
+] + [
+    (dict(rnn=rnn, bidirectional=False, layers=1, attention="none", order="bahdanau",
+          context="init_only"), "tanh")
+    for rnn in ("gru", "lstm")
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("arch,readout", CASES, ids=[f"{arch_id(a)}-{r}" for a, r in CASES])
@@ -123,6 +129,25 @@ def test_teacher_forced_forward_equals_the_step_by_step_loop(arch):
         else:
             torch.testing.assert_close(alpha, out.attention[:, t], rtol=0, atol=1e-12)
     torch.testing.assert_close(state.hidden, out.state.hidden, rtol=0, atol=1e-12)
+
+
+def test_init_only_vanilla_needs_the_bridge_and_has_no_context_weights():
+    with pytest.raises(ValueError, match="init=bridge"):
+        tiny_model(attention="none", context="init_only", init="zeros")
+    decoder = tiny_model(attention="none", context="init_only", readout="tanh").decoder
+    assert decoder.rnn.extra_in is None
+    assert decoder.output.hidden.in_features == decoder.hidden + decoder.emb_dim  # [s_i; y]
+
+
+def test_init_only_vanilla_depends_on_the_source_only_through_the_initial_state():
+    model = tiny_model(attention="none", context="init_only")
+    src, src_len, tgt_in, _ = padded_batch()
+    memory, state = model.encode(src, src_len)
+    assert memory.context is None
+    other_src = torch.randint(4, 13, src.shape, generator=torch.Generator().manual_seed(3))
+    other_memory, _ = model.encode(other_src.masked_fill(src == 0, 0), src_len)
+    same_state = model.decoder(tgt_in, state, other_memory).logits
+    torch.testing.assert_close(same_state, model.decoder(tgt_in, state, memory).logits)
 
 
 @pytest.mark.parametrize("init", ["zeros", "bridge"])

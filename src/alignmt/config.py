@@ -33,6 +33,9 @@ class ModelConfig:
     # "none" is vanilla seq2seq: the decoder sees a fixed context, the final encoder state
     attention: Literal["additive", "dot", "general", "concat", "scaled_dot", "none"] = "additive"
     attn_dim: int = 96  # A, hidden units of the additive/concat scorer
+    # attention "none": the fixed context c feeds every step and the output (Cho et al. 2014),
+    # or only the initial state s_0 = tanh(W c) (Sutskever et al. 2014; needs init "bridge")
+    context: Literal["every_step", "init_only"] = "every_step"
     order: Literal["bahdanau", "luong"] = "bahdanau"  # query s_{i-1} before the RNN, or s_i after
     init: Literal["zeros", "bridge"] = "zeros"  # decoder s_0: zeros, or tanh(W [h_fwd; h_bwd])
     readout: Literal["none", "tanh", "maxout"] = "none"  # layer between [s_i; c_i; y_{i-1}] and V

@@ -12,7 +12,8 @@ Three decoders share one interface and one recurrence (`StackedCell`):
   the attentional vector h~_i = tanh(W_c [c_i; s_i]) is projected to the vocabulary.
 - `VanillaDecoder` (Cho et al. 2014, the baseline): no attention; the final encoder state c
   is a fixed context fed at every step, s_i = RNN(s_{i-1}, [y_{i-1}; c]), output from
-  [s_i; c; y_{i-1}].
+  [s_i; c; y_{i-1}]. Or, as in Sutskever et al. (2014), c reaches the decoder only through
+  its initial state: s_i = RNN(s_{i-1}, y_{i-1}), output from [s_i; y_{i-1}].
 
 Under teacher forcing everything that does not depend on the recurrence is computed once,
 outside the time loop: the key projections (in `prepare`), the embedding part of the RNN
@@ -67,8 +68,9 @@ class StackedCell(nn.Module):
 
     The first layer's input [y_{i-1}; x_i] is projected in two parts (W_ih = [W_y | W_x]):
     `embed_in` for the embedding, applied by the caller to all steps at once, and `extra_in`
-    for the per-step part x_i (the context c_i, or Luong's h~_{i-1}). Gate layout and
-    equations are PyTorch's nn.GRU / nn.LSTM (gates r, z, n and i, f, g, o).
+    for the per-step part x_i (the context c_i, or Luong's h~_{i-1}; None when extra_dim is 0
+    and the input is y_{i-1} alone). Gate layout and equations are PyTorch's nn.GRU / nn.LSTM
+    (gates r, z, n and i, f, g, o).
     """
 
     def __init__(
@@ -86,7 +88,7 @@ class StackedCell(nn.Module):
         self.layers = layers
         gates = (4 if self.is_lstm else 3) * hidden
         self.embed_in = nn.Linear(emb_dim, gates)  # carries the input bias b_ih
-        self.extra_in = nn.Linear(extra_dim, gates, bias=False)
+        self.extra_in = nn.Linear(extra_dim, gates, bias=False) if extra_dim else None
         self.layer_in = nn.ModuleList(nn.Linear(hidden, gates) for _ in range(layers - 1))
         self.hidden_in = nn.ModuleList(nn.Linear(hidden, gates) for _ in range(layers))
         self.dropout = nn.Dropout(dropout)
@@ -184,7 +186,7 @@ class Decoder(nn.Module):
         extra_dim: int | None = None,
     ) -> None:
         """`extra_dim` is the size of x_i in the RNN input [y_{i-1}; x_i]: the context
-        (enc_dim) unless a subclass feeds something else."""
+        (enc_dim) unless a subclass feeds something else, or 0 for no x_i."""
         super().__init__()
         self.vocab_size, self.emb_dim, self.enc_dim = vocab_size, emb_dim, enc_dim
         self.hidden, self.layers = hidden, layers
@@ -261,10 +263,10 @@ class Decoder(nn.Module):
         """(B, T, E) -> (B, T, G): the first layer's input projection known before the loop."""
         return self.rnn.embed_in(emb)
 
-    def _readout(self, kind: ReadoutKind, readout_dim: int) -> Readout:
-        """The output layer over [s_i; c_i; y_{i-1}]."""
+    def _readout(self, kind: ReadoutKind, readout_dim: int, *, context: bool = True) -> Readout:
+        """The output layer over [s_i; c_i; y_{i-1}], or [s_i; y_{i-1}] without a context."""
         return Readout(
-            in_dim=self.hidden + self.enc_dim + self.emb_dim,
+            in_dim=self.hidden + (self.enc_dim if context else 0) + self.emb_dim,
             kind=kind,
             readout_dim=readout_dim,
             vocab_size=self.vocab_size,
@@ -352,22 +354,32 @@ class LuongDecoder(AttentionDecoder):
 
 
 class VanillaDecoder(Decoder):
-    """No attention: s_i = RNN(s_{i-1}, [y_{i-1}; c]) with c the final encoder state.
+    """No attention: s_i = RNN(s_{i-1}, [y_{i-1}; c]) with c the final encoder state, or,
+    with `feed_context=False`, s_i = RNN(s_{i-1}, y_{i-1}) and c only in s_0 (via the bridge).
 
-    Takes `Decoder`'s arguments and the readout layer's kind and size.
+    Takes `Decoder`'s arguments, the readout layer's kind and size, and `feed_context`.
     """
 
     def __init__(
-        self, *, readout: ReadoutKind = "none", readout_dim: int = 128, **common: Any
+        self,
+        *,
+        readout: ReadoutKind = "none",
+        readout_dim: int = 128,
+        feed_context: bool = True,
+        **common: Any,
     ) -> None:
-        super().__init__(**common)
-        self.output = self._readout(readout, readout_dim)
+        super().__init__(**common, extra_dim=None if feed_context else 0)
+        self.feed_context = feed_context
+        self.output = self._readout(readout, readout_dim, context=feed_context)
 
     def prepare(self, states: Tensor, mask: Tensor, final: Tensor) -> Memory:
-        """Keep the final state as the fixed context c; the other states go unused."""
-        return Memory(states, mask, None, final)
+        """Keep the final state as the fixed context c (if it is fed); the other states go
+        unused."""
+        return Memory(states, mask, None, final if self.feed_context else None)
 
     def _input_gates(self, emb: Tensor, memory: Memory) -> Tensor:
+        if memory.context is None:
+            return self.rnn.embed_in(emb)
         # c is the same at every step, so its input projection joins the embedding's.
         return self.rnn.embed_in(emb) + self.rnn.extra_in(memory.context).unsqueeze(1)
 
@@ -378,5 +390,7 @@ class VanillaDecoder(Decoder):
         return state, state.hidden[:, -1], None
 
     def _logits(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
+        if memory.context is None:
+            return self.output(torch.cat([features, emb], dim=-1))  # [s_i; y_{i-1}]
         context = memory.context.unsqueeze(1).expand(-1, features.size(1), -1)  # (B, T, C)
         return self.output(torch.cat([features, context, emb], dim=-1))  # [s_i; c; y_{i-1}]

@@ -78,7 +78,14 @@ class Seq2Seq(nn.Module):
         readout = dict(readout=cfg.readout, readout_dim=cfg.readout_dim)
         attention = dict(attention=cfg.attention, attn_dim=cfg.attn_dim)
         if cfg.attention == "none":
-            decoder = VanillaDecoder(**common, **readout)
+            if cfg.context == "init_only" and cfg.init != "bridge":
+                raise ValueError(
+                    "model.context=init_only passes the source only through s_0, so it needs "
+                    f"model.init=bridge (got init={cfg.init}: the decoder would never see it)"
+                )
+            decoder = VanillaDecoder(
+                **common, **readout, feed_context=cfg.context == "every_step"
+            )
         elif cfg.order == "luong":
             if cfg.readout != "none":
                 raise ValueError(

@@ -203,9 +203,12 @@ def luong_step(y_emb, hs, cs, feed, H, mask, score: Scorer, layers, W_c, W_o, b_
 
 
 def vanilla_step(y_emb, hs, cs, context, layers, out: ReadoutWeights):
-    """No attention: s_i = RNN(s_{i-1}, [y_{i-1}; c]); logits from [s_i; c; y_{i-1}]."""
-    hs, cs = run_layers(np.concatenate([y_emb, context]), hs, cs, layers)
-    return readout(np.concatenate([hs[-1], context, y_emb]), out), hs, cs
+    """No attention: s_i = RNN(s_{i-1}, [y_{i-1}; c]); logits from [s_i; c; y_{i-1}].
+    With context None (Sutskever et al. 2014, c only in s_0): s_i = RNN(s_{i-1}, y_{i-1});
+    logits from [s_i; y_{i-1}]."""
+    fixed = [] if context is None else [context]
+    hs, cs = run_layers(np.concatenate([y_emb, *fixed]), hs, cs, layers)
+    return readout(np.concatenate([hs[-1], *fixed, y_emb]), out), hs, cs
 
 
 # --- the seeds' worked example (seed 001, §37.2.2) ------------------------------------------
