@@ -22,10 +22,10 @@ import torch
 
 from alignmt.config import Config
 from alignmt.data import EOS, Vocab
-from alignmt.evaluate import TaskScores, score_task
 from alignmt.model import Seq2Seq
 from alignmt.plot import attention_grid, loss_curves, save_png
 from alignmt.search import decode
+from alignmt.tasks import TaskScores, score_task
 from alignmt.train import TrainResult, train
 
 # Inputs drawn in the heatmap: the seed's words, and one longer than any training string.

@@ -83,9 +83,7 @@ class Seq2Seq(nn.Module):
                     "model.context=init_only passes the source only through s_0, so it needs "
                     f"model.init=bridge (got init={cfg.init}: the decoder would never see it)"
                 )
-            decoder = VanillaDecoder(
-                **common, **readout, feed_context=cfg.context == "every_step"
-            )
+            decoder = VanillaDecoder(**common, **readout, feed_context=cfg.context == "every_step")
         elif cfg.order == "luong":
             if cfg.readout != "none":
                 raise ValueError(
