@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from alignmt.config import ModelConfig
+from alignmt.loss import sequence_loss
 from alignmt.model import Seq2Seq
-from alignmt.train import sequence_loss
 from tests.conftest import ARCHITECTURES, VOCAB, arch_id, padded_batch, tiny_model
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import pytest
 import torch
@@ -24,24 +23,33 @@ X, Y, Z = 3, 4, 5  # the made-up language's words
 
 def scripted_step(script: list[list[int]], vocab: int = 6):
     """A step function that, for sentence b at step t, puts probability 0.7 on script[b][t]
-    and shares the rest equally; the state is the step counter, the attention a fixed row."""
+    (its last token repeats) and shares the rest equally. The state is each row's step
+    counter, the memory each row's script, and alpha a fixed row; `step.rows` records how
+    many rows each call computed. Returns the step function, the state and the memory."""
+    longest = max(map(len, script))
+    table = torch.tensor([tokens + tokens[-1:] * (longest - len(tokens)) for tokens in script])
 
-    def step(prev: torch.Tensor, t: int):
-        logits = torch.full((len(script), vocab), math.log(0.3 / (vocab - 1)))
-        for b, tokens in enumerate(script):
-            logits[b, tokens[min(t, len(tokens) - 1)]] = math.log(0.7)
-        alpha = torch.full((len(script), 2), 0.5)
-        return logits, t + 1, alpha
+    def step(prev, state, memory):
+        (t,), (rows,) = state, memory
+        step.rows.append(len(prev))
+        logits = torch.full((len(prev), vocab), math.log(0.3 / (vocab - 1)))
+        logits[torch.arange(len(prev)), rows[torch.arange(len(prev)), t.clamp(max=longest - 1)]] = (
+            math.log(0.7)
+        )
+        return logits, (t + 1,), torch.full((len(prev), 2), 0.5)
 
-    return step
+    step.rows = []
+    return step, (torch.zeros(len(script), dtype=torch.long),), (table,)
 
 
 def test_greedy_follows_the_argmax_and_stops_each_sentence_at_its_end_symbol():
     script = [[4, 5, EOS], [5, EOS], [4, 4, 4, 4, 4, 4]]
+    step, state, memory = scripted_step(script)
     tokens, lengths, scores, attention = greedy_search(
-        scripted_step(script), 0, bos_id=BOS, eos_id=EOS, max_len=torch.tensor([9, 9, 4])
+        step, state, memory, bos_id=BOS, eos_id=EOS, max_len=torch.tensor([9, 9, 4])
     )
     assert lengths.tolist() == [3, 2, 4]  # the third sentence hit its length limit
+    assert step.rows == [3, 3, 2, 1]  # each ended sentence left the batch
     assert tokens[0, :3].tolist() == [4, 5, EOS] and tokens[1, :2].tolist() == [5, EOS]
     assert tokens[2, :4].tolist() == [4, 4, 4, 4]
     assert tokens.size(1) == 4  # stopped once every sentence had ended
@@ -54,15 +62,17 @@ def test_greedy_follows_the_argmax_and_stops_each_sentence_at_its_end_symbol():
 def test_the_step_function_sees_each_previous_choice():
     seen = []
 
-    def step(prev, state):
+    def step(prev, state, memory):
         seen.append(prev.tolist())
+        (t,) = state
         logits = torch.zeros(1, 6)
-        logits[0, [4, 5, EOS][state]] = 5.0
-        return logits, state + 1, None
+        logits[0, [4, 5, EOS][int(t)]] = 5.0
+        return logits, (t + 1,), None
 
     tokens, _, _, attention = greedy_search(
-        step, 0, bos_id=BOS, eos_id=EOS, max_len=torch.tensor([10])
-    )
+        step, (torch.zeros(1, dtype=torch.long),), None, bos_id=BOS, eos_id=EOS,
+        max_len=torch.tensor([10]),
+    )  # fmt: skip
     assert seen == [[BOS], [4], [5]]
     assert tokens[0].tolist() == [4, 5, EOS] and attention is None
 
@@ -189,7 +199,7 @@ def test_beam_finds_the_sequence_that_greedy_misses():
     ]
     step, state, memory = markov_step(rules)
     tokens, _, score, _ = greedy_search(
-        partial(step, memory=memory), state, bos_id=BOS, eos_id=EOS, max_len=torch.tensor([9])
+        step, state, memory, bos_id=BOS, eos_id=EOS, max_len=torch.tensor([9])
     )
     assert tokens[0, :2].tolist() == [X, EOS]
     assert math.isclose(float(score[0]), math.log(0.6 * 0.3), rel_tol=1e-12)

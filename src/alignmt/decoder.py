@@ -63,6 +63,14 @@ class DecoderOutput(NamedTuple):
     state: DecoderState  # after the last step
 
 
+class Unrolled(NamedTuple):
+    """A teacher-forced unroll stopped before the vocabulary projection (for a fused loss)."""
+
+    features: Tensor  # (B, T_tgt, R) what `Decoder.projection` maps to the logits
+    attention: Tensor | None  # (B, T_tgt, T_src) alpha_ij; None for vanilla
+    state: DecoderState  # after the last step
+
+
 class StackedCell(nn.Module):
     """An L-layer GRU or LSTM advanced one step at a time.
 
@@ -158,18 +166,23 @@ class Readout(nn.Module):
 
     def forward(self, features: Tensor) -> Tensor:
         """(..., in_dim) -> (..., V) logits."""
+        return self.proj(self.features(features))
+
+    def features(self, features: Tensor) -> Tensor:
+        """(..., in_dim) -> (..., R or in_dim): what the vocabulary projection `proj` reads."""
         if self.kind == "tanh":
             features = torch.tanh(self.hidden(features))
         elif self.kind == "maxout":
             features = self.hidden(features).unflatten(-1, (-1, 2)).amax(dim=-1)  # (..., R)
-        return self.proj(self.dropout(features))
+        return self.dropout(features)
 
 
 class Decoder(nn.Module):
     """What the three decoders share: embeddings, the recurrence, the initial state, and
     the teacher-forced unroll. Subclasses say what `prepare` keeps of the encoder, how one
     step reads it (`_advance`), which input gates are known before the loop
-    (`_input_gates`) and how step features become logits (`_logits`)."""
+    (`_input_gates`), how step features become the output layer's input (`_features`) and
+    which Linear maps that to the vocabulary (`projection`)."""
 
     def __init__(
         self,
@@ -229,6 +242,11 @@ class Decoder(nn.Module):
             Padded target steps produce values that the loss ignores; they never feed back
             into earlier steps.
         """
+        unrolled = self.unroll(tgt_in, state, memory)
+        return DecoderOutput(self.projection(unrolled.features), *unrolled[1:])
+
+    def unroll(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> Unrolled:
+        """`forward` up to the vocabulary projection: its input (B, T_tgt, R), not logits."""
         emb = self.dropout(self.embed(tgt_in))  # (B, T_tgt, E)
         gates = self._input_gates(emb, memory)  # (B, T_tgt, G)
         features, weights = [], []
@@ -238,9 +256,9 @@ class Decoder(nn.Module):
             state, feature, alpha = self._advance(step_gates, state, memory)
             features.append(feature)
             weights.append(alpha)
-        logits = self._logits(torch.stack(features, dim=1), emb, memory)  # (B, T_tgt, V)
+        features = self._features(torch.stack(features, dim=1), emb, memory)  # (B, T_tgt, R)
         attention = None if weights[0] is None else torch.stack(weights, dim=1)
-        return DecoderOutput(logits, attention, state)
+        return Unrolled(features, attention, state)
 
     def step(
         self, prev: Tensor, state: DecoderState, memory: Memory
@@ -257,7 +275,8 @@ class Decoder(nn.Module):
         """
         emb = self.dropout(self.embed(prev)).unsqueeze(1)  # (B, 1, E)
         state, feature, alpha = self._advance(self._input_gates(emb, memory)[:, 0], state, memory)
-        return self._logits(feature.unsqueeze(1), emb, memory)[:, 0], state, alpha
+        logits = self.projection(self._features(feature.unsqueeze(1), emb, memory))
+        return logits[:, 0], state, alpha
 
     def _input_gates(self, emb: Tensor, memory: Memory) -> Tensor:
         """(B, T, E) -> (B, T, G): the first layer's input projection known before the loop."""
@@ -315,8 +334,12 @@ class BahdanauDecoder(AttentionDecoder):
         state = self.rnn(gates + self.rnn.extra_in(context), state)
         return state, torch.cat([state.hidden[:, -1], context], dim=-1), alpha  # (B, D + C)
 
-    def _logits(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
-        return self.output(torch.cat([features, emb], dim=-1))  # [s_i; c_i; y_{i-1}]
+    @property
+    def projection(self) -> nn.Linear:
+        return self.output.proj
+
+    def _features(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
+        return self.output.features(torch.cat([features, emb], dim=-1))  # [s_i; c_i; y_{i-1}]
 
 
 class LuongDecoder(AttentionDecoder):
@@ -349,8 +372,12 @@ class LuongDecoder(AttentionDecoder):
         attentional = torch.tanh(self.W_c(torch.cat([context, query], dim=-1)))  # (B, D)
         return state._replace(feed=attentional), attentional, alpha
 
-    def _logits(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
-        return self.proj(self.dropout(features))
+    @property
+    def projection(self) -> nn.Linear:
+        return self.proj
+
+    def _features(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
+        return self.dropout(features)
 
 
 class VanillaDecoder(Decoder):
@@ -389,8 +416,13 @@ class VanillaDecoder(Decoder):
         state = self.rnn(gates, state)
         return state, state.hidden[:, -1], None
 
-    def _logits(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
+    @property
+    def projection(self) -> nn.Linear:
+        return self.output.proj
+
+    def _features(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
         if memory.context is None:
-            return self.output(torch.cat([features, emb], dim=-1))  # [s_i; y_{i-1}]
+            return self.output.features(torch.cat([features, emb], dim=-1))  # [s_i; y_{i-1}]
         context = memory.context.unsqueeze(1).expand(-1, features.size(1), -1)  # (B, T, C)
-        return self.output(torch.cat([features, context, emb], dim=-1))  # [s_i; c; y_{i-1}]
+        # [s_i; c; y_{i-1}]
+        return self.output.features(torch.cat([features, context, emb], dim=-1))

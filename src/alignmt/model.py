@@ -1,8 +1,8 @@
 """Seq2Seq: wires the encoder, a decoder and the special token ids together.
 
-Owns `encode` (source -> memory and initial decoder state), the teacher-forced `forward`,
-and `decode_step`, the step function that search runs. The loss lives in train.py and
-decoding strategies in search.py.
+Owns `encode` (source -> memory and initial decoder state), the teacher-forced `forward`
+and `loss`, and `decode_step`, the step function that search runs. The loss functions live
+in loss.py and decoding strategies in search.py.
 
 Dimension key, used in every shape comment of the package:
 
@@ -29,6 +29,7 @@ from alignmt.decoder import (
     VanillaDecoder,
 )
 from alignmt.encoder import Encoder
+from alignmt.loss import linear_cross_entropy
 
 
 class Seq2Seq(nn.Module):
@@ -130,6 +131,30 @@ class Seq2Seq(nn.Module):
             )
         memory, state = self.encode(src, src_len)
         return self.decoder(tgt_in, state, memory)
+
+    def loss(
+        self,
+        src: Tensor,
+        src_len: Tensor,
+        tgt_in: Tensor,
+        tgt_out: Tensor,
+        label_smoothing: float = 0.0,
+    ) -> Tensor:
+        """Teacher-forced mean cross-entropy over real target tokens: the value (and the
+        gradients) of `sequence_loss(self(src, src_len, tgt_in).logits, tgt_out, ...)`,
+        with the vocabulary projection fused into the loss (see loss.py).
+
+        Args:
+            src, src_len, tgt_in: as in `forward`.
+            tgt_out: (B, T_tgt) int64 targets y_1 .. y_n </s>, padded with pad_id.
+            label_smoothing: as in `sequence_loss`.
+        """
+        memory, state = self.encode(src, src_len)
+        unrolled = self.decoder.unroll(tgt_in, state, memory)  # features (B, T_tgt, R)
+        proj = self.decoder.projection
+        return linear_cross_entropy(
+            unrolled.features, proj.weight, proj.bias, tgt_out, self.pad_id, label_smoothing
+        )
 
     def decode_step(
         self, prev: Tensor, state: DecoderState, memory: Memory

@@ -1,18 +1,17 @@
 """Greedy and beam search over token ids.
 
-Knows nothing about words, files or checkpoints. The cores run any step function:
-`greedy_search` a `step(prev, state) -> (logits, state, alpha)`, `beam_search` a
-`step(prev, state, memory) -> (logits, state, alpha)`; `decode` and `beam_decode` bind
-them to a Seq2Seq. State and memory are tuples of batch-first tensors (or None), so beam
-search repeats them per beam, follows the back-pointers and drops finished sentences with
-one `index_select` per field. Length normalisation is GNMT's (Wu et al. 2016, eq. 14).
+Knows nothing about words, files or checkpoints. `greedy_search` and `beam_search` run any
+step function `step(prev, state, memory) -> (logits, state, alpha)`; `decode` and
+`beam_decode` bind them to a Seq2Seq. State and memory are tuples of batch-first tensors (or
+None), so both searches drop finished sentences, and beam search repeats rows per beam and
+follows the back-pointers, with one `index_select` per field. Length normalisation is
+GNMT's (Wu et al. 2016, eq. 14).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any, NamedTuple
 
 import torch
@@ -20,8 +19,8 @@ from torch import Tensor
 
 from alignmt.model import Seq2Seq
 
-# step(prev (N,) int64, state) -> (logits (N, V), new state, alpha (N, T_src) or None)
-StepFn = Callable[[Tensor, Any], tuple[Tensor, Any, "Tensor | None"]]
+# step(prev (N,) int64, state, memory) -> (logits (N, V), new state, alpha (N, T_src) or None)
+StepFn = Callable[[Tensor, Any, Any], tuple[Tensor, Any, "Tensor | None"]]
 
 
 @dataclass
@@ -39,13 +38,17 @@ def max_output_len(src_len: Tensor, ratio: float, offset: int) -> Tensor:
 
 @torch.no_grad()
 def greedy_search(
-    step: StepFn, state: Any, *, bos_id: int, eos_id: int, max_len: Tensor
+    step: StepFn, state: Any, memory: Any, *, bos_id: int, eos_id: int, max_len: Tensor
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """Pick the most probable token at every step, for a whole batch at once.
 
+    A sentence leaves the batch as soon as it has ended, so later steps compute only the
+    rows still decoding: one long output no longer costs the whole batch its length.
+
     Args:
         step: the step function (see `StepFn`).
-        state: the initial state, B rows.
+        state: the initial state, a (named) tuple of B-row batch-first tensors or None.
+        memory: what every step reads, the same kind of tuple.
         bos_id, eos_id: start and end symbols.
         max_len: (B,) int64 length limit of each output, </s> included.
 
@@ -54,28 +57,38 @@ def greedy_search(
         scores (B,) summed log-probabilities, attention (B, T, T_src) or None. Positions past
         a sentence's length hold eos_id and zero attention.
     """
-    batch = max_len.size(0)
-    prev = torch.full((batch,), bos_id, dtype=torch.long, device=max_len.device)
+    batch, device = max_len.size(0), max_len.device
+    longest = int(max_len.max()) if batch else 0
+    tokens = torch.full((batch, longest), eos_id, dtype=torch.long, device=device)
     lengths = max_len.clone()
-    scores = 0.0  # becomes a (B,) tensor of the logits' dtype at the first step
-    done = torch.zeros(batch, dtype=torch.bool, device=max_len.device)
-    tokens, weights = [], []
-    for t in range(int(max_len.max())):
-        logits, state, alpha = step(prev, state)
-        best, prev = logits.log_softmax(dim=-1).max(dim=-1)  # (B,), (B,)
-        prev = prev.masked_fill(done, eos_id)
-        scores = scores + best.masked_fill(done, 0.0)
-        tokens.append(prev)
+    scores = attention = None  # allocated at the first step, in the logits' dtype
+    rows, limit = torch.arange(batch, device=device), max_len  # (B_t,) still decoding
+    prev = torch.full((batch,), bos_id, dtype=torch.long, device=device)
+    steps = 0
+    for t in range(longest):
+        logits, state, alpha = step(prev, state, memory)  # (B_t, V), (B_t, T_src) | None
+        top, prev = logits.max(dim=-1)  # (B_t,): log_softmax's argmax is the logits'
+        if scores is None:
+            scores = logits.new_zeros(batch)
+            if alpha is not None:
+                attention = alpha.new_zeros(batch, longest, alpha.size(1))
+        scores[rows] += top - logits.logsumexp(dim=-1)  # the chosen log-probabilities
+        tokens[rows, t] = prev
         if alpha is not None:
-            weights.append(alpha.masked_fill(done.unsqueeze(1), 0.0))
-        ended = ~done & (prev == eos_id)
-        lengths = torch.where(ended, t + 1, lengths)
-        done |= ended | (t + 1 >= max_len)
-        # One host sync per step: stop as soon as every sentence has ended.
-        if bool(done.all()):
+            attention[rows, t] = alpha
+        ended = prev == eos_id
+        lengths[rows[ended]] = t + 1
+        steps = t + 1
+        keep = (~ended & (t + 1 < limit)).nonzero().squeeze(1)  # the step's one host sync
+        if len(keep) == 0:
             break
-    attention = torch.stack(weights, dim=1) if weights else None
-    return torch.stack(tokens, dim=1), lengths, scores, attention
+        if len(keep) < len(rows):  # drop ended sentences from all later steps
+            rows, limit, prev = rows[keep], limit[keep], prev[keep]
+            state, memory = (_select_rows(x, keep) for x in (state, memory))
+    if scores is None:  # an empty batch
+        scores = torch.zeros(batch, device=device)
+    attention = None if attention is None else attention[:, :steps]
+    return tokens[:, :steps], lengths, scores, attention
 
 
 @torch.no_grad()
@@ -97,8 +110,9 @@ def decode(
     """
     memory, state = model.encode(src, src_len)
     tokens, lengths, scores, attention = greedy_search(
-        partial(model.decode_step, memory=memory),
+        model.decode_step,
         state,
+        memory,
         bos_id=model.bos_id,
         eos_id=model.eos_id,
         max_len=max_output_len(src_len, max_len_ratio, max_len_offset),
@@ -111,10 +125,6 @@ def decode(
         )
         for b, n in enumerate(lengths.tolist())
     ]
-
-
-# step(prev (N,) int64, state, memory) -> (logits (N, V), new state, alpha (N, T_src) or None)
-BeamStepFn = Callable[[Tensor, Any, Any], tuple[Tensor, Any, "Tensor | None"]]
 
 
 def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
@@ -141,7 +151,7 @@ class _Step(NamedTuple):
 
 @torch.no_grad()
 def beam_search(
-    step: BeamStepFn,
+    step: StepFn,
     state: Any,
     memory: Any,
     *,
@@ -168,7 +178,7 @@ def beam_search(
 
     Args:
         step: (prev (N,), state, memory) -> (logits (N, V), new state, alpha (N, T_src) or
-            None); see `BeamStepFn` and `Seq2Seq.decode_step`.
+            None); see `StepFn` and `Seq2Seq.decode_step`.
         state: the initial state, a (named) tuple of B-row batch-first tensors or None.
         memory: what every step reads, the same kind of tuple; never changes per beam.
         beam_size: K >= 1; 1 gives greedy search's output.

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from tqdm import tqdm
 
@@ -254,31 +253,13 @@ def train_step(
     """One update on `batch`; returns the loss before the update, detached, left on the
     device so that a GPU need not wait for it."""
     model.train()
-    logits = model(batch.src, batch.src_len, batch.tgt_in).logits  # (B, T_tgt, V)
-    loss = sequence_loss(logits, batch.tgt_out, model.pad_id, cfg.label_smoothing)
+    loss = model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, cfg.label_smoothing)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.clip_norm > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
     optimizer.step()
     return loss.detach()
-
-
-def sequence_loss(
-    logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float = 0.0
-) -> Tensor:
-    """Mean cross-entropy over real target tokens (</s> included, padding excluded).
-
-    Args:
-        logits: (B, T_tgt, V).
-        targets: (B, T_tgt) int64 y_1 .. y_n </s>, padded with pad_id.
-        label_smoothing: share of each target's probability mass spread uniformly over the
-            vocabulary (Szegedy et al. 2016), as in `F.cross_entropy`.
-    """
-    return F.cross_entropy(
-        logits.flatten(0, 1), targets.flatten(), ignore_index=pad_id,
-        label_smoothing=label_smoothing,
-    )  # fmt: skip
 
 
 def lr_factor(cfg: TrainConfig):
@@ -377,8 +358,8 @@ def validate(model: Seq2Seq, text: Text, cfg: Config, batch_size: int = 64) -> d
     for start in range(0, len(text.valid_ids), batch_size):
         batch = make_batch(text.valid_ids[start : start + batch_size], text.src_vocab,
                            text.tgt_vocab).to(device)  # fmt: skip
-        logits = model(batch.src, batch.src_len, batch.tgt_in).logits
-        total += float(sequence_loss(logits, batch.tgt_out, model.pad_id)) * batch.num_tgt_tokens
+        loss = model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out)
+        total += float(loss) * batch.num_tgt_tokens
         tokens += batch.num_tgt_tokens
     greedy = replace(cfg.search, beam_size=1)
     translator = Translator(model, tokenizers=text.tokenizers,
