@@ -374,3 +374,17 @@ def test_a_sentence_beam_decodes_the_same_alone_and_inside_a_padded_batch():
         for a, h in zip(alone, batch[b], strict=True):
             assert math.isclose(a.score, h.score, rel_tol=1e-9)
             torch.testing.assert_close(a.attention, h.attention)
+
+
+def test_a_beam_wider_than_half_the_vocabulary_keeps_only_live_beams_and_finds_the_best():
+    # K = 5 beams over V = 6 tokens: each beam has fewer than 2K extensions, so candidates
+    # come from several beams; </s> must still never be kept as a live beam.
+    rules = [{BOS: {X: 0.5, Y: 0.3, Z: 0.2}, X: {EOS: 0.1, Y: 0.9}, Y: {EOS: 0.8, Z: 0.2}}]
+    [hyps], _ = mock_beam(rules, [6], beam_size=5, nbest=5)
+    assert hyps[0].tokens == [X, Y, EOS]  # 0.5 * 0.9 * 0.8 = 0.36
+    assert math.isclose(hyps[0].score, math.log(0.36), rel_tol=1e-12)
+    scores = [h.score for h in hyps]
+    assert scores == sorted(scores, reverse=True) and len(hyps) == 5
+    for hyp in hyps:
+        assert EOS not in hyp.tokens[:-1]  # no hypothesis continues past an </s>
+        assert_spells_its_inputs(hyp)

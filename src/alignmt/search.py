@@ -210,8 +210,8 @@ def beam_search(
     history = []
     for t in range(int(max_len.max())):
         logits, state, weights = step(prev, state, memory)  # (N, V), (N, T_src) | None
-        log_probs = logits.log_softmax(dim=-1).unflatten(0, (-1, K))  # (B_t, K, V)
-        cand, parents, tokens, rank = _candidates(scores.to(log_probs), log_probs, eos_id)
+        logits = logits.unflatten(0, (-1, K))  # (B_t, K, V)
+        cand, parents, tokens, rank = _candidates(scores.to(logits), logits, eos_id)
         at_limit = t + 1 >= limit  # (B_t,)
         ends = (rank < K) & cand.isfinite() & ((tokens == eos_id) | at_limit[:, None])
         ended = (cand / length_penalty(t + 1, alpha)).masked_fill(~ends, float("-inf"))
@@ -256,25 +256,31 @@ def _select_rows(fields: Any, index: Tensor) -> Any:
 
 
 def _candidates(
-    scores: Tensor, log_probs: Tensor, eos_id: int
+    scores: Tensor, logits: Tensor, eos_id: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The 2K best one-token extensions of a sentence's K beams, those ending in </s> last.
 
     Args:
         scores: (B_t, K) each beam's summed log-probability.
-        log_probs: (B_t, K, V) each beam's next-token log-probabilities.
+        logits: (B_t, K, V) each beam's next-token logits.
 
     Returns:
         scores, parents (the beam each extends), tokens, and rank (the candidate's place in
         best-first order, before </s> went last), each (B_t, 2K). Each beam has one </s>
         extension, so at most K of the 2K end in </s>, and slots 0..K-1 never do (V >= 2).
     """
-    beams, vocab = log_probs.shape[1:]
-    total = (scores.unsqueeze(2) + log_probs).flatten(1)  # (B_t, K*V)
-    top, index = total.topk(min(2 * beams, total.size(1)), dim=1)  # (B_t, 2K) best first
-    tokens = index % vocab
+    beams, vocab = logits.shape[1:]
+    width = min(2 * beams, vocab)
+    # A sentence's 2K best extensions are among each beam's own 2K best, and a beam's
+    # ranking is its logits' ranking: only those K * 2K candidates get a log-probability,
+    # which spares a log_softmax and an addition over all K * V.
+    top, token = logits.topk(width, dim=2)  # (B_t, K, 2K)
+    log_probs = top - logits.logsumexp(dim=2, keepdim=True)  # (B_t, K, 2K)
+    total = (scores.unsqueeze(2) + log_probs).flatten(1)  # (B_t, K * 2K)
+    best, index = total.topk(min(2 * beams, total.size(1)), dim=1)  # (B_t, 2K) best first
+    tokens = token.flatten(1).gather(1, index)
     rank = torch.sort((tokens == eos_id).int(), dim=1, stable=True).indices  # </s> last
-    return top.gather(1, rank), (index // vocab).gather(1, rank), tokens.gather(1, rank), rank
+    return best.gather(1, rank), (index // width).gather(1, rank), tokens.gather(1, rank), rank
 
 
 def _stack(history: list[_Step], field: str, batch: int, fill: float) -> Tensor | None:
