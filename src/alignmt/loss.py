@@ -6,9 +6,9 @@ equals `sequence_loss(x @ W^T + b, ...)` (and its gradients equal autograd's) bu
 tokens in chunks. For each chunk it makes the logits, the loss and, right away, the gradient
 of the loss with respect to them, softmax - target, which it pushes through the projection
 into the gradients of x, W and b. Backward then only scales those by the incoming gradient.
-Compared with the plain path it skips padding rows, keeps one chunk of logits instead of four
-full (N, V) tensors (logits, log-probabilities and both their gradients), and reads each
-of them once. The output layer is half of a step's FLOPs and most of its memory.
+Compared with the plain path it skips padding rows and holds one chunk of logits instead of
+four full (N, V) tensors (logits, log-probabilities and both their gradients): the output
+layer is half of a training step's FLOPs and, before this, most of its peak memory.
 """
 
 from __future__ import annotations
