@@ -152,6 +152,8 @@ class Readout(nn.Module):
     "none" projects the features straight to the vocabulary (seed 000). "maxout" and "tanh"
     first map them to R units, maxout taking the max of adjacent pairs of 2R linear units
     as in the paper; the vocabulary matmul then costs R x V instead of (D + C + E) x V.
+    `forward` stops before that matmul, `proj`: the decoder applies it, or the training loss
+    fuses it with the cross-entropy.
     """
 
     def __init__(
@@ -165,10 +167,6 @@ class Readout(nn.Module):
         self.proj = nn.Linear(readout_dim if units else in_dim, vocab_size)
 
     def forward(self, features: Tensor) -> Tensor:
-        """(..., in_dim) -> (..., V) logits."""
-        return self.proj(self.features(features))
-
-    def features(self, features: Tensor) -> Tensor:
         """(..., in_dim) -> (..., R or in_dim): what the vocabulary projection `proj` reads."""
         if self.kind == "tanh":
             features = torch.tanh(self.hidden(features))
@@ -339,7 +337,7 @@ class BahdanauDecoder(AttentionDecoder):
         return self.output.proj
 
     def _features(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
-        return self.output.features(torch.cat([features, emb], dim=-1))  # [s_i; c_i; y_{i-1}]
+        return self.output(torch.cat([features, emb], dim=-1))  # [s_i; c_i; y_{i-1}]
 
 
 class LuongDecoder(AttentionDecoder):
@@ -422,7 +420,7 @@ class VanillaDecoder(Decoder):
 
     def _features(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
         if memory.context is None:
-            return self.output.features(torch.cat([features, emb], dim=-1))  # [s_i; y_{i-1}]
+            return self.output(torch.cat([features, emb], dim=-1))  # [s_i; y_{i-1}]
         context = memory.context.unsqueeze(1).expand(-1, features.size(1), -1)  # (B, T, C)
         # [s_i; c; y_{i-1}]
-        return self.output.features(torch.cat([features, context, emb], dim=-1))
+        return self.output(torch.cat([features, context, emb], dim=-1))

@@ -64,7 +64,6 @@ def greedy_search(
     scores = attention = None  # allocated at the first step, in the logits' dtype
     rows, limit = torch.arange(batch, device=device), max_len  # (B_t,) still decoding
     prev = torch.full((batch,), bos_id, dtype=torch.long, device=device)
-    steps = 0
     for t in range(longest):
         logits, state, alpha = step(prev, state, memory)  # (B_t, V), (B_t, T_src) | None
         top, prev = logits.max(dim=-1)  # (B_t,): log_softmax's argmax is the logits'
@@ -78,7 +77,6 @@ def greedy_search(
             attention[rows, t] = alpha
         ended = prev == eos_id
         lengths[rows[ended]] = t + 1
-        steps = t + 1
         keep = (~ended & (t + 1 < limit)).nonzero().squeeze(1)  # the step's one host sync
         if len(keep) == 0:
             break
@@ -87,6 +85,7 @@ def greedy_search(
             state, memory = (_select_rows(x, keep) for x in (state, memory))
     if scores is None:  # an empty batch
         scores = torch.zeros(batch, device=device)
+    steps = int(lengths.max()) if batch else 0  # the loop ran until the longest output ended
     attention = None if attention is None else attention[:, :steps]
     return tokens[:, :steps], lengths, scores, attention
 
