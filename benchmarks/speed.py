@@ -2,8 +2,12 @@
 decoding sentences/s and their BLEU, on the matched Multi30k en→de model, with the FLOPs
 arithmetic and the machine's measured matmul speed so that the fraction of the ceiling shows.
 
-    python benchmarks/speed.py                 # CPU, 2 threads (~10 minutes)
+    python benchmarks/speed.py                 # CPU, 2 threads (about 3 minutes)
+    python benchmarks/speed.py --profile       # also: where decoding spends its time
     python benchmarks/speed.py --device cuda   # a GPU, where there is one
+
+Run from the repository root with ../shared beside it and nothing else using the CPU.
+Results and their history are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
