@@ -276,6 +276,11 @@ class Decoder(nn.Module):
         logits = self.projection(self._features(feature.unsqueeze(1), emb, memory))
         return logits[:, 0], state, alpha
 
+    @property
+    def projection(self) -> nn.Linear:
+        """The vocabulary projection: the readout layer's (Luong's decoder has its own)."""
+        return self.output.proj
+
     def _input_gates(self, emb: Tensor, memory: Memory) -> Tensor:
         """(B, T, E) -> (B, T, G): the first layer's input projection known before the loop."""
         return self.rnn.embed_in(emb)
@@ -331,10 +336,6 @@ class BahdanauDecoder(AttentionDecoder):
         context, alpha = self.attention(query, memory.keys, memory.states, memory.mask)
         state = self.rnn(gates + self.rnn.extra_in(context), state)
         return state, torch.cat([state.hidden[:, -1], context], dim=-1), alpha  # (B, D + C)
-
-    @property
-    def projection(self) -> nn.Linear:
-        return self.output.proj
 
     def _features(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
         return self.output(torch.cat([features, emb], dim=-1))  # [s_i; c_i; y_{i-1}]
@@ -413,10 +414,6 @@ class VanillaDecoder(Decoder):
     ) -> tuple[DecoderState, Tensor, None]:
         state = self.rnn(gates, state)
         return state, state.hidden[:, -1], None
-
-    @property
-    def projection(self) -> nn.Linear:
-        return self.output.proj
 
     def _features(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
         if memory.context is None:

@@ -172,7 +172,7 @@ class Seq2Seq(nn.Module):
 def _tie_output(decoder: nn.Module) -> None:
     """Share the target embedding matrix with the vocabulary projection (Press & Wolf 2017):
     V x E fewer parameters, which helps most where the corpus is small."""
-    proj = decoder.proj if isinstance(decoder, LuongDecoder) else decoder.output.proj
+    proj = decoder.projection
     if proj.in_features != decoder.emb_dim:
         raise ValueError(
             f"model.tie_embeddings needs {decoder.emb_dim} (emb_dim) units before the vocabulary "
