@@ -65,3 +65,19 @@ def test_encoder_matches_the_numpy_recurrence_in_float64(rnn, bidirectional, lay
         H, h_final = ref.encode(emb[src[b, :n].numpy()], forward, backward, lstm=rnn == "lstm")
         np.testing.assert_allclose(states[b, :n].detach().numpy(), H, rtol=0, atol=1e-10)
         np.testing.assert_allclose(final[b].detach().numpy(), h_final, rtol=0, atol=1e-10)
+
+
+def test_state_dropout_zeroes_states_in_training_only_and_spares_the_final_state():
+    torch.manual_seed(0)
+    encoder = Encoder(vocab_size=VOCAB, emb_dim=3, hidden=32, bidirectional=True, state_dropout=0.5)
+    encoder.double()
+    src, src_len, _, _ = padded_batch()
+    clean_states, clean_final = encoder.eval()(src, src_len)
+    states, final = encoder.train()(src, src_len)
+    real = states[src != 0]  # (real tokens, C)
+    dropped = (real == 0).double().mean().item()
+    assert 0.35 < dropped < 0.65  # ~half of the real tokens' units, never all or none
+    kept = real != 0
+    torch.testing.assert_close(real[kept], 2 * clean_states[src != 0][kept])  # scaled by 1/(1-p)
+    torch.testing.assert_close(final, clean_final)  # the bridge's input is not dropped
+    assert torch.equal(states[src == 0], torch.zeros_like(states[src == 0]))

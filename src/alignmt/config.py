@@ -42,6 +42,9 @@ class ModelConfig:
     readout_dim: int = 128  # R, units of the readout layer
     tie_embeddings: bool = False  # output projection = target embeddings (needs R = E)
     dropout: float = 0.0  # dropout probability, in [0, 1)
+    # dropout on the encoder states h_j that attention reads (nmtpytorch's dropout_ctx); the
+    # final state that a bridge or vanilla decoder reads is left alone
+    state_dropout: float = 0.0
 
 
 @dataclass
@@ -121,6 +124,7 @@ _COUNTS = ("_dim", "hidden", "layers", "steps", "batch_size", "log_every", "_len
 _NON_NEGATIVE = (
     "warmup_steps", "batch_tokens", "eval_every", "early_stop", "threads", "limit", "minutes",
 )  # fmt: skip
+_PROBABILITIES = ("model.dropout", "model.state_dropout", "train.label_smoothing")
 
 
 def _types(cls: type) -> dict[str, Any]:
@@ -203,7 +207,7 @@ def _check_ranges(cfg: Config, source: str) -> None:
             problem = "must not be negative"
         elif key.endswith(_COUNTS) and not key.endswith(_NON_NEGATIVE) and value < 1:
             problem = "must be at least 1"
-        elif key in ("model.dropout", "train.label_smoothing") and not 0 <= value < 1:
+        elif key in _PROBABILITIES and not 0 <= value < 1:
             problem = "must be in [0, 1)"
         elif key == "train.lr" and value <= 0:
             problem = "must be positive"

@@ -33,8 +33,11 @@ class Encoder(nn.Module):
         rnn: RNNKind = "gru",
         bidirectional: bool = False,
         dropout: float = 0.0,
+        state_dropout: float = 0.0,
         pad_id: int = 0,
     ) -> None:
+        """`dropout` applies to the embeddings (and between layers); `state_dropout` to the
+        returned states, which a small corpus lets attention over-fit to."""
         super().__init__()
         self.layers = layers
         self.directions = 2 if bidirectional else 1
@@ -42,6 +45,7 @@ class Encoder(nn.Module):
         self.out_dim = self.directions * hidden  # C
         self.embed = nn.Embedding(vocab_size, emb_dim, padding_idx=pad_id)
         self.dropout = nn.Dropout(dropout)
+        self.state_dropout = nn.Dropout(state_dropout)
         rnn_class = {"gru": nn.GRU, "lstm": nn.LSTM}[rnn]
         self.rnn = rnn_class(
             emb_dim,
@@ -61,7 +65,8 @@ class Encoder(nn.Module):
             src_len: (B,) int64 real lengths (≥ 1).
 
         Returns:
-            states: (B, T_src, C) every h_j of the top layer; exactly 0 at padding.
+            states: (B, T_src, C) every h_j of the top layer (after `state_dropout`); exactly
+                0 at padding.
             final: (B, C) the top layer's final state, [h_fwd(last real token); h_bwd(first)].
         """
         emb = self.dropout(self.embed(src))  # (B, T_src, E)
@@ -74,4 +79,4 @@ class Encoder(nn.Module):
             final = final[0]
         # PyTorch's (L * dirs, B, H) -> the top layer's directions side by side: (B, dirs * H)
         top = final.view(self.layers, self.directions, -1, self.hidden)[-1]  # (dirs, B, H)
-        return states, top.permute(1, 0, 2).flatten(1)
+        return self.state_dropout(states), top.permute(1, 0, 2).flatten(1)

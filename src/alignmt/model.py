@@ -63,6 +63,7 @@ class Seq2Seq(nn.Module):
             rnn=cfg.rnn,
             bidirectional=cfg.bidirectional,
             dropout=cfg.dropout,
+            state_dropout=cfg.state_dropout,
             pad_id=pad_id,
         )
         common = dict(
