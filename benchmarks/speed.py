@@ -32,7 +32,7 @@ from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
 from alignmt.data import pad_sequences, read_split
 from alignmt.evaluate import corpus_scores
 from alignmt.model import Seq2Seq
-from alignmt.search import beam_decode, decode
+from alignmt.search import beam_decode, decode_batches
 from alignmt.train import (
     Progress,
     corpus_batches,
@@ -105,7 +105,7 @@ def measure_decoding(search: Callable, batches, device, runs: int = 3) -> tuple[
     sentences = sum(src.size(0) for src, _ in batches)
     for _ in range(runs):
         start = _now(device)
-        outputs = [search(src, src_len) for src, src_len in batches]
+        outputs = search(batches)
         speeds.append(sentences / (_now(device) - start))
     return statistics.median(speeds), outputs
 
@@ -124,8 +124,7 @@ def decoding_profile(model, search: Callable, batches) -> dict[str, float]:
             for hook in _linear_timer(module, f"decoder.{name}", seconds)
         ]
         start = time.perf_counter()
-        for src, src_len in batches:
-            search(src, src_len)
+        search(batches)
         total = time.perf_counter() - start
         for hook in hooks:
             hook.remove()
@@ -187,9 +186,8 @@ def test_batches(text, cfg: Config, device, batch_size: int = 64):
 
 def bleu(outputs, order, pairs, text) -> float:
     """Lowercased sacreBLEU of the decoded test set against the raw references."""
-    flat = [h for batch in outputs for h in batch]
     hyps = [""] * len(pairs)
-    for i, hyp in zip(order, flat, strict=True):
+    for i, hyp in zip(order, outputs, strict=True):
         hyp = hyp[0] if isinstance(hyp, list) else hyp  # beam: best of the n-best
         hyps[i] = text.tokenizers[1].decode(text.tgt_vocab.decode(hyp.tokens))
     return corpus_scores(hyps, [p.tgt for p in pairs], lowercase=True).bleu
@@ -244,10 +242,12 @@ def main() -> None:
     speed = measure_training(model, text, cfg, device, warmup=args.warmup, interval=args.interval)
     model.eval()
     pairs, order, batches = test_batches(text, cfg, device)
-    searches = {
-        "greedy": lambda s, n: decode(model, s, n, **MAX_OUTPUT),
-        "beam 5": lambda s, n: beam_decode(model, s, n, beam_size=5, alpha=0.6, **MAX_OUTPUT),
-    }
+    beam = dict(beam_size=5, alpha=0.6, **MAX_OUTPUT)
+    searches = {  # each: batches -> one output per sentence, in batch order
+        "greedy": lambda batches: decode_batches(model, batches, width=64, **MAX_OUTPUT),
+        "beam 5": lambda batches: [hyps for s, n in batches
+                                   for hyps in beam_decode(model, s, n, **beam)],
+    }  # fmt: skip
     with torch.no_grad():
         decoded = {name: measure_decoding(search, batches, device)
                    for name, search in searches.items()}  # fmt: skip

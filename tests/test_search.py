@@ -11,6 +11,7 @@ from alignmt.search import (
     beam_decode,
     beam_search,
     decode,
+    decode_batches,
     greedy_search,
     length_penalty,
     max_output_len,
@@ -46,7 +47,7 @@ def test_greedy_follows_the_argmax_and_stops_each_sentence_at_its_end_symbol():
     script = [[4, 5, EOS], [5, EOS], [4, 4, 4, 4, 4, 4]]
     step, state, memory = scripted_step(script)
     tokens, lengths, scores, attention = greedy_search(
-        step, state, memory, bos_id=BOS, eos_id=EOS, max_len=torch.tensor([9, 9, 4])
+        step, [(state, memory, torch.tensor([9, 9, 4]))], bos_id=BOS, eos_id=EOS, width=3
     )
     assert lengths.tolist() == [3, 2, 4]  # the third sentence hit its length limit
     assert step.rows == [3, 3, 2, 1]  # each ended sentence left the batch
@@ -59,6 +60,48 @@ def test_greedy_follows_the_argmax_and_stops_each_sentence_at_its_end_symbol():
     assert torch.equal(attention[1, 2:], torch.zeros(2, 2))
 
 
+def test_an_ended_sentence_hands_its_row_to_the_next_one_from_any_batch():
+    script = [[X, EOS], [Y, Y, Y, EOS], [EOS], [Z, EOS], [X, X, EOS]]
+    step, (t,), (table,) = scripted_step(script)
+    batches = [
+        ((t[:3],), (table[:3],), torch.full((3,), 9)),
+        ((t[3:],), (table[3:],), torch.full((2,), 9)),
+    ]
+    tokens, lengths, scores, attention = greedy_search(
+        step, batches, bos_id=BOS, eos_id=EOS, width=2
+    )
+    # rows stay full while sentences wait: 0 and 1, then 2, 3 and 4 take over ended rows
+    assert step.rows == [2, 2, 2, 2, 2, 1, 1]
+    assert lengths.tolist() == [2, 4, 1, 2, 3]
+    assert [tokens[b, :n].tolist() for b, n in enumerate(lengths.tolist())] == script
+    torch.testing.assert_close(scores, lengths.float() * math.log(0.7))
+    assert attention.shape == (5, 4, 2) and torch.equal(attention[2, 1:], torch.zeros(3, 2))
+
+
+def test_streamed_sentences_decode_as_they_do_alone():
+    model = tiny_model(bidirectional=True, readout="tanh", seed=2)
+    src, src_len, _, _ = padded_batch(src_lens=(3, 9, 2, 6, 5, 7, 4), tgt_lens=(1,) * 7)
+    # batches padded to their own lengths, so the memory joined in a step must be padded too
+    batches = [
+        (src[i : i + 2, : int(src_len[i : i + 2].max())], src_len[i : i + 2])
+        for i in range(0, 7, 2)
+    ]
+    streamed = decode_batches(model, batches, width=3)
+    assert len(streamed) == 7
+    for b, n in enumerate(src_len.tolist()):
+        (alone,) = decode(model, src[b : b + 1, :n], src_len[b : b + 1])
+        assert streamed[b].tokens == alone.tokens
+        assert math.isclose(streamed[b].score, alone.score, rel_tol=1e-9)
+        torch.testing.assert_close(streamed[b].attention, alone.attention)
+
+
+def test_greedy_search_of_no_sentence_returns_empty_outputs():
+    tokens, lengths, scores, attention = greedy_search(None, [], bos_id=BOS, eos_id=EOS, width=4)
+    assert tokens.shape == (0, 0) and lengths.shape == scores.shape == (0,) and attention is None
+    with pytest.raises(ValueError, match="width must be at least 1"):
+        greedy_search(None, [], bos_id=BOS, eos_id=EOS, width=0)
+
+
 def test_the_step_function_sees_each_previous_choice():
     seen = []
 
@@ -69,10 +112,8 @@ def test_the_step_function_sees_each_previous_choice():
         logits[0, [4, 5, EOS][int(t)]] = 5.0
         return logits, (t + 1,), None
 
-    tokens, _, _, attention = greedy_search(
-        step, (torch.zeros(1, dtype=torch.long),), None, bos_id=BOS, eos_id=EOS,
-        max_len=torch.tensor([10]),
-    )  # fmt: skip
+    start = ((torch.zeros(1, dtype=torch.long),), None, torch.tensor([10]))
+    tokens, _, _, attention = greedy_search(step, [start], bos_id=BOS, eos_id=EOS, width=1)
     assert seen == [[BOS], [4], [5]]
     assert tokens[0].tolist() == [4, 5, EOS] and attention is None
 
@@ -198,9 +239,8 @@ def test_beam_finds_the_sequence_that_greedy_misses():
         }
     ]
     step, state, memory = markov_step(rules)
-    tokens, _, score, _ = greedy_search(
-        step, state, memory, bos_id=BOS, eos_id=EOS, max_len=torch.tensor([9])
-    )
+    start = (state, memory, torch.tensor([9]))
+    tokens, _, score, _ = greedy_search(step, [start], bos_id=BOS, eos_id=EOS, width=1)
     assert tokens[0, :2].tolist() == [X, EOS]
     assert math.isclose(float(score[0]), math.log(0.6 * 0.3), rel_tol=1e-12)
 

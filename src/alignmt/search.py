@@ -10,7 +10,7 @@ GNMT's (Wu et al. 2016, eq. 14).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -36,58 +36,152 @@ def max_output_len(src_len: Tensor, ratio: float, offset: int) -> Tensor:
     return ((src_len.float() * ratio).long() + offset).clamp(min=1)
 
 
+# A batch of encoded sentences for search: the initial state, the memory, and each
+# sentence's length limit, (B,) int64 with </s> included.
+Encoded = tuple[Any, Any, Tensor]
+
+
+class _Token(NamedTuple):
+    """What one greedy step chose, for the W_t sentences it decoded."""
+
+    sentences: Tensor  # (W_t,) int64 each row's sentence (its place in the input order)
+    positions: Tensor  # (W_t,) int64 each row's output position
+    tokens: Tensor  # (W_t,) int64 the chosen tokens
+    log_probs: Tensor  # (W_t,) their log-probabilities
+    attention: Tensor | None  # (W_t, T_src) alpha; None for vanilla
+
+
 @torch.no_grad()
 def greedy_search(
-    step: StepFn, state: Any, memory: Any, *, bos_id: int, eos_id: int, max_len: Tensor
+    step: StepFn, batches: Iterable[Encoded], *, bos_id: int, eos_id: int, width: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """Pick the most probable token at every step, for a whole batch at once.
+    """Pick the most probable token at every step, for at most `width` sentences at once.
 
-    A sentence leaves the batch as soon as it has ended, so later steps compute only the
-    rows still decoding: one long output no longer costs the whole batch its length.
+    Sentences are decoded in their input order, batch after batch, in rows that are reused:
+    when a sentence ends, the next one takes over its row at the next step (continuous
+    batching), so that steps stay full until the input runs out. Then ended sentences leave
+    the batch, and later steps compute only the rows still decoding.
 
     Args:
         step: the step function (see `StepFn`).
-        state: the initial state, a (named) tuple of B-row batch-first tensors or None.
-        memory: what every step reads, the same kind of tuple.
+        batches: `Encoded` batches, each a state, a memory (named tuples of batch-first
+            tensors or None) and the length limits; taken lazily, so a generator may encode
+            each batch only when its first sentence is needed. Memory fields whose second
+            dimension (the source length) differs between batches are zero-padded to the
+            longer one: the memory's mask must read zeros as padding.
         bos_id, eos_id: start and end symbols.
-        max_len: (B,) int64 length limit of each output, </s> included.
+        width: the most sentences decoded in one step, >= 1.
 
     Returns:
-        tokens (B, T) int64, lengths (B,) of each output (</s> included when produced),
-        scores (B,) summed log-probabilities, attention (B, T, T_src) or None. Positions past
-        a sentence's length hold eos_id and zero attention.
+        For all B sentences, in order: tokens (B, T) int64, lengths (B,) of each output
+        (</s> included when produced), scores (B,) summed log-probabilities, attention
+        (B, T, T_src) or None. Positions past a sentence's length hold eos_id and zero
+        attention; T_src is the longest source.
     """
-    batch, device = max_len.size(0), max_len.device
-    longest = int(max_len.max()) if batch else 0
-    tokens = torch.full((batch, longest), eos_id, dtype=torch.long, device=device)
-    lengths = max_len.clone()
-    scores = attention = None  # allocated at the first step, in the logits' dtype
-    rows, limit = torch.arange(batch, device=device), max_len  # (B_t,) still decoding
-    prev = torch.full((batch,), bos_id, dtype=torch.long, device=device)
-    for t in range(longest):
-        logits, state, alpha = step(prev, state, memory)  # (B_t, V), (B_t, T_src) | None
-        top, prev = logits.max(dim=-1)  # (B_t,): log_softmax's argmax is the logits'
-        if scores is None:
-            scores = logits.new_zeros(batch)
-            if alpha is not None:
-                attention = alpha.new_zeros(batch, longest, alpha.size(1))
-        scores[rows] += top - logits.logsumexp(dim=-1)  # the chosen log-probabilities
-        tokens[rows, t] = prev
-        if alpha is not None:
-            attention[rows, t] = alpha
-        ended = prev == eos_id
-        lengths[rows[ended]] = t + 1
-        keep = (~ended & (t + 1 < limit)).nonzero().squeeze(1)  # the step's one host sync
-        if len(keep) == 0:
-            break
-        if len(keep) < len(rows):  # drop ended sentences from all later steps
-            rows, limit, prev = rows[keep], limit[keep], prev[keep]
-            state, memory = (_select_rows(x, keep) for x in (state, memory))
-    if scores is None:  # an empty batch
-        scores = torch.zeros(batch, device=device)
-    steps = int(lengths.max()) if batch else 0  # the loop ran until the longest output ended
-    attention = None if attention is None else attention[:, :steps]
-    return tokens[:, :steps], lengths, scores, attention
+    if width < 1:
+        raise ValueError(f"width must be at least 1, got {width}")
+    pending = _Pending(batches, bos_id)
+    start = pending.take(width)
+    if start is None:
+        empty = torch.zeros(0, dtype=torch.long)
+        return empty.view(0, 0), empty, torch.zeros(0), None
+    state, memory, rows = start
+    history = []
+    while len(rows.sentence):
+        logits, state, alpha = step(rows.prev, state, memory)  # (W_t, V), (W_t, T_src) | None
+        top, prev = logits.max(dim=-1)  # (W_t,): log_softmax's argmax is the logits'
+        log_probs = top - logits.logsumexp(dim=-1)
+        history.append(_Token(rows.sentence, rows.position, prev, log_probs, alpha))
+        rows = rows._replace(position=rows.position + 1, prev=prev)
+        ended = (prev == eos_id) | (rows.position >= rows.limit)  # (W_t,)
+        free = ended.nonzero().squeeze(1)  # the step's one host sync
+        if len(free) == 0:
+            continue
+        new = pending.take(len(free))
+        if new is not None:  # the next sentences take over the ended rows
+            taken, free = free[: len(new.rows.sentence)], free[len(new.rows.sentence) :]
+            state, memory = _put_rows(state, taken, new.state), _put_rows(memory, taken, new.memory)
+            rows = _Rows._make(  # new tensors, not in place: the history keeps the old ones
+                x.index_put((taken,), y) for x, y in zip(rows, new.rows, strict=True)
+            )
+        if len(free):  # no sentence is left to take over the rest: the batch shrinks
+            live = torch.ones_like(ended).index_fill_(0, free, False).nonzero().squeeze(1)
+            state, memory, rows = (_select_rows(x, live) for x in (state, memory, rows))
+    return _greedy_outputs(history, pending.taken, eos_id)
+
+
+def _greedy_outputs(
+    history: list[_Token], count: int, eos_id: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+    """`greedy_search`'s outputs for `count` sentences from the choices of every step."""
+    sentences, positions, tokens, log_probs = (
+        torch.cat([getattr(h, field) for h in history])
+        for field in ("sentences", "positions", "tokens", "log_probs")
+    )  # (all rows of all steps,)
+    steps = int(positions.max()) + 1
+    out = tokens.new_full((count, steps), eos_id).index_put_((sentences, positions), tokens)
+    lengths = torch.zeros(count, dtype=torch.long, device=tokens.device)
+    lengths.scatter_reduce_(0, sentences, positions + 1, "amax")
+    scores = log_probs.new_zeros(count).index_add_(0, sentences, log_probs)
+    if history[0].attention is None:
+        return out, lengths, scores, None
+    src_len = max(h.attention.size(1) for h in history)
+    alphas = torch.cat([_pad_dim1(h.attention, src_len) for h in history])  # (rows, T_src)
+    attention = alphas.new_zeros(count, steps, src_len).index_put_((sentences, positions), alphas)
+    return out, lengths, scores, attention
+
+
+class _Rows(NamedTuple):
+    """Greedy search's bookkeeping of the W_t rows decoding."""
+
+    sentence: Tensor  # (W_t,) int64 the sentence in each row (its place in the input order)
+    position: Tensor  # (W_t,) int64 the output position it is at
+    limit: Tensor  # (W_t,) int64 its length limit
+    prev: Tensor  # (W_t,) int64 its last output token (<s> before the first)
+
+
+class _Taken(NamedTuple):
+    state: Any  # the sentences' initial states
+    memory: Any
+    rows: _Rows  # their bookkeeping, at position 0
+
+
+class _Pending:
+    """Sentences waiting to be searched: `Encoded` batches, pulled from their iterable only
+    when needed and handed out a few rows at a time."""
+
+    def __init__(self, batches: Iterable[Encoded], bos_id: int) -> None:
+        self._batches = iter(batches)
+        self._batch: Encoded | None = None  # the batch being handed out
+        self._next = 0  # its first row not yet handed out
+        self._bos_id = bos_id
+        self.taken = 0  # sentences handed out so far
+
+    def take(self, n: int) -> _Taken | None:
+        """The next n sentences (fewer if the batches run out), joined across batches;
+        None when none is left."""
+        parts = []
+        while n > 0:
+            if self._batch is None or self._next == len(self._batch[2]):
+                self._batch, self._next = next(self._batches, None), 0
+                if self._batch is None:
+                    break
+                continue
+            state, memory, max_len = self._batch
+            stop = min(self._next + n, len(max_len))
+            index = torch.arange(self._next, stop, device=max_len.device)
+            parts.append((_select_rows(state, index), _select_rows(memory, index), max_len[index]))
+            self._next, n = stop, n - len(index)
+        if not parts:
+            return None
+        state, memory, limit = parts[0]
+        for more in parts[1:]:
+            state, memory = _concat_rows(state, more[0]), _concat_rows(memory, more[1])
+            limit = torch.cat([limit, more[2]])
+        sentence = torch.arange(self.taken, self.taken + len(limit), device=limit.device)
+        self.taken += len(limit)
+        rows = _Rows(sentence, torch.zeros_like(limit), limit, torch.full_like(limit, self._bos_id))
+        return _Taken(state, memory, rows)
 
 
 @torch.no_grad()
@@ -107,20 +201,50 @@ def decode(
         src_len: (B,) int64 real lengths.
         max_len_ratio, max_len_offset: the length limit, see `max_output_len`.
     """
-    memory, state = model.encode(src, src_len)
+    limits = dict(max_len_ratio=max_len_ratio, max_len_offset=max_len_offset)
+    return decode_batches(model, [(src, src_len)], width=max(len(src_len), 1), **limits)
+
+
+@torch.no_grad()
+def decode_batches(
+    model: Seq2Seq,
+    batches: Iterable[tuple[Tensor, Tensor]],
+    *,
+    width: int,
+    max_len_ratio: float = 2.0,
+    max_len_offset: int = 10,
+) -> list[Hypothesis]:
+    """Greedy translations of many source batches, `width` sentences decoding at a time
+    (see `greedy_search`: a sentence that ends hands its row to the next one).
+
+    Args:
+        model: a Seq2Seq (put in eval mode by the caller).
+        batches: (src (B, T_src) int64 ending in </s> and padded, src_len (B,)) pairs,
+            each encoded only when its first sentence is about to decode.
+        width: the most sentences decoded in one step.
+        max_len_ratio, max_len_offset: the length limit, see `max_output_len`.
+
+    Returns:
+        One `Hypothesis` per sentence, in input order; attention is cut to the sentence's
+        source length and on the CPU.
+    """
+    src_lens = []
+
+    def encoded() -> Iterator[Encoded]:
+        for src, src_len in batches:
+            memory, state = model.encode(src, src_len)
+            src_lens.extend(src_len.tolist())
+            yield state, memory, max_output_len(src_len, max_len_ratio, max_len_offset)
+
     tokens, lengths, scores, attention = greedy_search(
-        model.decode_step,
-        state,
-        memory,
-        bos_id=model.bos_id,
-        eos_id=model.eos_id,
-        max_len=max_output_len(src_len, max_len_ratio, max_len_offset),
+        model.decode_step, encoded(), bos_id=model.bos_id, eos_id=model.eos_id, width=width
     )
+    rows, scores = tokens.tolist(), scores.tolist()
     return [
         Hypothesis(
-            tokens=tokens[b, :n].tolist(),
-            score=float(scores[b]),
-            attention=None if attention is None else attention[b, :n, : src_len[b]].cpu(),
+            tokens=rows[b][:n],
+            score=scores[b],
+            attention=None if attention is None else attention[b, :n, : src_lens[b]].cpu(),
         )
         for b, n in enumerate(lengths.tolist())
     ]
@@ -250,8 +374,48 @@ def _check_beam_args(beam_size: int, nbest: int, max_len: Tensor) -> None:
 def _select_rows(fields: Any, index: Tensor) -> Any:
     """`fields` (a NamedTuple or tuple) with `index_select(0, index)` applied to every tensor
     field: the rows of each beam or sentence kept. None fields stay None."""
+    if fields is None:
+        return None
     rows = [x.index_select(0, index) if isinstance(x, Tensor) else x for x in fields]
     return fields._make(rows) if hasattr(fields, "_make") else type(fields)(rows)
+
+
+def _concat_rows(fields: Any, more: Any) -> Any:
+    """The rows of `more` (a tuple like `fields`) appended to those of `fields`; see
+    `_pad_dim1` for fields whose second dimensions differ."""
+    return _map_fields(lambda x, y: torch.cat(_same_dim1(x, y)), fields, more)
+
+
+def _put_rows(fields: Any, index: Tensor, new: Any) -> Any:
+    """`fields` with its rows `index` overwritten, in place, by the rows of `new`."""
+    return _map_fields(lambda x, y: _pair_put(*_same_dim1(x, y), index), fields, new)
+
+
+def _pair_put(x: Tensor, y: Tensor, index: Tensor) -> Tensor:
+    return x.index_copy_(0, index, y)
+
+
+def _map_fields(fn: Callable, fields: Any, other: Any) -> Any:
+    if fields is None:
+        return None
+    rows = [fn(x, y) if isinstance(x, Tensor) else x for x, y in zip(fields, other, strict=True)]
+    return fields._make(rows) if hasattr(fields, "_make") else type(fields)(rows)
+
+
+def _same_dim1(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """x and y with the longer second dimension, when both have one (a memory field's
+    source length differs between batches)."""
+    if x.dim() < 2 or x.size(1) == y.size(1):
+        return x, y
+    size = max(x.size(1), y.size(1))
+    return _pad_dim1(x, size), _pad_dim1(y, size)
+
+
+def _pad_dim1(x: Tensor, size: int) -> Tensor:
+    """(B, T, ...) -> (B, size, ...), zeros (False) after position T."""
+    if x.size(1) == size:
+        return x
+    return torch.cat([x, x.new_zeros(x.size(0), size - x.size(1), *x.shape[2:])], dim=1)
 
 
 def _candidates(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -19,10 +20,11 @@ from alignmt.checkpoint import Checkpoint
 from alignmt.config import SearchConfig
 from alignmt.data import EOS, UNK, Vocab, pad_sequences
 from alignmt.model import Seq2Seq
-from alignmt.search import Hypothesis, beam_decode, decode
+from alignmt.search import Hypothesis, beam_decode, decode_batches
 from alignmt.tokenize import Tokenizer
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass
@@ -81,26 +83,33 @@ class Translator:
             self._warn_unknown(tokens)
         results: list[list[Translation]] = [[] for _ in lines]
         todo = sorted((i for i, t in enumerate(tokens) if t), key=lambda i: len(tokens[i]))
-        for rows in _chunks(todo, batch_size):
-            hyps = self._search([tokens[i] for i in rows], nbest)
+        # Groups of many batches keep greedy search's rows busy until a group's end (see
+        # `decode_batches`) and bound the attention held at once.
+        for rows in _chunks(todo, 16 * batch_size):
+            hyps = self._search([tokens[i] for i in rows], nbest, batch_size)
             for i, sentence_hyps in zip(rows, hyps, strict=True):
                 results[i] = [self._translation(tokens[i], h) for h in sentence_hyps]
         empty = Translation("", [], [EOS], 0.0, None)
         return [r or [empty] * nbest for r in results]
 
-    def _search(self, sentences: list[list[str]], nbest: int) -> list[list[Hypothesis]]:
-        device = next(self.model.parameters()).device
-        ids = [self.src_vocab.encode(s, add_eos=True) for s in sentences]
-        src = pad_sequences(ids, self.src_vocab.pad_id).to(device)  # (B, T_src)
-        src_len = torch.tensor([len(s) for s in ids], device=device)  # (B,)
+    def _search(
+        self, sentences: list[list[str]], nbest: int, batch_size: int
+    ) -> list[list[Hypothesis]]:
+        batches = [self._source_ids(chunk) for chunk in _chunks(sentences, batch_size)]
         cfg = self.search
         limits = dict(max_len_ratio=cfg.max_len_ratio, max_len_offset=cfg.max_len_offset)
         if cfg.beam_size == 1 and nbest == 1:
-            return [[h] for h in decode(self.model, src, src_len, **limits)]
-        return beam_decode(
-            self.model, src, src_len, beam_size=cfg.beam_size, nbest=nbest,
-            alpha=cfg.length_penalty, **limits,
-        )  # fmt: skip
+            hyps = decode_batches(self.model, batches, width=batch_size, **limits)
+            return [[h] for h in hyps]
+        beam = dict(beam_size=cfg.beam_size, nbest=nbest, alpha=cfg.length_penalty, **limits)
+        return [hyps for src, n in batches for hyps in beam_decode(self.model, src, n, **beam)]
+
+    def _source_ids(self, sentences: list[list[str]]) -> tuple[Tensor, Tensor]:
+        """A padded id batch: src (B, T_src) ending in </s>, and src_len (B,)."""
+        device = next(self.model.parameters()).device
+        ids = [self.src_vocab.encode(s, add_eos=True) for s in sentences]
+        src = pad_sequences(ids, self.src_vocab.pad_id).to(device)  # (B, T_src)
+        return src, torch.tensor([len(s) for s in ids], device=device)  # (B,)
 
     def _translation(self, src_tokens: list[str], hyp: Hypothesis) -> Translation:
         src_seen = self.src_vocab.decode(self.src_vocab.encode(src_tokens), strip_special=False)
@@ -139,6 +148,6 @@ def replace_unknown(words: list[str], src_tokens: list[str], attention: Tensor) 
     return [src_tokens[j] if w == UNK else w for w, j in zip(words, best, strict=True)]
 
 
-def _chunks(items: list[int], size: int) -> Iterator[list[int]]:
+def _chunks(items: list[T], size: int) -> Iterator[list[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
