@@ -32,7 +32,7 @@ from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
 from alignmt.data import pad_sequences, read_split
 from alignmt.evaluate import corpus_scores
 from alignmt.model import Seq2Seq
-from alignmt.search import beam_decode, decode_batches
+from alignmt.search import beam_decode_batches, decode_batches
 from alignmt.train import (
     Progress,
     corpus_batches,
@@ -245,9 +245,8 @@ def main() -> None:
     beam = dict(beam_size=5, alpha=0.6, **MAX_OUTPUT)
     searches = {  # each: batches -> one output per sentence, in batch order
         "greedy": lambda batches: decode_batches(model, batches, width=64, **MAX_OUTPUT),
-        "beam 5": lambda batches: [hyps for s, n in batches
-                                   for hyps in beam_decode(model, s, n, **beam)],
-    }  # fmt: skip
+        "beam 5": lambda batches: beam_decode_batches(model, batches, width=64, **beam),
+    }
     with torch.no_grad():
         decoded = {name: measure_decoding(search, batches, device)
                    for name, search in searches.items()}  # fmt: skip

@@ -9,6 +9,7 @@ import torch
 
 from alignmt.search import (
     beam_decode,
+    beam_decode_batches,
     beam_search,
     decode,
     decode_batches,
@@ -195,9 +196,8 @@ def markov_step(rules: list[dict], vocab: int = 6, steps: int = 12):
 
 def mock_beam(rules, max_len, **kwargs):
     step, state, memory = markov_step(rules)
-    hyps = beam_search(
-        step, state, memory, bos_id=BOS, eos_id=EOS, max_len=torch.tensor(max_len), **kwargs
-    )
+    start = (state, memory, torch.tensor(max_len))
+    hyps = beam_search(step, [start], bos_id=BOS, eos_id=EOS, width=len(rules), **kwargs)
     return hyps, step.rows
 
 
@@ -218,15 +218,18 @@ def test_length_penalty_is_gnmts():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [(dict(beam_size=0), "beam_size"), (dict(nbest=0), "nbest"), (dict(nbest=3), "nbest")],
+    [
+        (dict(beam_size=0), "beam_size"),
+        (dict(nbest=0), "nbest"),
+        (dict(nbest=3), "nbest"),
+        (dict(width=0), "width"),
+    ],
 )
 def test_beam_search_rejects_bad_sizes(kwargs, message):
     step, state, memory = markov_step([{}])
-    kwargs = dict(beam_size=2, nbest=1) | kwargs
+    kwargs = dict(beam_size=2, nbest=1, width=1) | kwargs
     with pytest.raises(ValueError, match=message):
-        beam_search(
-            step, state, memory, bos_id=BOS, eos_id=EOS, max_len=torch.tensor([3]), **kwargs
-        )
+        beam_search(step, [(state, memory, torch.tensor([3]))], bos_id=BOS, eos_id=EOS, **kwargs)
 
 
 def test_beam_finds_the_sequence_that_greedy_misses():
@@ -414,6 +417,45 @@ def test_a_sentence_beam_decodes_the_same_alone_and_inside_a_padded_batch():
         for a, h in zip(alone, batch[b], strict=True):
             assert math.isclose(a.score, h.score, rel_tol=1e-9)
             torch.testing.assert_close(a.attention, h.attention)
+
+
+def test_streamed_sentences_beam_decode_as_they_do_alone():
+    model = tiny_model(rnn="gru", attention="additive", readout="maxout", seed=2)
+    src, src_len, _, _ = padded_batch(src_lens=(9, 2, 5, 7, 3, 6), tgt_lens=(1,) * 6)
+    # batches padded to their own lengths, so memories of different lengths share steps
+    batches = [
+        (src[i : i + 2, : int(src_len[i : i + 2].max())], src_len[i : i + 2])
+        for i in range(0, 6, 2)
+    ]
+    calls = []
+    step = model.decode_step
+    model.decode_step = lambda prev, *rest: calls.append(len(prev)) or step(prev, *rest)
+    streamed = beam_decode_batches(model, batches, width=2, beam_size=3, nbest=2, alpha=0.5)
+    del model.decode_step
+    assert max(calls) == 2 * 3 and calls.count(6) > len(calls) // 2  # 2 sentences, 3 beams
+    for b, n in enumerate(src_len.tolist()):
+        [alone] = beam_decode(
+            model, src[b : b + 1, :n], src_len[b : b + 1], beam_size=3, nbest=2, alpha=0.5
+        )
+        assert [h.tokens for h in alone] == [h.tokens for h in streamed[b]]
+        for a, h in zip(alone, streamed[b], strict=True):
+            assert math.isclose(a.score, h.score, rel_tol=1e-9)
+            torch.testing.assert_close(a.attention, h.attention)
+
+
+def test_a_stopped_sentence_hands_its_beams_to_the_next_one():
+    # Sentence 0 ends at once; 1 and 2 run longer; 2 waits until 0 stops, then takes its rows.
+    rules = [{BOS: {EOS: 0.9, X: 0.1}}, {}, {BOS: {X: 1.0}, X: {EOS: 1.0}}]
+    step, (t,), (tables,) = markov_step(rules)
+    batches = [
+        ((t[:2],), (tables[:2],), torch.tensor([4, 4])),
+        ((t[2:],), (tables[2:],), torch.tensor([4])),
+    ]
+    hyps = beam_search(step, batches, beam_size=2, bos_id=BOS, eos_id=EOS, width=2)
+    assert step.rows[:2] == [4, 4]  # sentence 2 joined at the second step, in 0's rows
+    assert hyps[0][0].tokens == [EOS] and hyps[2][0].tokens == [X, EOS]
+    assert math.isclose(hyps[2][0].score, 0.0, abs_tol=1e-12)
+    assert_spells_its_inputs(hyps[2][0])
 
 
 def test_a_beam_wider_than_half_the_vocabulary_keeps_only_live_beams_and_finds_the_best():

@@ -1,13 +1,14 @@
 """Greedy and beam search over token ids.
 
 Knows nothing about words, files or checkpoints. `greedy_search` and `beam_search` run any
-step function `step(prev, state, memory) -> (logits, state, alpha)`; `decode` and
-`beam_decode` bind them to a Seq2Seq. State and memory are tuples of batch-first tensors (or
-None), so both searches drop finished sentences, and beam search repeats rows per beam and
-follows the back-pointers, with one `index_select` per field. Length normalisation is
-GNMT's (Wu et al. 2016, eq. 14).
+step function `step(prev, state, memory) -> (logits, state, alpha)` over a stream of
+encoded batches; `decode`, `beam_decode` and their `_batches` forms bind them to a Seq2Seq.
+State and memory are tuples of batch-first tensors (or None), so with one `index_select`
+or `index_copy_` per field both searches hand the rows of an ended sentence to the next
+one waiting (continuous batching), drop rows once none waits, and beam search repeats rows
+per beam and follows the back-pointers. Length normalisation is GNMT's (Wu et al. 2016,
+eq. 14).
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
@@ -228,16 +229,13 @@ def decode_batches(
         One `Hypothesis` per sentence, in input order; attention is cut to the sentence's
         source length and on the CPU.
     """
-    src_lens = []
-
-    def encoded() -> Iterator[Encoded]:
-        for src, src_len in batches:
-            memory, state = model.encode(src, src_len)
-            src_lens.extend(src_len.tolist())
-            yield state, memory, max_output_len(src_len, max_len_ratio, max_len_offset)
-
+    src_lens: list[int] = []
     tokens, lengths, scores, attention = greedy_search(
-        model.decode_step, encoded(), bos_id=model.bos_id, eos_id=model.eos_id, width=width
+        model.decode_step,
+        _encode(model, batches, src_lens, max_len_ratio, max_len_offset),
+        bos_id=model.bos_id,
+        eos_id=model.eos_id,
+        width=width,
     )
     rows, scores = tokens.tolist(), scores.tolist()
     return [
@@ -264,7 +262,8 @@ class _Step(NamedTuple):
     """What one beam step keeps for the back-trace at the end, for the B_t sentences it
     searched. Its 2K candidates sit in slots 0..2K-1, the K live beams first."""
 
-    sentences: Tensor  # (B_t,) int64 each row's sentence index in the batch
+    sentences: Tensor  # (B_t,) int64 each row's sentence (its place in the input order)
+    positions: Tensor  # (B_t,) int64 the output position each sentence's candidates fill
     tokens: Tensor  # (B_t, 2K) int64 each candidate's last token
     parents: Tensor  # (B_t, 2K) int64 the beam (slot 0..K-1 of the step before) it extends
     scores: Tensor  # (B_t, 2K) summed log-probabilities
@@ -272,26 +271,38 @@ class _Step(NamedTuple):
     attention: Tensor | None  # (B_t, K, T_src) alpha of each beam fed to this step
 
 
+class _Beams(NamedTuple):
+    """Beam search's bookkeeping of the B_t sentences it is searching."""
+
+    sentence: Tensor  # (B_t,) int64 its place in the input order
+    position: Tensor  # (B_t,) int64 the output position its next candidates fill
+    limit: Tensor  # (B_t,) int64 its length limit
+    scores: Tensor  # (B_t, K) the live beams' summed log-probabilities, best first
+    prev: Tensor  # (B_t, K) int64 their last tokens
+    ended: Tensor  # (B_t,) int64 how many hypotheses have ended
+    best_ended: Tensor  # (B_t, nbest) the best ended hypotheses' score / lp, best first
+
+
 @torch.no_grad()
 def beam_search(
     step: StepFn,
-    state: Any,
-    memory: Any,
+    batches: Iterable[Encoded],
     *,
     beam_size: int,
     bos_id: int,
     eos_id: int,
-    max_len: Tensor,
+    width: int,
     alpha: float = 0.0,
     nbest: int = 1,
 ) -> list[list[Hypothesis]]:
-    """Keep the `beam_size` (K) best partial outputs of each sentence, for a batch at once.
+    """Keep the `beam_size` (K) best partial outputs of each sentence, for at most `width`
+    sentences at once.
 
-    The B sentences' beams run as one batch of N = B*K rows, sentence-major (row b*K + k).
-    Each step extends every live beam by every token and keeps, per sentence, the 2K best
-    extensions by summed log-probability. Of these, the K best that are not </s> stay live;
-    a </s> among the K best ends a hypothesis, ranked by score / `length_penalty`. A sentence
-    stops, and leaves the batch so that later steps cost less, when
+    The B_t sentences' beams run as one batch of N = B_t * K rows, sentence-major (row
+    b * K + k). Each step extends every live beam by every token and keeps, per sentence,
+    the 2K best extensions by summed log-probability. Of these, the K best that are not
+    </s> stay live; a </s> among the K best ends a hypothesis, ranked by score /
+    `length_penalty`. A sentence stops when
 
     - K of its hypotheses have ended, or
     - its nbest-th best ended hypothesis ranks at least as high as its best live beam could
@@ -299,76 +310,103 @@ def beam_search(
       could reach), or
     - it reaches its length limit, where its K best candidates end, </s> or not.
 
+    Its K rows then go to the next sentence waiting (continuous batching, as in
+    `greedy_search`); once none waits, stopped sentences leave the batch.
+
     Args:
         step: (prev (N,), state, memory) -> (logits (N, V), new state, alpha (N, T_src) or
             None); see `StepFn` and `Seq2Seq.decode_step`.
-        state: the initial state, a (named) tuple of B-row batch-first tensors or None.
-        memory: what every step reads, the same kind of tuple; never changes per beam.
+        batches: `Encoded` batches of one row per sentence, taken lazily (see
+            `greedy_search`, also for memories of different source lengths).
         beam_size: K >= 1; 1 gives greedy search's output.
         bos_id, eos_id: start and end symbols.
-        max_len: (B,) int64 length limit of each output, </s> included (at least 1 token).
+        width: the most sentences searched in one step, >= 1.
         alpha: the length penalty's exponent; 0 ranks by summed log-probability.
         nbest: how many hypotheses to return per sentence, 1 <= nbest <= K.
 
     Returns:
-        For each sentence its nbest best hypotheses, best first (fewer only if fewer than
-        nbest outputs have a nonzero probability). `score` is the summed log-probability;
-        `attention` is (len(tokens), T_src) over the padded source, or None.
+        For each sentence, in input order, its nbest best hypotheses, best first (fewer only
+        if fewer than nbest outputs have a nonzero probability). `score` is the summed
+        log-probability; `attention` is (len(tokens), T_src) over the padded source, or None.
     """
-    _check_beam_args(beam_size, nbest, max_len)
-    K, batch, device = beam_size, max_len.size(0), max_len.device
-    if batch == 0:
+    _check_beam_args(beam_size, nbest, width)
+    K, pending = beam_size, _Pending(batches, bos_id)
+    start = pending.take(width)
+    if start is None:
         return []
-    state, memory = (
-        _select_rows(x, torch.arange(batch, device=device).repeat_interleave(K))
-        for x in (state, memory)
-    )
-    sentences, limit = torch.arange(batch, device=device), max_len  # (B_t,) still searched
-    prev = torch.full((batch * K,), bos_id, dtype=torch.long, device=device)  # (N,)
-    # Only beam 0 is live at first, or all K beams would extend <s> the same way.
-    scores = torch.full((batch, K), float("-inf"), device=device)  # (B_t, K)
-    scores[:, 0] = 0.0
-    n_ended = torch.zeros(batch, dtype=torch.long, device=device)  # (B_t,)
-    best_ended = torch.full((batch, nbest), float("-inf"), device=device)  # (B_t, nbest)
+    state, memory, beams = _start_beams(start, K, nbest)
+    beam = torch.arange(K, device=beams.limit.device)  # (K,)
     history = []
-    for t in range(int(max_len.max())):
-        logits, state, weights = step(prev, state, memory)  # (N, V), (N, T_src) | None
+    while len(beams.sentence):
+        logits, state, weights = step(beams.prev.flatten(), state, memory)  # (N, V), (N, T_src)
         logits = logits.unflatten(0, (-1, K))  # (B_t, K, V)
-        cand, parents, tokens, rank = _candidates(scores.to(logits), logits, eos_id)
-        at_limit = t + 1 >= limit  # (B_t,)
+        cand, parents, tokens, rank = _candidates(beams.scores.to(logits), logits, eos_id)
+        length = beams.position + 1  # (B_t,) the candidates' lengths
+        at_limit = length >= beams.limit
         ends = (rank < K) & cand.isfinite() & ((tokens == eos_id) | at_limit[:, None])
-        ended = (cand / length_penalty(t + 1, alpha)).masked_fill(~ends, float("-inf"))
+        lp = length_penalty(length.to(cand.dtype), alpha)  # (B_t,)
+        ended = (cand / lp[:, None]).masked_fill(~ends, float("-inf"))  # (B_t, 2K)
         if weights is not None:
             weights = weights.unflatten(0, (-1, K))  # (B_t, K, T_src)
-        history.append(_Step(sentences, tokens, parents, cand, ended, weights))
-        n_ended = n_ended + ends.sum(dim=1)
-        best_ended = torch.cat([best_ended.to(ended), ended], dim=1).topk(nbest, dim=1).values
-        scores, prev = cand[:, :K], tokens[:, :K]  # (B_t, K) the live beams, best first
+        history.append(_Step(beams.sentence, beams.position, tokens, parents, cand, ended, weights))
+        best_ended = torch.cat([beams.best_ended.to(ended), ended], dim=1).topk(nbest, dim=1)[0]
+        beams = beams._replace(
+            position=length, scores=cand[:, :K], prev=tokens[:, :K],
+            ended=beams.ended + ends.sum(dim=1), best_ended=best_ended,
+        )  # fmt: skip
         # Scores only fall as beams grow; lp is monotone in the length, so its largest
         # value is at the current length or at the limit.
-        lp_max = length_penalty(limit, alpha).clamp(min=length_penalty(t + 1, alpha))
-        done = at_limit | (n_ended >= K) | (best_ended[:, -1] >= scores[:, 0] / lp_max)
-        keep = (~done).nonzero().squeeze(1)  # (B_t',) the step's one host sync
-        if len(keep) == 0:
-            break
-        state = _select_rows(state, (keep[:, None] * K + parents[keep, :K]).flatten())
-        if len(keep) < len(sentences):  # drop finished sentences from all later steps
-            kept_rows = keep[:, None] * K + torch.arange(K, device=device)  # (B_t', K)
-            memory = _select_rows(memory, kept_rows.flatten())
-            sentences, limit, scores, prev, n_ended, best_ended = (
-                x[keep] for x in (sentences, limit, scores, prev, n_ended, best_ended)
+        lp_max = torch.maximum(length_penalty(beams.limit.to(lp), alpha), lp)
+        done = at_limit | (beams.ended >= K) | (best_ended[:, -1] >= beams.scores[:, 0] / lp_max)
+        sentences = torch.arange(len(done), device=done.device)[:, None]  # (B_t, 1)
+        state = _select_rows(state, (sentences * K + parents[:, :K]).flatten())  # the parents'
+        free = done.nonzero().squeeze(1)  # the step's one host sync
+        if len(free) == 0:
+            continue
+        new = pending.take(len(free))
+        if new is not None:  # the next sentences take over the stopped ones' rows
+            taken, free = free[: len(new.rows.sentence)], free[len(new.rows.sentence) :]
+            new_state, new_memory, new_beams = _start_beams(new, K, nbest)
+            rows = (taken[:, None] * K + beam).flatten()
+            state, memory = _put_rows(state, rows, new_state), _put_rows(memory, rows, new_memory)
+            beams = _Beams._make(
+                x.index_put((taken,), y.to(x.dtype)) for x, y in zip(beams, new_beams, strict=True)
             )
-        prev = prev.flatten()
-    return _backtrack(history, batch, nbest)
+        if len(free):  # no sentence is left to take over the rest: the batch shrinks
+            live = torch.ones_like(done).index_fill_(0, free, False).nonzero().squeeze(1)
+            rows = (live[:, None] * K + beam).flatten()
+            state, memory = _select_rows(state, rows), _select_rows(memory, rows)
+            beams = _select_rows(beams, live)
+    return _backtrack(history, pending.taken, nbest)
 
 
-def _check_beam_args(beam_size: int, nbest: int, max_len: Tensor) -> None:
+def _start_beams(taken: _Taken, beam_size: int, nbest: int) -> tuple[Any, Any, _Beams]:
+    """The state and memory of newly taken sentences repeated per beam, and their
+    bookkeeping. Only beam 0 is live at first, or all K beams would extend <s> the same way."""
+    rows, count = taken.rows, len(taken.rows.sentence)
+    repeat = torch.arange(count, device=rows.limit.device).repeat_interleave(beam_size)
+    state, memory = _select_rows(taken.state, repeat), _select_rows(taken.memory, repeat)
+    scores = torch.full((count, beam_size), float("-inf"), device=rows.limit.device)
+    scores[:, 0] = 0.0
+    beams = _Beams(
+        sentence=rows.sentence,
+        position=rows.position,
+        limit=rows.limit,
+        scores=scores,
+        prev=rows.prev[:, None].expand(count, beam_size).contiguous(),
+        ended=torch.zeros_like(rows.limit),
+        best_ended=scores.new_full((count, nbest), float("-inf")),
+    )
+    return state, memory, beams
+
+
+def _check_beam_args(beam_size: int, nbest: int, width: int) -> None:
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     if not 1 <= nbest <= beam_size:
         raise ValueError(f"nbest must lie in [1, beam_size = {beam_size}], got {nbest}")
-    if max_len.dim() != 1:
-        raise ValueError(f"max_len must be (B,), got {tuple(max_len.shape)}")
+    if width < 1:
+        raise ValueError(f"width must be at least 1, got {width}")
 
 
 def _select_rows(fields: Any, index: Tensor) -> Any:
@@ -446,29 +484,34 @@ def _candidates(
     return best.gather(1, rank), (index // width).gather(1, rank), tokens.gather(1, rank), rank
 
 
-def _stack(history: list[_Step], field: str, batch: int, fill: float) -> Tensor | None:
-    """One `_Step` field of every step as (B, T, ...); steps after a sentence left the
-    batch hold `fill`."""
-    first = getattr(history[0], field)
-    if first is None:
+def _stack(history: list[_Step], field: str, batch: int, steps: int, fill: float) -> Tensor | None:
+    """One `_Step` field of every step as (B, steps, ...), each sentence's at its own
+    positions; positions a sentence never reached hold `fill`. Attention is padded to the
+    longest source."""
+    values = [getattr(step, field) for step in history]
+    if values[0] is None:
         return None
-    out = first.new_full((batch, len(history), *first.shape[1:]), fill)
-    for t, step in enumerate(history):
-        out[step.sentences, t] = getattr(step, field)
+    if field == "attention":  # (B_t, K, T_src): sentences joined with longer sources
+        src_len = max(v.size(2) for v in values)
+        values = [torch.nn.functional.pad(v, (0, src_len - v.size(2))) for v in values]
+    out = values[0].new_full((batch, steps, *values[0].shape[1:]), fill)
+    for step, value in zip(history, values, strict=True):
+        out[step.sentences, step.positions] = value
     return out
 
 
 def _backtrack(history: list[_Step], batch: int, nbest: int) -> list[list[Hypothesis]]:
     """Each sentence's nbest best ended hypotheses, traced back through the parents."""
-    ended = _stack(history, "ended", batch, float("-inf"))  # (B, T, 2K)
-    tokens, parents = (_stack(history, f, batch, 0) for f in ("tokens", "parents"))
-    attention = _stack(history, "attention", batch, 0.0)  # (B, T, K, T_src) | None
+    steps = 1 + max(int(step.positions.max()) for step in history)
+    ended = _stack(history, "ended", batch, steps, float("-inf"))  # (B, T, 2K)
+    tokens, parents = (_stack(history, f, batch, steps, 0) for f in ("tokens", "parents"))
+    attention = _stack(history, "attention", batch, steps, 0.0)  # (B, T, K, T_src) | None
     best, where = ended.flatten(1).topk(nbest, dim=1)  # (B, nbest) over every (step, slot)
-    scores = _stack(history, "scores", batch, 0.0).flatten(1).gather(1, where)  # (B, nbest)
+    scores = _stack(history, "scores", batch, steps, 0.0).flatten(1).gather(1, where)
     last, slot = where // ended.size(2), where % ended.size(2)  # (B, nbest) step, slot
     sentence = torch.arange(batch, device=ended.device)[:, None]  # (B, 1)
     trace, weights = [], []
-    for t in reversed(range(len(history))):  # a hypothesis' entries past its last step are cut
+    for t in reversed(range(steps)):  # a hypothesis' entries past its last step are cut
         trace.append(tokens[sentence, t, slot])  # (B, nbest)
         parent = parents[sentence, t, slot]  # (B, nbest)
         if attention is not None:
@@ -516,15 +559,43 @@ def beam_decode(
         For each sentence, its hypotheses best first; attention is cut to the real source
         length and on the CPU, as `decode` returns it.
     """
-    memory, state = model.encode(src, src_len)
+    return beam_decode_batches(
+        model, [(src, src_len)], width=max(len(src_len), 1), beam_size=beam_size, nbest=nbest,
+        alpha=alpha, max_len_ratio=max_len_ratio, max_len_offset=max_len_offset,
+    )  # fmt: skip
+
+
+@torch.no_grad()
+def beam_decode_batches(
+    model: Seq2Seq,
+    batches: Iterable[tuple[Tensor, Tensor]],
+    *,
+    width: int,
+    beam_size: int = 5,
+    nbest: int = 1,
+    alpha: float = 0.0,
+    max_len_ratio: float = 2.0,
+    max_len_offset: int = 10,
+) -> list[list[Hypothesis]]:
+    """Beam-search translations of many source batches, `width` sentences searching at a
+    time (a sentence that stops hands its rows to the next one; see `beam_search`).
+
+    Args:
+        model, batches, width, max_len_ratio, max_len_offset: as in `decode_batches`.
+        beam_size, nbest, alpha: see `beam_search`.
+
+    Returns:
+        For each sentence, in input order, its hypotheses best first; attention is cut to
+        the sentence's source length and on the CPU.
+    """
+    src_lens: list[int] = []
     beams = beam_search(
         model.decode_step,
-        state,
-        memory,
+        _encode(model, batches, src_lens, max_len_ratio, max_len_offset),
         beam_size=beam_size,
         bos_id=model.bos_id,
         eos_id=model.eos_id,
-        max_len=max_output_len(src_len, max_len_ratio, max_len_offset),
+        width=width,
         alpha=alpha,
         nbest=nbest,
     )
@@ -533,5 +604,20 @@ def beam_decode(
             replace(h, attention=None if h.attention is None else h.attention[:, :n].cpu())
             for h in hypotheses
         ]
-        for hypotheses, n in zip(beams, src_len.tolist(), strict=True)
+        for hypotheses, n in zip(beams, src_lens, strict=True)
     ]
+
+
+def _encode(
+    model: Seq2Seq,
+    batches: Iterable[tuple[Tensor, Tensor]],
+    src_lens: list[int],
+    max_len_ratio: float,
+    max_len_offset: int,
+) -> Iterator[Encoded]:
+    """Encode each (src, src_len) batch when search asks for it, appending the sentences'
+    source lengths to `src_lens`."""
+    for src, src_len in batches:
+        memory, state = model.encode(src, src_len)
+        src_lens.extend(src_len.tolist())
+        yield state, memory, max_output_len(src_len, max_len_ratio, max_len_offset)

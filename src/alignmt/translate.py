@@ -20,7 +20,7 @@ from alignmt.checkpoint import Checkpoint
 from alignmt.config import SearchConfig
 from alignmt.data import EOS, UNK, Vocab, pad_sequences
 from alignmt.model import Seq2Seq
-from alignmt.search import Hypothesis, beam_decode, decode_batches
+from alignmt.search import Hypothesis, beam_decode_batches, decode_batches
 from alignmt.tokenize import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ class Translator:
             self._warn_unknown(tokens)
         results: list[list[Translation]] = [[] for _ in lines]
         todo = sorted((i for i, t in enumerate(tokens) if t), key=lambda i: len(tokens[i]))
-        # Groups of many batches keep greedy search's rows busy until a group's end (see
+        # Groups of many batches keep the search's rows busy until a group's end (see
         # `decode_batches`) and bound the attention held at once.
         for rows in _chunks(todo, 16 * batch_size):
             hyps = self._search([tokens[i] for i in rows], nbest, batch_size)
@@ -101,8 +101,10 @@ class Translator:
         if cfg.beam_size == 1 and nbest == 1:
             hyps = decode_batches(self.model, batches, width=batch_size, **limits)
             return [[h] for h in hyps]
-        beam = dict(beam_size=cfg.beam_size, nbest=nbest, alpha=cfg.length_penalty, **limits)
-        return [hyps for src, n in batches for hyps in beam_decode(self.model, src, n, **beam)]
+        return beam_decode_batches(
+            self.model, batches, width=batch_size, beam_size=cfg.beam_size, nbest=nbest,
+            alpha=cfg.length_penalty, **limits,
+        )  # fmt: skip
 
     def _source_ids(self, sentences: list[list[str]]) -> tuple[Tensor, Tensor]:
         """A padded id batch: src (B, T_src) ending in </s>, and src_len (B,)."""
