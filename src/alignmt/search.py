@@ -9,6 +9,7 @@ one waiting (continuous batching), drop rows once none waits, and beam search re
 per beam and follows the back-pointers. Length normalisation is GNMT's (Wu et al. 2016,
 eq. 14).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
