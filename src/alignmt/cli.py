@@ -124,7 +124,9 @@ _REPLACE_UNK = "copy the most-attended source word into each output <unk>"
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", help="a run folder (or a .safetensors checkpoint)")
     parser.add_argument("--beam", type=int, help="beam size, 1 = greedy (default: run config)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument(
+        "--batch-size", type=int, default=64, help="the most sentences decoded at once"
+    )
     parser.add_argument("--replace-unk", action="store_true", help=_REPLACE_UNK)
 
 

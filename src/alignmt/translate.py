@@ -72,7 +72,8 @@ class Translator:
             lines: raw source sentences; a blank one gets one empty translation, so that
                 output lines stay aligned with input lines.
             nbest: hypotheses per sentence, at most the beam size.
-            batch_size: sentences decoded together (sorted by length to limit padding).
+            batch_size: the most sentences decoded at once. Sentences go in sorted by length,
+                to limit padding, and one that ends hands its rows to the next.
             warn: log a warning counting source tokens outside the vocabulary.
 
         Returns:
