@@ -503,7 +503,7 @@ def _stack(history: list[_Step], field: str, batch: int, steps: int, fill: float
 
 def _backtrack(history: list[_Step], batch: int, nbest: int) -> list[list[Hypothesis]]:
     """Each sentence's nbest best ended hypotheses, traced back through the parents."""
-    steps = 1 + max(int(step.positions.max()) for step in history)
+    steps = 1 + int(torch.cat([step.positions for step in history]).max())
     ended = _stack(history, "ended", batch, steps, float("-inf"))  # (B, T, 2K)
     tokens, parents = (_stack(history, f, batch, steps, 0) for f in ("tokens", "parents"))
     attention = _stack(history, "attention", batch, steps, 0.0)  # (B, T, K, T_src) | None
