@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from alignmt.model import Seq2Seq
+from alignmt.packed import packed_linears
 
 # step(prev (N,) int64, state, memory) -> (logits (N, V), new state, alpha (N, T_src) or None)
 StepFn = Callable[[Tensor, Any, Any], tuple[Tensor, Any, "Tensor | None"]]
@@ -217,7 +218,8 @@ def decode_batches(
     max_len_offset: int = 10,
 ) -> list[Hypothesis]:
     """Greedy translations of many source batches, `width` sentences decoding at a time
-    (see `greedy_search`: a sentence that ends hands its row to the next one).
+    (see `greedy_search`: a sentence that ends hands its row to the next one). On the CPU,
+    the decoder's float32 Linears run on weights packed once (see packed.py).
 
     Args:
         model: a Seq2Seq (put in eval mode by the caller).
@@ -231,13 +233,14 @@ def decode_batches(
         source length and on the CPU.
     """
     src_lens: list[int] = []
-    tokens, lengths, scores, attention = greedy_search(
-        model.decode_step,
-        _encode(model, batches, src_lens, max_len_ratio, max_len_offset),
-        bos_id=model.bos_id,
-        eos_id=model.eos_id,
-        width=width,
-    )
+    with packed_linears(model.decoder, rows=width):
+        tokens, lengths, scores, attention = greedy_search(
+            model.decode_step,
+            _encode(model, batches, src_lens, max_len_ratio, max_len_offset),
+            bos_id=model.bos_id,
+            eos_id=model.eos_id,
+            width=width,
+        )
     rows, scores = tokens.tolist(), scores.tolist()
     return [
         Hypothesis(
@@ -598,16 +601,17 @@ def beam_decode_batches(
         the sentence's source length and on the CPU.
     """
     src_lens: list[int] = []
-    beams = beam_search(
-        model.decode_step,
-        _encode(model, batches, src_lens, max_len_ratio, max_len_offset),
-        beam_size=beam_size,
-        bos_id=model.bos_id,
-        eos_id=model.eos_id,
-        width=width,
-        alpha=alpha,
-        nbest=nbest,
-    )
+    with packed_linears(model.decoder, rows=width * beam_size):
+        beams = beam_search(
+            model.decode_step,
+            _encode(model, batches, src_lens, max_len_ratio, max_len_offset),
+            beam_size=beam_size,
+            bos_id=model.bos_id,
+            eos_id=model.eos_id,
+            width=width,
+            alpha=alpha,
+            nbest=nbest,
+        )
     return [
         [
             replace(h, attention=None if h.attention is None else h.attention[:, :n].cpu())
