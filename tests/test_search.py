@@ -409,12 +409,15 @@ def test_a_sentence_beam_decodes_the_same_alone_and_inside_a_padded_batch():
     model = tiny_model(rnn="lstm", attention="concat", init="zeros", seed=2)
     src, src_len, _, _ = padded_batch(src_lens=(9, 2, 5, 7, 3), tgt_lens=(1,) * 5)
     batch = beam_decode(model, src, src_len, beam_size=4, nbest=2, alpha=0.5)
+    assert_each_beams_as_alone(model, src, src_len, batch, beam_size=4, nbest=2, alpha=0.5)
+
+
+def assert_each_beams_as_alone(model, src, src_len, results, **search):
+    """results[b] equals sentence b's beam search alone: tokens, scores and attention."""
     for b, n in enumerate(src_len.tolist()):
-        [alone] = beam_decode(
-            model, src[b : b + 1, :n], src_len[b : b + 1], beam_size=4, nbest=2, alpha=0.5
-        )
-        assert [h.tokens for h in alone] == [h.tokens for h in batch[b]]
-        for a, h in zip(alone, batch[b], strict=True):
+        [alone] = beam_decode(model, src[b : b + 1, :n], src_len[b : b + 1], **search)
+        assert [h.tokens for h in alone] == [h.tokens for h in results[b]]
+        for a, h in zip(alone, results[b], strict=True):
             assert math.isclose(a.score, h.score, rel_tol=1e-9)
             torch.testing.assert_close(a.attention, h.attention)
 
@@ -433,14 +436,7 @@ def test_streamed_sentences_beam_decode_as_they_do_alone():
     streamed = beam_decode_batches(model, batches, width=2, beam_size=3, nbest=2, alpha=0.5)
     del model.decode_step
     assert max(calls) == 2 * 3 and calls.count(6) > len(calls) // 2  # 2 sentences, 3 beams
-    for b, n in enumerate(src_len.tolist()):
-        [alone] = beam_decode(
-            model, src[b : b + 1, :n], src_len[b : b + 1], beam_size=3, nbest=2, alpha=0.5
-        )
-        assert [h.tokens for h in alone] == [h.tokens for h in streamed[b]]
-        for a, h in zip(alone, streamed[b], strict=True):
-            assert math.isclose(a.score, h.score, rel_tol=1e-9)
-            torch.testing.assert_close(a.attention, h.attention)
+    assert_each_beams_as_alone(model, src, src_len, streamed, beam_size=3, nbest=2, alpha=0.5)
 
 
 def test_a_stopped_sentence_hands_its_beams_to_the_next_one():
