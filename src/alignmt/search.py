@@ -3,10 +3,10 @@
 Knows nothing about words, files or checkpoints. `greedy_search` and `beam_search` run any
 step function `step(prev, state, memory) -> (logits, state, alpha)` over a stream of
 encoded batches; `decode`, `beam_decode` and their `_batches` forms bind them to a Seq2Seq.
-State and memory are tuples of batch-first tensors (or None), so with one `index_select`
-or `index_copy_` per field both searches hand the rows of an ended sentence to the next
-one waiting (continuous batching), drop rows once none waits, and beam search repeats rows
-per beam and follows the back-pointers. Length normalisation is GNMT's (Wu et al. 2016,
+State and memory are tuples of batch-first tensors (or None), so with the row operations of
+rows.py both searches hand the rows of an ended sentence to the next one waiting
+(continuous batching), drop rows once none waits, and beam search repeats rows per beam
+and follows the back-pointers. Length normalisation is GNMT's (Wu et al. 2016,
 eq. 14).
 """
 
@@ -21,6 +21,7 @@ from torch import Tensor
 
 from alignmt.model import Seq2Seq
 from alignmt.packed import packed_linears
+from alignmt.rows import Encoded, Pending, Rows, Taken, pad_dim1, put_rows, select_rows
 
 # step(prev (N,) int64, state, memory) -> (logits (N, V), new state, alpha (N, T_src) or None)
 StepFn = Callable[[Tensor, Any, Any], tuple[Tensor, Any, "Tensor | None"]]
@@ -37,11 +38,6 @@ def max_output_len(src_len: Tensor, ratio: float, offset: int) -> Tensor:
     """(B,) the most tokens (</s> included) each sentence may produce: ratio * |x| + offset,
     and at least one."""
     return ((src_len.float() * ratio).long() + offset).clamp(min=1)
-
-
-# A batch of encoded sentences for search: the initial state, the memory, and each
-# sentence's length limit, (B,) int64 with </s> included.
-Encoded = tuple[Any, Any, Tensor]
 
 
 class _Token(NamedTuple):
@@ -83,7 +79,7 @@ def greedy_search(
     """
     if width < 1:
         raise ValueError(f"width must be at least 1, got {width}")
-    pending = _Pending(batches, bos_id)
+    pending = Pending(batches, bos_id)
     start = pending.take(width)
     if start is None:
         empty = torch.zeros(0, dtype=torch.long)
@@ -103,13 +99,13 @@ def greedy_search(
         new = pending.take(len(free))
         if new is not None:  # the next sentences take over the ended rows
             taken, free = free[: len(new.rows.sentence)], free[len(new.rows.sentence) :]
-            state, memory = _put_rows(state, taken, new.state), _put_rows(memory, taken, new.memory)
-            rows = _Rows._make(  # new tensors, not in place: the history keeps the old ones
+            state, memory = put_rows(state, taken, new.state), put_rows(memory, taken, new.memory)
+            rows = Rows._make(  # new tensors, not in place: the history keeps the old ones
                 x.index_put((taken,), y) for x, y in zip(rows, new.rows, strict=True)
             )
         if len(free):  # no sentence is left to take over the rest: the batch shrinks
             live = torch.ones_like(ended).index_fill_(0, free, False).nonzero().squeeze(1)
-            state, memory, rows = (_select_rows(x, live) for x in (state, memory, rows))
+            state, memory, rows = (select_rows(x, live) for x in (state, memory, rows))
     return _greedy_outputs(history, pending.taken, eos_id)
 
 
@@ -129,62 +125,9 @@ def _greedy_outputs(
     if history[0].attention is None:
         return out, lengths, scores, None
     src_len = max(h.attention.size(1) for h in history)
-    alphas = torch.cat([_pad_dim1(h.attention, src_len) for h in history])  # (rows, T_src)
+    alphas = torch.cat([pad_dim1(h.attention, src_len) for h in history])  # (rows, T_src)
     attention = alphas.new_zeros(count, steps, src_len).index_put_((sentences, positions), alphas)
     return out, lengths, scores, attention
-
-
-class _Rows(NamedTuple):
-    """Greedy search's bookkeeping of the W_t rows decoding."""
-
-    sentence: Tensor  # (W_t,) int64 the sentence in each row (its place in the input order)
-    position: Tensor  # (W_t,) int64 the output position it is at
-    limit: Tensor  # (W_t,) int64 its length limit
-    prev: Tensor  # (W_t,) int64 its last output token (<s> before the first)
-
-
-class _Taken(NamedTuple):
-    state: Any  # the sentences' initial states
-    memory: Any
-    rows: _Rows  # their bookkeeping, at position 0
-
-
-class _Pending:
-    """Sentences waiting to be searched: `Encoded` batches, pulled from their iterable only
-    when needed and handed out a few rows at a time."""
-
-    def __init__(self, batches: Iterable[Encoded], bos_id: int) -> None:
-        self._batches = iter(batches)
-        self._batch: Encoded | None = None  # the batch being handed out
-        self._next = 0  # its first row not yet handed out
-        self._bos_id = bos_id
-        self.taken = 0  # sentences handed out so far
-
-    def take(self, n: int) -> _Taken | None:
-        """The next n sentences (fewer if the batches run out), joined across batches;
-        None when none is left."""
-        parts = []
-        while n > 0:
-            if self._batch is None or self._next == len(self._batch[2]):
-                self._batch, self._next = next(self._batches, None), 0
-                if self._batch is None:
-                    break
-                continue
-            state, memory, max_len = self._batch
-            stop = min(self._next + n, len(max_len))
-            index = torch.arange(self._next, stop, device=max_len.device)
-            parts.append((_select_rows(state, index), _select_rows(memory, index), max_len[index]))
-            self._next, n = stop, n - len(index)
-        if not parts:
-            return None
-        state, memory, limit = parts[0]
-        for more in parts[1:]:
-            state, memory = _concat_rows(state, more[0]), _concat_rows(memory, more[1])
-            limit = torch.cat([limit, more[2]])
-        sentence = torch.arange(self.taken, self.taken + len(limit), device=limit.device)
-        self.taken += len(limit)
-        rows = _Rows(sentence, torch.zeros_like(limit), limit, torch.full_like(limit, self._bos_id))
-        return _Taken(state, memory, rows)
 
 
 @torch.no_grad()
@@ -334,7 +277,7 @@ def beam_search(
         log-probability; `attention` is (len(tokens), T_src) over the padded source, or None.
     """
     _check_beam_args(beam_size, nbest, width)
-    K, pending = beam_size, _Pending(batches, bos_id)
+    K, pending = beam_size, Pending(batches, bos_id)
     start = pending.take(width)
     if start is None:
         return []
@@ -363,7 +306,7 @@ def beam_search(
         lp_max = torch.maximum(length_penalty(beams.limit.to(lp), alpha), lp)
         done = at_limit | (beams.ended >= K) | (best_ended[:, -1] >= beams.scores[:, 0] / lp_max)
         sentences = torch.arange(len(done), device=done.device)[:, None]  # (B_t, 1)
-        state = _select_rows(state, (sentences * K + parents[:, :K]).flatten())  # the parents'
+        state = select_rows(state, (sentences * K + parents[:, :K]).flatten())  # the parents'
         free = done.nonzero().squeeze(1)  # the step's one host sync
         if len(free) == 0:
             continue
@@ -372,24 +315,24 @@ def beam_search(
             taken, free = free[: len(new.rows.sentence)], free[len(new.rows.sentence) :]
             new_state, new_memory, new_beams = _start_beams(new, K, nbest)
             rows = (taken[:, None] * K + beam).flatten()
-            state, memory = _put_rows(state, rows, new_state), _put_rows(memory, rows, new_memory)
+            state, memory = put_rows(state, rows, new_state), put_rows(memory, rows, new_memory)
             beams = _Beams._make(
                 x.index_put((taken,), y.to(x.dtype)) for x, y in zip(beams, new_beams, strict=True)
             )
         if len(free):  # no sentence is left to take over the rest: the batch shrinks
             live = torch.ones_like(done).index_fill_(0, free, False).nonzero().squeeze(1)
             rows = (live[:, None] * K + beam).flatten()
-            state, memory = _select_rows(state, rows), _select_rows(memory, rows)
-            beams = _select_rows(beams, live)
+            state, memory = select_rows(state, rows), select_rows(memory, rows)
+            beams = select_rows(beams, live)
     return _backtrack(history, pending.taken, nbest)
 
 
-def _start_beams(taken: _Taken, beam_size: int, nbest: int) -> tuple[Any, Any, _Beams]:
+def _start_beams(taken: Taken, beam_size: int, nbest: int) -> tuple[Any, Any, _Beams]:
     """The state and memory of newly taken sentences repeated per beam, and their
     bookkeeping. Only beam 0 is live at first, or all K beams would extend <s> the same way."""
     rows, count = taken.rows, len(taken.rows.sentence)
     repeat = torch.arange(count, device=rows.limit.device).repeat_interleave(beam_size)
-    state, memory = _select_rows(taken.state, repeat), _select_rows(taken.memory, repeat)
+    state, memory = select_rows(taken.state, repeat), select_rows(taken.memory, repeat)
     scores = torch.full((count, beam_size), float("-inf"), device=rows.limit.device)
     scores[:, 0] = 0.0
     beams = _Beams(
@@ -411,53 +354,6 @@ def _check_beam_args(beam_size: int, nbest: int, width: int) -> None:
         raise ValueError(f"nbest must lie in [1, beam_size = {beam_size}], got {nbest}")
     if width < 1:
         raise ValueError(f"width must be at least 1, got {width}")
-
-
-def _select_rows(fields: Any, index: Tensor) -> Any:
-    """`fields` (a NamedTuple or tuple) with `index_select(0, index)` applied to every tensor
-    field: the rows of each beam or sentence kept. None fields stay None."""
-    if fields is None:
-        return None
-    rows = [x.index_select(0, index) if isinstance(x, Tensor) else x for x in fields]
-    return fields._make(rows) if hasattr(fields, "_make") else type(fields)(rows)
-
-
-def _concat_rows(fields: Any, more: Any) -> Any:
-    """The rows of `more` (a tuple like `fields`) appended to those of `fields`; see
-    `_pad_dim1` for fields whose second dimensions differ."""
-    return _map_fields(lambda x, y: torch.cat(_same_dim1(x, y)), fields, more)
-
-
-def _put_rows(fields: Any, index: Tensor, new: Any) -> Any:
-    """`fields` with its rows `index` overwritten, in place, by the rows of `new`."""
-    return _map_fields(lambda x, y: _pair_put(*_same_dim1(x, y), index), fields, new)
-
-
-def _pair_put(x: Tensor, y: Tensor, index: Tensor) -> Tensor:
-    return x.index_copy_(0, index, y)
-
-
-def _map_fields(fn: Callable, fields: Any, other: Any) -> Any:
-    if fields is None:
-        return None
-    rows = [fn(x, y) if isinstance(x, Tensor) else x for x, y in zip(fields, other, strict=True)]
-    return fields._make(rows) if hasattr(fields, "_make") else type(fields)(rows)
-
-
-def _same_dim1(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    """x and y with the longer second dimension, when both have one (a memory field's
-    source length differs between batches)."""
-    if x.dim() < 2 or x.size(1) == y.size(1):
-        return x, y
-    size = max(x.size(1), y.size(1))
-    return _pad_dim1(x, size), _pad_dim1(y, size)
-
-
-def _pad_dim1(x: Tensor, size: int) -> Tensor:
-    """(B, T, ...) -> (B, size, ...), zeros (False) after position T."""
-    if x.size(1) == size:
-        return x
-    return torch.cat([x, x.new_zeros(x.size(0), size - x.size(1), *x.shape[2:])], dim=1)
 
 
 def _candidates(

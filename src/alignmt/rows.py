@@ -1,0 +1,123 @@
+"""The rows a search decodes: sentences taken from a stream of encoded batches, and the
+row operations on a search's state and memory.
+
+State and memory are tuples (named or not) of batch-first tensors, or None. Each operation
+applies one `index_select`, `cat` or `index_copy_` per tensor field, so search never needs
+to know what the fields are. Memories of batches with different source lengths (the second
+dimension) are joined by zero-padding the shorter, which the memory's mask reads as padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+# A batch of encoded sentences for search: the initial state, the memory, and each
+# sentence's length limit, (B,) int64 with </s> included.
+Encoded = tuple[Any, Any, Tensor]
+
+
+class Rows(NamedTuple):
+    """The bookkeeping of W_t sentences being searched, one row each (greedy search's rows;
+    beam search keeps its own per sentence from these)."""
+
+    sentence: Tensor  # (W_t,) int64 the sentence in each row (its place in the input order)
+    position: Tensor  # (W_t,) int64 the output position it is at
+    limit: Tensor  # (W_t,) int64 its length limit
+    prev: Tensor  # (W_t,) int64 its last output token (<s> before the first)
+
+
+class Taken(NamedTuple):
+    """Sentences taken from the stream to start searching."""
+
+    state: Any  # the sentences' initial states
+    memory: Any
+    rows: Rows  # their bookkeeping, at position 0
+
+
+class Pending:
+    """Sentences waiting to be searched: `Encoded` batches, pulled from their iterable only
+    when needed and handed out a few rows at a time."""
+
+    def __init__(self, batches: Iterable[Encoded], bos_id: int) -> None:
+        self._batches = iter(batches)
+        self._batch: Encoded | None = None  # the batch being handed out
+        self._next = 0  # its first row not yet handed out
+        self._bos_id = bos_id
+        self.taken = 0  # sentences handed out so far
+
+    def take(self, n: int) -> Taken | None:
+        """The next n sentences (fewer if the batches run out), joined across batches;
+        None when none is left."""
+        parts = []
+        while n > 0:
+            if self._batch is None or self._next == len(self._batch[2]):
+                self._batch, self._next = next(self._batches, None), 0
+                if self._batch is None:
+                    break
+                continue
+            state, memory, max_len = self._batch
+            stop = min(self._next + n, len(max_len))
+            index = torch.arange(self._next, stop, device=max_len.device)
+            parts.append((select_rows(state, index), select_rows(memory, index), max_len[index]))
+            self._next, n = stop, n - len(index)
+        if not parts:
+            return None
+        state, memory, limit = parts[0]
+        for more in parts[1:]:
+            state, memory = concat_rows(state, more[0]), concat_rows(memory, more[1])
+            limit = torch.cat([limit, more[2]])
+        sentence = torch.arange(self.taken, self.taken + len(limit), device=limit.device)
+        self.taken += len(limit)
+        rows = Rows(sentence, torch.zeros_like(limit), limit, torch.full_like(limit, self._bos_id))
+        return Taken(state, memory, rows)
+
+
+def select_rows(fields: Any, index: Tensor) -> Any:
+    """`fields` (a NamedTuple or tuple) with `index_select(0, index)` applied to every tensor
+    field: the rows of each beam or sentence kept. None fields stay None."""
+    if fields is None:
+        return None
+    rows = [x.index_select(0, index) if isinstance(x, Tensor) else x for x in fields]
+    return fields._make(rows) if hasattr(fields, "_make") else type(fields)(rows)
+
+
+def concat_rows(fields: Any, more: Any) -> Any:
+    """The rows of `more` (a tuple like `fields`) appended to those of `fields`; see
+    `pad_dim1` for fields whose second dimensions differ."""
+    return _map_fields(lambda x, y: torch.cat(_same_dim1(x, y)), fields, more)
+
+
+def put_rows(fields: Any, index: Tensor, new: Any) -> Any:
+    """`fields` with its rows `index` overwritten, in place, by the rows of `new`."""
+    return _map_fields(lambda x, y: _pair_put(*_same_dim1(x, y), index), fields, new)
+
+
+def _pair_put(x: Tensor, y: Tensor, index: Tensor) -> Tensor:
+    return x.index_copy_(0, index, y)
+
+
+def _map_fields(fn: Callable, fields: Any, other: Any) -> Any:
+    if fields is None:
+        return None
+    rows = [fn(x, y) if isinstance(x, Tensor) else x for x, y in zip(fields, other, strict=True)]
+    return fields._make(rows) if hasattr(fields, "_make") else type(fields)(rows)
+
+
+def _same_dim1(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    """x and y with the longer second dimension, when both have one (a memory field's
+    source length differs between batches)."""
+    if x.dim() < 2 or x.size(1) == y.size(1):
+        return x, y
+    size = max(x.size(1), y.size(1))
+    return pad_dim1(x, size), pad_dim1(y, size)
+
+
+def pad_dim1(x: Tensor, size: int) -> Tensor:
+    """(B, T, ...) -> (B, size, ...), zeros (False) after position T."""
+    if x.size(1) == size:
+        return x
+    return torch.cat([x, x.new_zeros(x.size(0), size - x.size(1), *x.shape[2:])], dim=1)
