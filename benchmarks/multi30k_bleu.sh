@@ -5,7 +5,7 @@
 # draw heatmaps of five test sentences.
 #
 #   bash benchmarks/multi30k_bleu.sh                 # the 15-minute recipe (~30 min for both)
-#   MINUTES=59 OVERRIDES=model.dropout=0.3 ONLY=multi30k_en_de \
+#   MINUTES=59 OVERRIDES="model.dropout=0.3 data.tokenizer=sentencepiece" ONLY=multi30k_en_de \
 #     bash benchmarks/multi30k_bleu.sh               # the 60-minute run
 #   ONLY=multi30k_en_de bash benchmarks/multi30k_bleu.sh   # one config
 #
