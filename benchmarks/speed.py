@@ -29,7 +29,7 @@ from torch import nn
 import alignmt
 from alignmt.allocator import keep_freed_memory
 from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
-from alignmt.data import pad_sequences, read_split
+from alignmt.data import read_split, source_batch
 from alignmt.evaluate import corpus_scores
 from alignmt.model import Seq2Seq
 from alignmt.search import beam_decode_batches, decode_batches
@@ -178,9 +178,8 @@ def test_batches(text, cfg: Config, device, batch_size: int = 64):
     batches = []
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
-        ids = [text.src_vocab.encode(tokens[i], add_eos=True) for i in rows]
-        src = pad_sequences(ids, text.src_vocab.pad_id).to(device)
-        batches.append((src, torch.tensor([len(s) for s in ids], device=device)))
+        src, src_len = source_batch([tokens[i] for i in rows], text.src_vocab)
+        batches.append((src.to(device), src_len.to(device)))
     return pairs, order, batches
 
 

@@ -22,6 +22,7 @@ from alignmt.data import (
     make_batch,
     pad_sequences,
     read_split,
+    source_batch,
 )
 
 
@@ -153,6 +154,15 @@ def test_pad_sequences_right_pads_with_the_pad_id():
 
 def test_pad_sequences_of_nothing_is_empty():
     assert pad_sequences([], pad_id=0).shape == (0, 0)
+
+
+def test_source_batch_ends_rows_in_eos_pads_them_and_reads_unknown_tokens_as_unk(vocab):
+    src, src_len = source_batch([list("ab"), list("c?d"), []], vocab)
+    a, b, c, d = (vocab.stoi[t] for t in "abcd")
+    pad, eos, unk = vocab.pad_id, vocab.eos_id, vocab.stoi[UNK]
+    assert src.tolist() == [[a, b, eos, pad], [c, unk, d, eos], [eos, pad, pad, pad]]
+    assert src_len.dtype == torch.int64
+    assert src_len.tolist() == [3, 4, 1]
 
 
 def test_make_batch_shapes_and_dtypes(batch):

@@ -314,6 +314,13 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int) -> Tensor:
     return torch.tensor(rows, dtype=torch.int64).reshape(len(seqs), t_max)
 
 
+def source_batch(sentences: Sequence[Sequence[str]], vocab: Vocab) -> tuple[Tensor, Tensor]:
+    """Tokenised source sentences as the model reads them, on the CPU: src (B, T_src), each
+    row ending in </s> and right-padded, and src_len (B,) int64."""
+    ids = [vocab.encode(sentence, add_eos=True) for sentence in sentences]
+    return pad_sequences(ids, vocab.pad_id), torch.tensor([len(row) for row in ids])
+
+
 def make_batch(
     pairs: Sequence[tuple[Sequence[int], Sequence[int]]], vocab_src: Vocab, vocab_tgt: Vocab
 ) -> Batch:

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from alignmt.checkpoint import Checkpoint
 from alignmt.config import SearchConfig
-from alignmt.data import EOS, UNK, Vocab, pad_sequences
+from alignmt.data import EOS, UNK, Vocab, source_batch
 from alignmt.model import Seq2Seq
 from alignmt.search import Hypothesis, beam_decode_batches, decode_batches
 from alignmt.tokenize import Tokenizer
@@ -110,9 +110,8 @@ class Translator:
     def _source_ids(self, sentences: list[list[str]]) -> tuple[Tensor, Tensor]:
         """A padded id batch: src (B, T_src) ending in </s>, and src_len (B,)."""
         device = next(self.model.parameters()).device
-        ids = [self.src_vocab.encode(s, add_eos=True) for s in sentences]
-        src = pad_sequences(ids, self.src_vocab.pad_id).to(device)  # (B, T_src)
-        return src, torch.tensor([len(s) for s in ids], device=device)  # (B,)
+        src, src_len = source_batch(sentences, self.src_vocab)
+        return src.to(device), src_len.to(device)
 
     def _translation(self, src_tokens: list[str], hyp: Hypothesis) -> Translation:
         src_seen = self.src_vocab.decode(self.src_vocab.encode(src_tokens), strip_special=False)
