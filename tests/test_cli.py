@@ -123,8 +123,10 @@ def test_compare_scores_every_run_on_one_test_set_with_plots(toy_run, tmp_path, 
     argv = ["compare", str(toy_run), str(toy_run), "--src", src, "--ref", ref, "--out", str(out)]
     assert main([*argv, "--beam", "1"]) == 0
     printed = capsys.readouterr().out
-    # one row per run in both tables; the second run of the same name goes by its path
-    assert printed.count(f"| {toy_run} |") == 2 and printed.count("| run | ") == 4
+    # one row per run in the scores and bucket tables, and the second run in the table of
+    # how far it trails the first; the second run of the same name goes by its path
+    assert printed.count(f"| {toy_run} |") == 3 and printed.count("| run | ") == 5
+    assert "0.0 (100%)" in printed  # the same model trails itself by nothing
     assert len(json.loads((out / "scores.json").read_text())) == 2
     assert (out / "buckets.png").stat().st_size > 0
 

@@ -22,6 +22,7 @@ from alignmt.evaluate import (
     bucket_scores,
     corpus_scores,
     format_bucket_table,
+    format_gap_table,
     format_scores_table,
     sentence_bleu_d2l,
 )
@@ -273,7 +274,31 @@ def test_bucket_table_shows_bleu_and_counts_per_bucket():
     assert lines[2] == "| attention | 30.0 (n=120) | 25.6 (n=700) | – (n=0) |"
 
 
-def test_bucket_table_rejects_runs_with_different_buckets():
+@pytest.mark.parametrize("table", [format_bucket_table, format_gap_table])
+def test_bucket_tables_reject_runs_with_different_buckets(table):
     rows = {"a": [BucketScore("< 10", 1, 10.0)], "b": [BucketScore("> 20", 1, 10.0)]}
     with pytest.raises(ValueError, match="'b'"):
-        format_bucket_table(rows)
+        table(rows)
+
+
+BUCKETS = ["< 10", "10–20", "> 20"]
+
+
+def test_gap_table_gives_each_later_run_its_distance_from_the_first_and_its_share():
+    def runs(*bleus):
+        return [BucketScore(n, 10, b) for n, b in zip(BUCKETS, bleus, strict=True)]
+
+    rows = {"attention": runs(40.0, 36.0, 20.0), "vanilla": runs(30.0, 27.0, 5.0),
+            "empty": runs(10.0, None, 20.0), "zero": runs(0.0, 0.0, 0.0)}  # fmt: skip
+    lines = format_gap_table({k: rows[k] for k in ("attention", "vanilla")}).splitlines()
+    assert lines[0] == "| run | < 10 | 10–20 | > 20 |"
+    assert lines[2:] == ["| vanilla | 10.0 (75%) | 9.0 (75%) | 15.0 (25%) |"]
+    lines = format_gap_table({k: rows[k] for k in ("zero", "empty")}).splitlines()
+    assert lines[2:] == ["| empty | – | – | – |"]  # no share of a first run's 0 BLEU
+    lines = format_gap_table({k: rows[k] for k in ("attention", "empty")}).splitlines()
+    assert lines[2:] == ["| empty | 30.0 (25%) | – | 0.0 (100%) |"]
+
+
+def test_gap_table_needs_a_run_to_compare_with():
+    with pytest.raises(ValueError, match="1 run"):
+        format_gap_table({"alone": [BucketScore("< 10", 1, 10.0)]})

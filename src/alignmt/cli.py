@@ -27,6 +27,7 @@ from alignmt.demo import run_demo
 from alignmt.evaluate import (
     Evaluation,
     format_bucket_table,
+    format_gap_table,
     format_scores_table,
     score_translations,
     sentence_bleu_d2l,
@@ -284,7 +285,12 @@ def run_compare_command(args: argparse.Namespace) -> int:
 def _print_scores(results: dict[str, Evaluation], beam: int | None) -> None:
     print(format_scores_table({n: (r.lowercased, r.cased) for n, r in results.items()}))
     print("\nLowercased BLEU by source length (Moses tokens):\n")
-    print(format_bucket_table({n: r.buckets for n, r in results.items()}))
+    buckets = {n: r.buckets for n, r in results.items()}
+    print(format_bucket_table(buckets))
+    if len(results) > 1:
+        first = next(iter(results))
+        print(f"\nHow far each run trails {first}: its BLEU minus theirs (their share of it):\n")
+        print(format_gap_table(buckets))
     times = ", ".join(f"{n} {r.seconds:.1f} s" for n, r in results.items())
     print(f"\nTranslation time (beam {beam or 'from config'}): {times}")
 

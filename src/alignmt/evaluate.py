@@ -317,21 +317,62 @@ def format_bucket_table(rows: dict[str, list[BucketScore]]) -> str:
     Raises:
         ValueError: if `rows` is empty or the runs' bucket names differ.
     """
+    names = _bucket_names(rows)
+    table = []
+    for run, buckets in rows.items():
+        cells = [
+            ("–" if b.bleu is None else f"{b.bleu:.1f}") + f" (n={b.sentences})" for b in buckets
+        ]
+        table.append([run, *cells])
+    return _markdown_table(["run", *names], table)
+
+
+def format_gap_table(rows: dict[str, list[BucketScore]]) -> str:
+    """How far each run trails the first, per source-length bucket: a markdown table with
+    one row per run after the first.
+
+    Each cell is the first run's BLEU minus the run's, then the run's BLEU as a share of
+    the first's, e.g. "14.2 (61%)"; "–" where a bucket is empty or the first run scores 0.
+    Bahdanau et al. (2015, figure 2) see the gap between a model without attention and one
+    with it grow with sentence length; the share tells the same story where every model
+    scores lower on long sentences.
+
+    Args:
+        rows: run name -> that run's `bucket_scores`, all with the same buckets; the first
+            run is the one the others are measured against.
+
+    Returns:
+        The table, newline-separated, without a trailing newline.
+
+    Raises:
+        ValueError: if there are fewer than two runs or the runs' bucket names differ.
+    """
+    names = _bucket_names(rows)
+    if len(rows) < 2:
+        raise ValueError(f"rows has {len(rows)} run; need the first run and one to compare")
+    (_, first), *others = rows.items()
+    table = []
+    for run, buckets in others:
+        cells = []
+        for ref, b in zip(first, buckets, strict=True):
+            usable = ref.bleu is not None and b.bleu is not None and ref.bleu > 0
+            cells.append(f"{ref.bleu - b.bleu:.1f} ({b.bleu / ref.bleu:.0%})" if usable else "–")
+        table.append([run, *cells])
+    return _markdown_table(["run", *names], table)
+
+
+def _bucket_names(rows: dict[str, list[BucketScore]]) -> list[str]:
+    """The bucket names every run shares; a ValueError if `rows` is empty or they differ."""
     if not rows:
         raise ValueError("rows is empty; need at least one run")
     names = [b.name for b in next(iter(rows.values()))]
-    table = []
     for run, buckets in rows.items():
         if [b.name for b in buckets] != names:
             raise ValueError(
                 f"run {run!r} has buckets {[b.name for b in buckets]}; expected {names} "
                 "like the first run"
             )
-        cells = [
-            ("–" if b.bleu is None else f"{b.bleu:.1f}") + f" (n={b.sentences})" for b in buckets
-        ]
-        table.append([run, *cells])
-    return _markdown_table(["run", *names], table)
+    return names
 
 
 # --- Evaluating a trained model on a test set -----------------------------------------------
