@@ -196,15 +196,55 @@ def train_flops_per_token(
     cfg: ModelConfig, tgt_vocab: int, src_per_tgt: float, src_len: float
 ) -> float:
     """Matmul FLOPs of one training step per target token: forward, and twice that backward."""
-    E, H, D, A, R = cfg.emb_dim, cfg.enc_hidden, cfg.dec_hidden, cfg.attn_dim, cfg.readout_dim
-    C = 2 * H if cfg.bidirectional else H
-    encoder = 2 * (E * 3 * H + H * 3 * H) * (2 if cfg.bidirectional else 1)  # per source token
-    keys = 2 * C * A  # W_h h_j, once per source token
-    decoder = 2 * (E * 3 * D + C * 3 * D + D * 3 * D + D * A)  # gates, hidden, query
-    attention = 2 * src_len * (A + C)  # v^T tanh(...) and sum_j alpha_j h_j, per target token
-    output = 2 * ((D + C + E) * R + R * tgt_vocab)
-    forward = (encoder + keys) * src_per_tgt + decoder + attention + output
-    return 3 * forward
+    attention = 2 * src_len * (cfg.attn_dim + _context_dim(cfg))  # per target token
+    source = encoder_flops_per_token(cfg) * src_per_tgt
+    return 3 * (source + decoder_flops_per_row(cfg, tgt_vocab) + attention)
+
+
+def encoder_flops_per_token(cfg: ModelConfig) -> int:
+    """Forward matmul FLOPs per source token: the GRU's input and hidden products in each
+    direction, and the key projection W_h h_j, made once per source token."""
+    E, H = cfg.emb_dim, cfg.enc_hidden
+    directions = 2 if cfg.bidirectional else 1
+    return 2 * (E * 3 * H + H * 3 * H) * directions + 2 * _context_dim(cfg) * cfg.attn_dim
+
+
+def decoder_flops_per_row(cfg: ModelConfig, tgt_vocab: int) -> int:
+    """Forward matmul FLOPs of one decoder step for one row (a sentence, or one beam), the
+    attention over the source aside: input gates, hidden gates, query, readout, projection."""
+    E, D, A, R, C = cfg.emb_dim, cfg.dec_hidden, cfg.attn_dim, cfg.readout_dim, _context_dim(cfg)
+    gates = 2 * (E * 3 * D + C * 3 * D + D * 3 * D + D * A)
+    return gates + 2 * ((D + C + E) * R + R * tgt_vocab)
+
+
+def _context_dim(cfg: ModelConfig) -> int:
+    return 2 * cfg.enc_hidden if cfg.bidirectional else cfg.enc_hidden
+
+
+def decoding_flops(model, cfg: ModelConfig, tgt_vocab: int, search: Callable, batches) -> int:
+    """Forward matmul FLOPs of one pass of `search`, counted from what it ran: the encoder
+    over every source token, `decoder_flops_per_row` for every row of every decoder step,
+    and the attention's two products (v^T tanh(...) and sum_j alpha_ij h_j) over every
+    source position each row reads, padding included."""
+    counts = defaultdict(int)
+    step = model.decoder.step
+
+    def counted(prev, state, memory):
+        counts["rows"] += prev.size(0)
+        counts["positions"] += prev.size(0) * memory.states.size(1)
+        return step(prev, state, memory)
+
+    model.decoder.step = counted
+    try:
+        search(batches)
+    finally:
+        del model.decoder.step  # back to the class's method
+    source_tokens = sum(int(lens.sum()) for _, lens in batches)
+    return (
+        encoder_flops_per_token(cfg) * source_tokens
+        + decoder_flops_per_row(cfg, tgt_vocab) * counts["rows"]
+        + 2 * (cfg.attn_dim + _context_dim(cfg)) * counts["positions"]
+    )
 
 
 def matmul_gflops(device, size=(1024, 512, 8192), repeats: int = 20) -> float:
@@ -251,6 +291,8 @@ def main() -> None:
                    for name, search in searches.items()}  # fmt: skip
         profiles = {name: decoding_profile(model, search, batches)
                     for name, search in searches.items()} if args.profile else {}  # fmt: skip
+        work = {name: decoding_flops(model, cfg.model, len(text.tgt_vocab), search, batches)
+                for name, search in searches.items()}  # fmt: skip
     src_len = statistics.mean(int(n) for _, lens in batches for n in lens)
     flops = train_flops_per_token(cfg.model, len(text.tgt_vocab), speed.src_per_tgt, src_len)
     gflops = matmul_gflops(device)
@@ -284,6 +326,13 @@ def main() -> None:
         f"matmul, float32 1024x512x8192: {gflops:.0f} GFLOP/s -> ceiling {ceiling:,.0f} "
         f"tokens/s; measured {speed.tokens_per_s / ceiling:.0%} of it"
     )
+    print(f"\ndecoding: forward matmul FLOPs of one pass, and the sentences/s that {gflops:.0f} "
+          "GFLOP/s would allow if nothing but these matmuls took time\n")  # fmt: skip
+    print("| search | GFLOP | ceiling, sentences/s | measured, share of it |\n| --- |"
+          + " ---: |" * 3)  # fmt: skip
+    for name, flops in work.items():
+        most = len(pairs) / (flops / (gflops * 1e9))
+        print(f"| {name} | {flops / 1e9:,.0f} | {most:,.0f} | {decoded[name][0] / most:.0%} |")
     if profiles:
         print("\nwhere one decoding pass of the test set spends its time, seconds (share)\n")
         print("| part | " + " | ".join(profiles) + " |\n| --- |" + " ---: |" * len(profiles))
