@@ -205,9 +205,10 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
     return ((5 + length) / 6) ** alpha
 
 
-class _Step(NamedTuple):
-    """What one beam step keeps for the back-trace at the end, for the B_t sentences it
-    searched. Its 2K candidates sit in slots 0..2K-1, the K live beams first."""
+class BeamStep(NamedTuple):
+    """What one beam step keeps for the back-trace at the end (and for trace.py's view of
+    the search), for the B_t sentences it searched. Its 2K candidates sit in slots
+    0..2K-1, the K live beams first."""
 
     sentences: Tensor  # (B_t,) int64 each row's sentence (its place in the input order)
     positions: Tensor  # (B_t,) int64 the output position each sentence's candidates fill
@@ -276,11 +277,32 @@ def beam_search(
         if fewer than nbest outputs have a nonzero probability). `score` is the summed
         log-probability; `attention` is (len(tokens), T_src) over the padded source, or None.
     """
+    history, count = beam_steps(
+        step, batches, beam_size=beam_size, bos_id=bos_id, eos_id=eos_id, width=width,
+        alpha=alpha, nbest=nbest,
+    )  # fmt: skip
+    return _backtrack(history, count, nbest) if history else []
+
+
+@torch.no_grad()
+def beam_steps(
+    step: StepFn,
+    batches: Iterable[Encoded],
+    *,
+    beam_size: int,
+    bos_id: int,
+    eos_id: int,
+    width: int,
+    alpha: float = 0.0,
+    nbest: int = 1,
+) -> tuple[list[BeamStep], int]:
+    """`beam_search` without the back-trace: every step's candidates, and how many
+    sentences were searched. The arguments are `beam_search`'s."""
     _check_beam_args(beam_size, nbest, width)
     K, pending = beam_size, Pending(batches, bos_id)
     start = pending.take(width)
     if start is None:
-        return []
+        return [], 0
     state, memory, beams = _start_beams(start, K, nbest)
     beam = torch.arange(K, device=beams.limit.device)  # (K,)
     history = []
@@ -295,7 +317,9 @@ def beam_search(
         ended = (cand / lp[:, None]).masked_fill(~ends, float("-inf"))  # (B_t, 2K)
         if weights is not None:
             weights = weights.unflatten(0, (-1, K))  # (B_t, K, T_src)
-        history.append(_Step(beams.sentence, beams.position, tokens, parents, cand, ended, weights))
+        history.append(
+            BeamStep(beams.sentence, beams.position, tokens, parents, cand, ended, weights)
+        )
         best_ended = torch.cat([beams.best_ended.to(ended), ended], dim=1).topk(nbest, dim=1)[0]
         beams = beams._replace(
             position=length, scores=cand[:, :K], prev=tokens[:, :K],
@@ -324,7 +348,7 @@ def beam_search(
             rows = (live[:, None] * K + beam).flatten()
             state, memory = select_rows(state, rows), select_rows(memory, rows)
             beams = select_rows(beams, live)
-    return _backtrack(history, pending.taken, nbest)
+    return history, pending.taken
 
 
 def _start_beams(taken: Taken, beam_size: int, nbest: int) -> tuple[Any, Any, _Beams]:
@@ -392,8 +416,10 @@ def _log_sum_exp_from(logits: Tensor, largest: Tensor) -> Tensor:
     return (logits - largest).exp_().sum(dim=-1, keepdim=True).log_()
 
 
-def _stack(history: list[_Step], field: str, batch: int, steps: int, fill: float) -> Tensor | None:
-    """One `_Step` field of every step as (B, steps, ...), each sentence's at its own
+def _stack(
+    history: list[BeamStep], field: str, batch: int, steps: int, fill: float
+) -> Tensor | None:
+    """One `BeamStep` field of every step as (B, steps, ...), each sentence's at its own
     positions; positions a sentence never reached hold `fill`. Attention is padded to the
     longest source."""
     values = [getattr(step, field) for step in history]
@@ -408,7 +434,7 @@ def _stack(history: list[_Step], field: str, batch: int, steps: int, fill: float
     return out
 
 
-def _backtrack(history: list[_Step], batch: int, nbest: int) -> list[list[Hypothesis]]:
+def _backtrack(history: list[BeamStep], batch: int, nbest: int) -> list[list[Hypothesis]]:
     """Each sentence's nbest best ended hypotheses, traced back through the parents."""
     steps = 1 + int(torch.cat([step.positions for step in history]).max())
     ended = _stack(history, "ended", batch, steps, float("-inf"))  # (B, T, 2K)

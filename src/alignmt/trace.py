@@ -1,0 +1,281 @@
+"""Inside one sentence's decoding: the decoder step by step, and beam search as a tree.
+
+`step_through` runs the decoder over one sentence and records, at every output position,
+the attention, the most probable next tokens and the token taken. The caller can force a
+prefix of the output ("what would it say after this?") and put all of a step's attention
+on one source position ("what would it say had it looked here?"). `beam_trace` keeps
+every candidate beam search weighed, with its parent, so that the search can be drawn as
+a tree. Both work on token ids over `Seq2Seq.decode_step`, the step function that search
+runs, so what they show is what `decode` and `beam_decode` compute; words are
+translate.py's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from alignmt.decoder import DecoderState, Memory
+from alignmt.model import Seq2Seq
+from alignmt.packed import packed_linears
+from alignmt.search import BeamStep, StepFn, beam_steps
+
+
+@dataclass
+class DecoderStep:
+    """One output position of `step_through`."""
+
+    token: int  # the token taken
+    log_prob: float  # its log-probability
+    forced: bool  # True where the caller's prefix chose it
+    attention: (
+        Tensor | None
+    )  # (T_src,) alpha of this step (one-hot where overridden); None: vanilla
+    top_tokens: list[int]  # the top_k most probable tokens at this step, best first
+    top_log_probs: list[float]  # their log-probabilities
+
+
+@torch.no_grad()
+def step_through(
+    model: Seq2Seq,
+    src: Tensor,
+    *,
+    max_len: int,
+    prefix: Sequence[int] = (),
+    override: Mapping[int, int] | None = None,
+    top_k: int = 5,
+    beam_size: int = 1,
+    alpha: float = 0.0,
+) -> list[DecoderStep]:
+    """Decode one sentence, recording every step; force `prefix`, then go on greedily or
+    with a beam of `beam_size` to </s> or `max_len` tokens.
+
+    Args:
+        model: a Seq2Seq in eval mode.
+        src: (T_src,) int64 source ids ending in </s>.
+        max_len: the most output tokens (</s> included); a longer prefix is still forced.
+        prefix: output ids to take at positions 0, 1, ... whatever the model prefers.
+        override: output position -> source position that gets all of that step's
+            attention (masked_softmax over that position alone gives it weight 1); the
+            model must have attention.
+        top_k: candidates recorded per step.
+        beam_size, alpha: with beam_size > 1 the continuation after the prefix is beam
+            search's best (score / length_penalty(alpha)), and its steps are recorded by
+            replaying it.
+
+    Returns:
+        One `DecoderStep` per output token, in order.
+    """
+    override = dict(override or {})
+    if override and not model.has_attention:
+        raise ValueError("this model has no attention to override")
+    if any(not 0 <= j < len(src) for j in override.values()):
+        raise ValueError(f"override positions must lie in [0, {len(src)}), got {override}")
+    memory, state = model.encode(src[None], torch.tensor([len(src)], device=src.device))
+    step = _Steered(model.decode_step, override)
+    follow = list(prefix)
+    with packed_linears(model.decoder, rows=beam_size):
+        if beam_size > 1:
+            follow = _beam_best(model, step, state, memory, follow, max_len, beam_size, alpha)
+        max_len = max(max_len, len(prefix))
+        return _walk(model, step, state, memory, follow, len(prefix), max_len, top_k)
+
+
+def _walk(
+    model: Seq2Seq,
+    step: _Steered,
+    state: DecoderState,
+    memory: Memory,
+    follow: list[int],
+    forced: int,
+    max_len: int,
+    top_k: int,
+) -> list[DecoderStep]:
+    """Take `follow`'s tokens, then the most probable, until </s> or `max_len`; record each
+    step. The first `forced` tokens are marked as forced."""
+    steps: list[DecoderStep] = []
+    prev = torch.tensor([model.bos_id], device=memory.states.device)
+    while len(steps) < max_len and (not steps or steps[-1].token != model.eos_id):
+        position = len(steps)
+        logits, state, alpha = step(prev, state, memory, position)  # (1, V), (1, T_src)
+        log_probs = logits[0].log_softmax(dim=-1)  # (V,)
+        top = log_probs.topk(min(top_k, len(log_probs)))
+        token = follow[position] if position < len(follow) else int(top.indices[0])
+        steps.append(
+            DecoderStep(
+                token=token,
+                log_prob=float(log_probs[token]),
+                forced=position < forced,
+                attention=None if alpha is None else alpha[0].cpu(),
+                top_tokens=top.indices.tolist(),
+                top_log_probs=top.values.tolist(),
+            )
+        )
+        prev = torch.tensor([token], device=prev.device)
+    return steps
+
+
+class _Steered:
+    """A step function for one sentence that puts all attention where `override` says, at
+    the output positions it names."""
+
+    def __init__(self, step: StepFn, override: dict[int, int]) -> None:
+        self.step, self.override = step, override
+
+    def __call__(
+        self, prev: Tensor, state: DecoderState, memory: Memory, position: int
+    ) -> tuple[Tensor, DecoderState, Tensor | None]:
+        if position in self.override:
+            # A mask with one real position: the masked softmax gives it weight exactly 1.
+            mask = torch.zeros_like(memory.mask)  # (N, T_src)
+            mask[:, self.override[position]] = True
+            memory = memory._replace(mask=mask)
+        return self.step(prev, state, memory)
+
+
+def _beam_best(
+    model: Seq2Seq,
+    step: _Steered,
+    state: DecoderState,
+    memory: Memory,
+    prefix: list[int],
+    max_len: int,
+    beam_size: int,
+    alpha: float,
+) -> list[int]:
+    """Beam search's best output that starts with `prefix`: at the prefix's positions every
+    other token is ruled out, so the beams grow from the prefix and are ranked with its
+    length. (Their scores then leave out the prefix's log-probabilities, which are the
+    same for every beam; `_walk` recomputes the real ones.)"""
+    calls = 0  # one sentence: every row of a call is at the same position
+
+    def forced_step(prev: Tensor, state: DecoderState, memory: Memory):
+        nonlocal calls
+        logits, state, weights = step(prev, state, memory, calls)  # (K, V), state, (K, T_src)
+        if calls < len(prefix):
+            keep = logits[:, prefix[calls]].clone()  # (K,)
+            logits = torch.full_like(logits, float("-inf"))
+            logits[:, prefix[calls]] = keep
+        calls += 1
+        return logits, state, weights
+
+    limit = torch.tensor([max(max_len, len(prefix))], device=memory.states.device)
+    history, _ = beam_steps(
+        forced_step, [(state, memory, limit)], beam_size=beam_size, bos_id=model.bos_id,
+        eos_id=model.eos_id, width=1, alpha=alpha,
+    )  # fmt: skip
+    trace = _trace(history, beam_size)
+    return trace.tokens(trace.finished[0]) if trace.finished else prefix
+
+
+BeamStatus = Literal["live", "finished", "pruned", "stopped"]
+
+
+@dataclass
+class BeamNode:
+    """One candidate that beam search weighed: a hypothesis one token longer than its parent."""
+
+    step: int  # the output position of its last token
+    slot: int  # its place among the step's 2K candidates: the K live ones first
+    parent: int | None  # the index (in `BeamTrace.nodes`) of the hypothesis it extends
+    token: int
+    score: float  # summed log-probability
+    status: BeamStatus  # live: extended at the next step; finished: ended (</s> or the
+    # length limit); pruned: not among the K kept; stopped: live when the search stopped
+    final_score: float | None  # score / length penalty, by which finished ones are ranked
+    attention: Tensor | None  # (T_src,) alpha of the step that chose its token
+
+
+@dataclass
+class BeamTrace:
+    nodes: list[BeamNode]  # step by step, each step's in slot order
+    finished: list[int]  # the finished nodes, best first by final_score
+
+    def path(self, node: int) -> list[int]:
+        """The nodes of the hypothesis that ends at `node`, from its first token on."""
+        out = []
+        at: int | None = node
+        while at is not None:
+            out.append(at)
+            at = self.nodes[at].parent
+        return out[::-1]
+
+    def tokens(self, node: int) -> list[int]:
+        """The output of the hypothesis that ends at `node`."""
+        return [self.nodes[i].token for i in self.path(node)]
+
+
+@torch.no_grad()
+def beam_trace(
+    model: Seq2Seq, src: Tensor, *, max_len: int, beam_size: int, alpha: float = 0.0
+) -> BeamTrace:
+    """Beam search over one sentence, keeping every candidate it weighed (see `beam_search`).
+
+    The search runs as `beam_search` with nbest = beam_size: it stops only once K
+    hypotheses have ended or none left could beat the K-th best. The steps up to any
+    smaller nbest's stop are the same, and what ends later cannot outrank that search's
+    n-best, so for every n the first n finished nodes, ranked, are `beam_search`'s n-best.
+
+    Args:
+        model: a Seq2Seq in eval mode.
+        src: (T_src,) int64 source ids ending in </s>.
+        max_len: the most output tokens (</s> included).
+        beam_size, alpha: see `beam_search`.
+    """
+    memory, state = model.encode(src[None], torch.tensor([len(src)], device=src.device))
+    limit = torch.tensor([max_len], device=src.device)
+    with packed_linears(model.decoder, rows=beam_size):
+        history, _ = beam_steps(
+            model.decode_step, [(state, memory, limit)], beam_size=beam_size,
+            bos_id=model.bos_id, eos_id=model.eos_id, width=1, alpha=alpha, nbest=beam_size,
+        )  # fmt: skip
+    return _trace(history, beam_size)
+
+
+def _trace(history: list[BeamStep], beam_size: int) -> BeamTrace:
+    """The tree of a one-sentence search from its steps."""
+    nodes: list[BeamNode] = []
+    live: list[int | None] = [None] * beam_size  # the node in each live slot
+    for t, entry in enumerate(history):
+        slots = _step_nodes(entry, t, live, last=t == len(history) - 1)
+        live = [None] * beam_size
+        for slot, node in slots:
+            if node.status == "live":
+                live[slot] = len(nodes)
+            nodes.append(node)
+    finished = [i for i, n in enumerate(nodes) if n.status == "finished"]
+    finished.sort(key=lambda i: -nodes[i].final_score)
+    return BeamTrace(nodes, finished)
+
+
+def _step_nodes(
+    entry: BeamStep, t: int, live: list[int | None], last: bool
+) -> list[tuple[int, BeamNode]]:
+    """The candidates of one step of a one-sentence search, as (slot, node)."""
+    beam_size = len(live)
+    tokens, parents = entry.tokens[0].tolist(), entry.parents[0].tolist()
+    scores, ended = entry.scores[0].tolist(), entry.ended[0].tolist()
+    out = []
+    for slot, (token, parent, score, end) in enumerate(
+        zip(tokens, parents, scores, ended, strict=True)
+    ):
+        if score == float("-inf"):
+            continue  # an extension of a beam not yet live (only beam 0 is, at first)
+        if end > float("-inf"):
+            status: BeamStatus = "finished"
+        elif slot < beam_size:
+            status = "stopped" if last else "live"
+        else:
+            status = "pruned"
+        attention = None if entry.attention is None else entry.attention[0, parent].cpu()
+        node = BeamNode(
+            step=t, slot=slot, parent=live[parent] if t else None, token=token, score=score,
+            status=status, final_score=end if status == "finished" else None,
+            attention=attention,
+        )  # fmt: skip
+        out.append((slot, node))
+    return out
