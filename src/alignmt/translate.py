@@ -2,15 +2,16 @@
 
 Owns `Translator`, which binds a model to the tokenizers and vocabularies it was trained
 with (all stored in its checkpoint, so a run folder alone translates raw text), sorts input
-by length into batches, and returns each sentence's hypotheses with their attention. Search
-itself is `search`'s; scoring translations is `evaluate`'s.
+by length into batches, and returns each sentence's hypotheses with their attention and
+hard alignment; it also steps through one sentence's decoding and traces its beam search
+(trace.py) in words. Search itself is `search`'s; scoring translations is `evaluate`'s.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import torch
@@ -18,10 +19,11 @@ from torch import Tensor
 
 from alignmt.checkpoint import Checkpoint
 from alignmt.config import SearchConfig
-from alignmt.data import EOS, UNK, Vocab, source_batch
+from alignmt.data import BOS, EOS, PAD, UNK, Vocab, source_batch
 from alignmt.model import Seq2Seq
-from alignmt.search import Hypothesis, beam_decode_batches, decode_batches
+from alignmt.search import Hypothesis, beam_decode_batches, decode_batches, max_output_len
 from alignmt.tokenize import Tokenizer
+from alignmt.trace import BeamTrace, DecoderStep, beam_trace, step_through
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -34,6 +36,19 @@ class Translation:
     src_tokens: list[str]  # the source as the model read it: tokens (<unk> for unknown) + </s>
     score: float  # summed log-probability
     attention: Tensor | None  # (len(tokens), len(src_tokens)); None for vanilla
+
+    @property
+    def alignment(self) -> str | None:
+        """The hard alignment in Pharaoh format; None for vanilla (see `hard_alignment`)."""
+        return None if self.attention is None else hard_alignment(self.attention, self.tokens)
+
+
+@dataclass
+class Stepped:
+    """One sentence's decoding, step by step (see `trace.step_through`)."""
+
+    translation: Translation  # the output it reached
+    steps: list[DecoderStep]  # one per output token; ids index the target vocabulary
 
 
 class Translator:
@@ -51,6 +66,17 @@ class Translator:
         self.src_tokenizer, self.tgt_tokenizer = tokenizers
         self.src_vocab, self.tgt_vocab = vocabs
         self.search = search
+
+    def with_beam(self, beam_size: int | None) -> Translator:
+        """This translator searching with `beam_size` (None: its own), sharing its model."""
+        if beam_size is None or beam_size == self.search.beam_size:
+            return self
+        return Translator(
+            self.model,
+            tokenizers=(self.src_tokenizer, self.tgt_tokenizer),
+            vocabs=(self.src_vocab, self.tgt_vocab),
+            search=replace(self.search, beam_size=beam_size),
+        )
 
     @classmethod
     def from_checkpoint(cls, ckpt: Checkpoint, search: SearchConfig | None = None) -> Translator:
@@ -79,10 +105,23 @@ class Translator:
         Returns:
             One list of `nbest` translations per line, in input order.
         """
-        tokens = [self.src_tokenizer.encode(line) if line.strip() else [] for line in lines]
+        return self.translate_tokens(
+            [self.source_tokens(line) for line in lines], nbest=nbest, batch_size=batch_size,
+            warn=warn,
+        )  # fmt: skip
+
+    def source_tokens(self, line: str) -> list[str]:
+        """The source tokenizer's tokens of a raw sentence; none for a blank one."""
+        return self.src_tokenizer.encode(line) if line.strip() else []
+
+    @torch.no_grad()
+    def translate_tokens(
+        self, tokens: list[list[str]], *, nbest: int = 1, batch_size: int = 64, warn: bool = True
+    ) -> list[list[Translation]]:
+        """`translate` for sentences already split by `source_tokens`."""
         if warn:
             self._warn_unknown(tokens)
-        results: list[list[Translation]] = [[] for _ in lines]
+        results: list[list[Translation]] = [[] for _ in tokens]
         todo = sorted((i for i, t in enumerate(tokens) if t), key=lambda i: len(tokens[i]))
         # Groups of many batches keep the search's rows busy until a group's end (see
         # `decode_batches`) and bound the attention held at once.
@@ -107,21 +146,95 @@ class Translator:
             alpha=cfg.length_penalty, **limits,
         )  # fmt: skip
 
+    @torch.no_grad()
+    def step_through(
+        self,
+        line: str,
+        *,
+        prefix: Sequence[str] = (),
+        override: dict[int, int] | None = None,
+        top_k: int = 5,
+        beam_size: int = 1,
+    ) -> Stepped:
+        """The decoder over one raw sentence, step by step: `prefix` (target tokens) forced
+        first, `override` (output position -> source position) steering attention, then
+        greedy (beam_size 1) or beam search to the end. See `trace.step_through`."""
+        src_tokens = self._one_source(line)
+        prefix_ids = self.target_ids(prefix)
+        src, max_len = self._one_source_ids(src_tokens)
+        steps = step_through(
+            self.model, src, max_len=max_len, prefix=prefix_ids, override=override,
+            top_k=top_k, beam_size=beam_size, alpha=self.search.length_penalty,
+        )  # fmt: skip
+        attention = (
+            None if steps[0].attention is None else torch.stack([s.attention for s in steps])
+        )
+        hyp = Hypothesis([s.token for s in steps], sum(s.log_prob for s in steps), attention)
+        return Stepped(self._translation(src_tokens, hyp), steps)
+
+    @torch.no_grad()
+    def beam_trace(self, line: str, *, beam_size: int) -> tuple[list[str], BeamTrace]:
+        """Every candidate beam search weighs for one raw sentence (see `trace.beam_trace`),
+        and the sentence's source tokens (for `hypothesis`)."""
+        src_tokens = self._one_source(line)
+        src, max_len = self._one_source_ids(src_tokens)
+        trace = beam_trace(
+            self.model, src, max_len=max_len, beam_size=beam_size,
+            alpha=self.search.length_penalty,
+        )  # fmt: skip
+        return src_tokens, trace
+
+    def hypothesis(self, src_tokens: list[str], trace: BeamTrace, node: int) -> Translation:
+        """The hypothesis that ends at `node` of a beam trace, as a translation."""
+        nodes = [trace.nodes[i] for i in trace.path(node)]
+        attention = (
+            None if nodes[0].attention is None else torch.stack([n.attention for n in nodes])
+        )
+        hyp = Hypothesis([n.token for n in nodes], trace.nodes[node].score, attention)
+        return self._translation(src_tokens, hyp)
+
+    def target_ids(self, tokens: Sequence[str]) -> list[int]:
+        """Ids of target tokens that a caller forces; unknown ones, and specials other than a
+        final </s>, are a ValueError naming them."""
+        vocab = self.tgt_vocab
+        unknown = [t for t in tokens if t not in vocab.stoi or t in (PAD, BOS)]
+        if unknown:
+            raise ValueError(f"prefix: tokens not in the target vocabulary: {unknown}")
+        if EOS in tokens[:-1]:
+            raise ValueError("prefix: </s> may only come last")
+        return [vocab.stoi[t] for t in tokens]
+
+    def _one_source(self, line: str) -> list[str]:
+        tokens = self.source_tokens(line)
+        if not tokens:
+            raise ValueError("the sentence is empty")
+        return tokens
+
+    def _one_source_ids(self, tokens: list[str]) -> tuple[Tensor, int]:
+        """(T_src,) ids of one tokenised sentence, and its output length limit."""
+        src, src_len = self._source_ids([tokens])
+        cfg = self.search
+        return src[0], int(max_output_len(src_len, cfg.max_len_ratio, cfg.max_len_offset)[0])
+
     def _source_ids(self, sentences: list[list[str]]) -> tuple[Tensor, Tensor]:
         """A padded id batch: src (B, T_src) ending in </s>, and src_len (B,)."""
         device = next(self.model.parameters()).device
         src, src_len = source_batch(sentences, self.src_vocab)
         return src.to(device), src_len.to(device)
 
+    def source_as_read(self, src_tokens: list[str]) -> list[str]:
+        """The source tokens as the model reads them: <unk> for unknown ones, then </s>."""
+        ids = self.src_vocab.encode(src_tokens)
+        return [*self.src_vocab.decode(ids, strip_special=False), EOS]
+
     def _translation(self, src_tokens: list[str], hyp: Hypothesis) -> Translation:
-        src_seen = self.src_vocab.decode(self.src_vocab.encode(src_tokens), strip_special=False)
         out = self.tgt_vocab.decode(hyp.tokens, strip_special=False)
         attention = None if hyp.attention is None else hyp.attention.float()
         words = self.tgt_vocab.decode(hyp.tokens)
         if self.search.replace_unk and attention is not None:
             words = replace_unknown(words, src_tokens, attention)
         text = self.tgt_tokenizer.decode(words)
-        return Translation(text, out, [*src_seen, EOS], hyp.score, attention)
+        return Translation(text, out, self.source_as_read(src_tokens), hyp.score, attention)
 
     def _warn_unknown(self, sentences: list[list[str]], shown: int = 3) -> None:
         """Name the lines with tokens the model never saw (they are read as <unk>)."""
@@ -134,6 +247,24 @@ class Translator:
                 "source tokens not in the vocabulary, read as <unk>: %s%s",
                 "; ".join(lines[:shown]), more,
             )  # fmt: skip
+
+
+def hard_alignment(attention: Tensor, tokens: Sequence[str]) -> str:
+    """Each output token's most-attended source token, in Pharaoh format: `j-i` pairs of
+    a source position j and an output position i, space-separated, as fairseq's
+    `--print-alignment` and Marian's `--alignment hard` write them. As there, </s> takes
+    no part on either side: the last output token if it is </s>, and the last source
+    column (always </s>).
+
+    Args:
+        attention: (len(tokens), T_src) weights, T_src including the source's </s>.
+        tokens: the output tokens.
+    """
+    rows = len(tokens) - (1 if tokens and tokens[-1] == EOS else 0)
+    if rows == 0 or attention.size(1) < 2:
+        return ""
+    best = attention[:rows, :-1].argmax(dim=-1).tolist()  # (rows,)
+    return " ".join(f"{j}-{i}" for i, j in enumerate(best))
 
 
 def replace_unknown(words: list[str], src_tokens: list[str], attention: Tensor) -> list[str]:
