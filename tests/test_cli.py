@@ -78,6 +78,46 @@ def test_translate_prints_nbest_tab_joined_and_keeps_blank_lines(toy_run, capsys
     assert len(lines[0].split("\t")) == 2 and lines[0].split("\t")[0].startswith("ein")
 
 
+def test_translate_alignment_prints_the_apis_pharaoh_pairs_after_a_tab(
+    toy_run, capsys, monkeypatch
+):
+    from alignmt.checkpoint import load_checkpoint
+    from alignmt.translate import Translator
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("a dog runs\n\nthe big cat sleeps\n"))
+    assert main(["translate", str(toy_run), "--beam", "1", "--alignment"]) == 0
+    lines = [line.split("\t") for line in capsys.readouterr().out.split("\n")[:-1]]
+    ckpt = load_checkpoint(toy_run)
+    search = ckpt.config.search.__class__(**{**vars(ckpt.config.search), "beam_size": 1})
+    expected = Translator.from_checkpoint(ckpt, search).translate(
+        ["a dog runs", "the big cat sleeps"]
+    )
+    assert lines[1] == ["", ""]  # a blank line keeps its place
+    for (text, alignment), [t] in zip([lines[0], lines[2]], expected, strict=True):
+        assert (text, alignment) == (t.text, t.alignment)
+        pairs = [tuple(map(int, pair.split("-"))) for pair in alignment.split()]
+        assert [i for _, i in pairs] == list(range(len(t.tokens) - 1))  # every word but </s>
+
+
+def test_serve_has_a_flag_for_every_limit(capsys):
+    from dataclasses import fields
+
+    from alignmt.serve.limits import Limits
+
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    usage = capsys.readouterr().out
+    for limit in fields(Limits):
+        assert "--" + limit.name.replace("_", "-") in usage
+
+
+def test_serve_refuses_impossible_limits_and_missing_folders(tmp_path, capsys):
+    assert main(["serve", str(tmp_path), "--max-beam", "0"]) == 2
+    assert "max_beam must be positive" in capsys.readouterr().err
+    assert main(["serve", str(tmp_path / "none")]) == 2
+    assert "no checkpoint" in capsys.readouterr().err
+
+
 def test_nbest_larger_than_the_beam_is_an_error(toy_run, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO("a dog\n"))
     assert main(["translate", str(toy_run), "--beam", "2", "--nbest", "3"]) == 2

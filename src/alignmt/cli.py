@@ -1,4 +1,4 @@
-"""The `alignmt` command: demo, train, translate, evaluate, compare.
+"""The `alignmt` command: demo, train, translate, evaluate, compare, serve.
 
 The only module that prints to stdout and the only one that imports everything. Each
 subcommand builds a `Config` (defaults < YAML file < `key.path=value` overrides, with the
@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import torch
@@ -33,6 +33,7 @@ from alignmt.evaluate import (
     sentence_bleu_d2l,
 )
 from alignmt.plot import attention_heatmap, bleu_by_length_plot, bucket_bars, save_png
+from alignmt.serve.limits import Limits
 from alignmt.tokenize import MosesTokenizer
 from alignmt.train import train
 from alignmt.translate import Translation, Translator
@@ -42,7 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
-    keep_freed_memory()  # 10-15% faster training on CPU; see allocator.py
+    if args.run is not run_serve_command:
+        # 10-15% faster training on CPU (see allocator.py); a server's memory must stay flat
+        keep_freed_memory()
     try:
         return args.run(args)
     except (ConfigError, CorpusError, FileNotFoundError, ValueError) as error:
@@ -92,6 +95,10 @@ def build_parser() -> argparse.ArgumentParser:
     translate = commands.add_parser("translate", help="translate stdin line by line to stdout")
     _add_run_options(translate)
     translate.add_argument("--nbest", type=int, default=1, help="hypotheses per line, tab-joined")
+    translate.add_argument(
+        "--alignment", action="store_true",
+        help="after each hypothesis, a tab and its hard alignment (Pharaoh source-output pairs)",
+    )  # fmt: skip
     translate.set_defaults(run=run_translate_command)
 
     evaluate = commands.add_parser(
@@ -116,6 +123,21 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--replace-unk", action="store_true", help=_REPLACE_UNK)
     _add_test_options(compare)
     compare.set_defaults(run=run_compare_command)
+
+    serve = commands.add_parser(
+        "serve", help="serve models over HTTP: translations, steps, beams, attention",
+        description="A FastAPI service of the run folders given, each named by its folder. "
+        "The API is described at http://HOST:PORT/docs.",
+    )  # fmt: skip
+    serve.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="the first is the default")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="default 8000")
+    for limit in fields(Limits):
+        serve.add_argument(
+            "--" + limit.name.replace("_", "-"), type=type(limit.default), default=limit.default,
+            help=f"{limit.metadata['help']} (default {limit.default})",
+        )  # fmt: skip
+    serve.set_defaults(run=run_serve_command)
     return parser
 
 
@@ -200,7 +222,25 @@ def run_translate_command(args: argparse.Namespace) -> int:
     lines = [line.rstrip("\n") for line in sys.stdin]
     results = translator.translate(lines, nbest=args.nbest, batch_size=args.batch_size)
     for hyps in results:
-        print("\t".join(h.text for h in hyps))
+        if args.alignment:
+            print("\t".join(f"{h.text}\t{h.alignment or ''}" for h in hyps))
+        else:
+            print("\t".join(h.text for h in hyps))
+    return 0
+
+
+def run_serve_command(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from alignmt.serve.app import create_app
+    from alignmt.serve.registry import load_models
+
+    limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})
+    models = load_models(args.run_dirs)
+    logging.getLogger("alignmt.serve").setLevel(logging.INFO)
+    print(f"serving {', '.join(models)} on http://{args.host}:{args.port} "
+          f"(API: http://{args.host}:{args.port}/docs)", flush=True)  # fmt: skip
+    uvicorn.run(create_app(models, limits), host=args.host, port=args.port, access_log=False)
     return 0
 
 

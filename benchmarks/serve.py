@@ -1,0 +1,132 @@
+"""Serving benchmark: what `alignmt serve` delivers against the same model decoding in-process.
+
+    python benchmarks/serve.py runs/multi30k_en_de      # about 2 minutes
+
+In one run, on test_2016_flickr (greedy):
+1. in-process: the model decodes all 1,000 sentences with batch 64 (sentences/s), then each
+   of the first N sentences alone (median milliseconds);
+2. a real server (`alignmt serve` in a subprocess on 127.0.0.1) answers the same N sentences
+   one at a time (median latency: the idle server), then 32 concurrent clients sending single
+   sentences (sentences/s, p50/p95/p99 latency, the server's RSS as requests complete), then
+   /v1/step one sentence at a time (p95 latency).
+
+Prints the table and the ratios that docs/benchmarks.md records. Run from the repository root
+with ../shared beside it and nothing else using the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from alignmt.checkpoint import load_checkpoint
+from alignmt.corpus import read_lines
+from alignmt.serve.load import LoadResult, run_load
+from alignmt.translate import Translator
+
+FLICKR = Path(__file__).resolve().parents[2] / "shared/data/multi30k/test_2016_flickr.en.gz"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", nargs="?", default="runs/multi30k_en_de")
+    parser.add_argument("--src", default=str(FLICKR), help="source sentences, one per line")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=2_000, help="for the concurrent test")
+    parser.add_argument("--single", type=int, default=200, help="N, sentences sent one by one")
+    parser.add_argument("--port", type=int, default=8765)
+    args = parser.parse_args()
+    sentences = read_lines(args.src)
+    single = sentences[: args.single]
+
+    batch_rate, alone_ms = in_process(args.run_dir, sentences, single)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "alignmt", "serve", args.run_dir, "--port", str(args.port),
+         "--max-queue", str(max(1_024, args.clients * 2))],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_until_up(args.port)
+        idle = run_load("127.0.0.1", args.port, single, clients=1, requests=len(single))
+        loaded = run_load("127.0.0.1", args.port, sentences, clients=args.clients,
+                          requests=args.requests, server_pid=server.pid, rss_every=200)  # fmt: skip
+        step = run_load("127.0.0.1", args.port, single, clients=1, requests=len(single),
+                        path="/v1/step", body=lambda s: {"sentence": s})  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    report(args, batch_rate, alone_ms, idle, loaded, step)
+
+
+def in_process(run_dir: str, sentences: list[str], single: list[str]) -> tuple[float, float]:
+    """Greedy sentences/s over all sentences with batch 64, and the median milliseconds of
+    translating each of `single` alone."""
+    ckpt = load_checkpoint(run_dir)
+    translator = Translator.from_checkpoint(ckpt, replace(ckpt.config.search, beam_size=1))
+    translator.translate(sentences[:64], warn=False)  # warm-up
+    start = time.perf_counter()
+    translator.translate(sentences, batch_size=64, warn=False)
+    rate = len(sentences) / (time.perf_counter() - start)
+    times = []
+    for sentence in single:
+        start = time.perf_counter()
+        translator.translate([sentence], warn=False)
+        times.append((time.perf_counter() - start) * 1000)
+    return rate, statistics.median(times)
+
+
+def wait_until_up(port: int, seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            connection.request("GET", "/healthz")
+            if json.loads(connection.getresponse().read())["status"] == "ok":
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"no server on port {port} after {seconds} s")
+
+
+def report(args, batch_rate: float, alone_ms: float, idle: LoadResult, loaded: LoadResult,
+           step: LoadResult) -> None:  # fmt: skip
+    for name, result in [("idle", idle), ("concurrent", loaded), ("step", step)]:
+        if result.errors:
+            print(f"{name}: {len(result.errors)} errors, first: {result.errors[0]}")
+    rss = loaded.rss
+    first, last = rss[min(rss)], rss[max(rss)]
+    print(f"model {args.run_dir}, {torch.get_num_threads()} torch threads in-process, "
+          f"torch {torch.__version__}\n")  # fmt: skip
+    print("| measure | value |\n| --- | ---: |")
+    rows = [
+        ("in-process greedy, batch 64, sentences/s", f"{batch_rate:,.1f}"),
+        (f"server, {args.clients} concurrent clients, sentences/s", f"{loaded.throughput:,.1f}"),
+        ("  share of in-process (target >= 60%)", f"{loaded.throughput / batch_rate:.0%}"),
+        ("  latency p50 / p95 / p99, ms", _percentiles(loaded)),
+        (f"  server RSS after {min(rss)} / {max(rss)} requests, MiB",
+         f"{first / 2**20:,.0f} / {last / 2**20:,.0f} ({last / first - 1:+.1%})"),
+        (f"in-process, one sentence alone, median ms ({len(idle.latencies)} sentences)",
+         f"{alone_ms:.1f}"),
+        ("idle server, one sentence, p50 ms", f"{idle.percentile(50):.1f}"),
+        ("  ratio to in-process (target <= 2x)", f"{idle.percentile(50) / alone_ms:.2f}x"),
+        ("/v1/step, one sentence, p50 / p95 / p99 ms (target p95 < 100)", _percentiles(step)),
+    ]  # fmt: skip
+    for name, value in rows:
+        print(f"| {name} | {value} |")
+
+
+def _percentiles(result: LoadResult) -> str:
+    return " / ".join(f"{result.percentile(p):.1f}" for p in (50, 95, 99))
+
+
+if __name__ == "__main__":
+    main()

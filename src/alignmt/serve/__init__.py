@@ -1,0 +1,12 @@
+"""The HTTP service behind `alignmt serve RUN_DIR ...`: a layer of its own over checkpoint,
+search, trace and translate, which never imports training.
+
+    app.py       the FastAPI app: routes, request checks, errors as JSON, the request log
+    schemas.py   the pydantic models of every request and response body
+    limits.py    what a server accepts (each a flag) and the errors past a limit
+    batcher.py   the decoding thread and its queue: dynamic batching
+    decoding.py  the work behind each endpoint, on the decoding thread
+    registry.py  the models served, loaded from their run folders
+
+Nothing is imported here, so that `alignmt.serve.limits` does not pull in FastAPI.
+"""

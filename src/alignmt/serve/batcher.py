@@ -1,0 +1,132 @@
+"""The decoding thread and the queue in front of it: dynamic batching for the service.
+
+One thread owns the models. Requests wait in one queue; the thread takes the oldest, waits
+a moment (`Limits.batch_wait`) for others to arrive, and runs every waiting job that can
+share decoder steps with it (the same `key`: model and search) in one call, up to
+`Limits.batch_width` sentences. Inside that call search's continuous batching keeps the
+steps full. Because only this thread touches a model, nothing that packs or patches weights
+for decoding speed (packed.py) can race with another request, and the event loop only ever
+awaits a future.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from alignmt.serve.limits import Limits, RequestError, over_limit
+
+# payloads of jobs with one key -> one result (or the exception to raise) per payload
+RunFn = Callable[[list[Any]], list[Any]]
+
+
+@dataclass
+class Job:
+    key: Hashable  # jobs with equal keys run in one call of `run`
+    run: RunFn
+    payload: Any
+    sentences: int  # what the job adds to the queue and to a batch
+    future: Future = field(default_factory=Future)
+
+
+class Batcher:
+    """Queues jobs for the decoding thread; see the module docstring."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self._queue: deque[Job] = deque()
+        self._waiting = 0  # sentences in the queue
+        self._changed = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._serve, name="alignmt-decoder", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._changed:
+            self._stopping = True
+            self._changed.notify()
+        self._thread.join()
+
+    async def submit(self, key: Hashable, run: RunFn, payload: Any, sentences: int) -> Any:
+        """Queue a job and wait for its result.
+
+        Raises:
+            RequestError: 503 when the queue is full, 504 past the deadline, or whatever
+                `run` returned as this job's exception.
+        """
+        limits = self.limits
+        job = Job(key, run, payload, sentences)
+        with self._changed:
+            if self._waiting + sentences > limits.max_queue:
+                error = over_limit("max_queue", self._waiting + sentences, limits.max_queue,
+                                   "sentences waiting", status=503)  # fmt: skip
+                error.details["retry_after"] = 1
+                raise error
+            self._queue.append(job)
+            self._waiting += sentences
+            self._changed.notify()
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(job.future), limits.deadline)
+        except asyncio.TimeoutError:
+            # wait_for cancelled the future: a job the thread has not started never runs
+            raise RequestError(
+                504, "timeout", f"no answer within the deadline of {limits.deadline} s",
+                limit="deadline", max=limits.deadline,
+            ) from None  # fmt: skip
+
+    def _serve(self) -> None:
+        while True:
+            jobs = self._next_batch()
+            if jobs is None:
+                return
+            jobs = [job for job in jobs if job.future.set_running_or_notify_cancel()]
+            if jobs:
+                self._run(jobs)
+
+    def _next_batch(self) -> list[Job] | None:
+        """The oldest job and those waiting that share its key, up to the batch width;
+        None when stopping."""
+        limits = self.limits
+        with self._changed:
+            while not self._queue and not self._stopping:
+                self._changed.wait()
+            if self._stopping:
+                return None
+            key = self._queue[0].key
+            until = time.monotonic() + limits.batch_wait
+            while (left := until - time.monotonic()) > 0 and self._sharing(
+                key
+            ) < limits.batch_width:
+                self._changed.wait(left)
+            jobs, kept, size = [], deque(), 0
+            for job in self._queue:
+                if job.key == key and (not jobs or size + job.sentences <= limits.batch_width):
+                    jobs.append(job)
+                    size += job.sentences
+                else:
+                    kept.append(job)
+            self._queue, self._waiting = kept, self._waiting - size
+            return jobs
+
+    def _sharing(self, key: Hashable) -> int:
+        return sum(job.sentences for job in self._queue if job.key == key)
+
+    @staticmethod
+    def _run(jobs: list[Job]) -> None:
+        try:
+            results = jobs[0].run([job.payload for job in jobs])
+        except Exception as error:  # a bug, not the client's: every job of the call fails
+            results = [error] * len(jobs)
+        for job, result in zip(jobs, results, strict=True):
+            if isinstance(result, BaseException):
+                job.future.set_exception(result)
+            else:
+                job.future.set_result(result)

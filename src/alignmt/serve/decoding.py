@@ -1,0 +1,178 @@
+"""The work behind each endpoint, run on the decoding thread (batcher.py): tokenise, check
+what only the model can check (source tokens, vocabulary, attention), decode, and turn the
+result into the response's JSON.
+
+Each function returns the JSON bytes of its response, or the `RequestError` a request
+gets; serialising here keeps that work off the event loop too.
+"""
+
+from __future__ import annotations
+
+import math
+
+from torch import Tensor
+
+from alignmt.serve.limits import Limits, RequestError, invalid, over_limit
+from alignmt.serve.registry import ServedModel
+from alignmt.serve.schemas import (
+    BeamNode,
+    BeamRequest,
+    BeamResponse,
+    Candidate,
+    Hypothesis,
+    SentenceTranslation,
+    Step,
+    StepRequest,
+    StepResponse,
+    TranslateRequest,
+    TranslateResponse,
+)
+from alignmt.translate import Translation, Translator
+
+DECIMALS = 5  # of attention weights and probabilities in responses
+
+
+def translate_batch(
+    served: ServedModel, limits: Limits, requests: list[TranslateRequest]
+) -> list[bytes | RequestError]:
+    """Translate the sentences of several requests that share a beam size and n-best, in
+    one call: they share decoder steps."""
+    first = requests[0]
+    translator = served.translator.with_beam(first.beam_size)
+    results: list[bytes | RequestError] = []
+    tokens, todo = [], []
+    for request in requests:
+        try:
+            split = [_source_tokens(translator, s, limits) for s in request.sentences]
+        except RequestError as error:
+            results.append(error)
+            continue
+        results.append(b"")
+        todo.append((len(results) - 1, len(tokens), len(split)))
+        tokens += split
+    translations = translator.translate_tokens(
+        tokens, nbest=first.nbest, batch_size=limits.batch_width, warn=False
+    )
+    for index, start, count in todo:
+        request = requests[index]
+        response = TranslateResponse(
+            model=served.name,
+            beam_size=translator.search.beam_size,
+            translations=[
+                SentenceTranslation(
+                    source_tokens=hyps[0].src_tokens,
+                    hypotheses=[hypothesis(t, request.attention) for t in hyps],
+                )
+                for hyps in translations[start : start + count]
+            ],
+        )
+        results[index] = response.model_dump_json().encode()
+    return results
+
+
+def step(served: ServedModel, limits: Limits, request: StepRequest) -> bytes:
+    """The decoder step by step over one sentence (see `Translator.step_through`)."""
+    translator = served.translator
+    src_tokens = _source_tokens(translator, request.sentence, limits)
+    vocab = translator.tgt_vocab
+    check_top_k(request.top_k, len(vocab), limits)
+    if request.override and not translator.model.has_attention:
+        raise invalid("override", f"model {served.name!r} has no attention to override")
+    for position, source in request.override.items():
+        if source > len(src_tokens):  # the source's </s> is position len(src_tokens)
+            raise invalid(
+                "override", f"step {position}: source position {source} is past the source's "
+                f"last token (</s>, at {len(src_tokens)})", source,
+            )  # fmt: skip
+    try:
+        stepped = translator.step_through(
+            request.sentence, prefix=request.prefix, override=request.override,
+            top_k=request.top_k, beam_size=request.beam_size,
+        )  # fmt: skip
+    except ValueError as error:  # the prefix names tokens the model does not know
+        raise invalid("prefix", str(error).removeprefix("prefix: "), request.prefix) from None
+    out = stepped.translation
+    steps = [
+        Step(
+            token=vocab.itos[s.token],
+            probability=_probability(s.log_prob),
+            forced=s.forced,
+            overridden=position in request.override,
+            attention=_rounded(s.attention),
+            top_k=[
+                Candidate(token=vocab.itos[t], probability=_probability(p))
+                for t, p in zip(s.top_tokens, s.top_log_probs, strict=True)
+            ],
+        )
+        for position, s in enumerate(stepped.steps)
+    ]
+    return StepResponse(
+        model=served.name, source_tokens=out.src_tokens, steps=steps, text=out.text,
+        tokens=out.tokens, score=out.score,
+    ).model_dump_json().encode()  # fmt: skip
+
+
+def beam(served: ServedModel, limits: Limits, request: BeamRequest) -> bytes:
+    """Beam search's whole tree for one sentence (see `Translator.beam_trace`)."""
+    translator = served.translator.with_beam(request.beam_size)
+    _source_tokens(translator, request.sentence, limits)
+    k = translator.search.beam_size
+    src_tokens, trace = translator.beam_trace(request.sentence, beam_size=k)
+    vocab = translator.tgt_vocab
+    nodes = [
+        BeamNode(
+            id=i,
+            step=n.step,
+            parent=n.parent,
+            token=vocab.itos[n.token],
+            score=n.score,
+            status=n.status,
+            final_score=n.final_score,
+            attention=_rounded(n.attention),
+        )
+        for i, n in enumerate(trace.nodes)
+    ]
+    finished = [
+        hypothesis(translator.hypothesis(src_tokens, trace, node), attention=True)
+        for node in trace.finished
+    ]
+    return BeamResponse(
+        model=served.name, source_tokens=translator.source_as_read(src_tokens), beam_size=k,
+        length_penalty=translator.search.length_penalty, nodes=nodes, finished=finished,
+        finished_nodes=trace.finished,
+    ).model_dump_json().encode()  # fmt: skip
+
+
+def hypothesis(t: Translation, attention: bool) -> Hypothesis:
+    return Hypothesis(
+        text=t.text,
+        tokens=t.tokens,
+        score=t.score,
+        attention=_rounded(t.attention) if attention else None,
+        alignment=t.alignment,
+    )
+
+
+def check_top_k(top_k: int, vocab_size: int, limits: Limits) -> None:
+    if top_k > limits.max_top_k:
+        raise over_limit("max_top_k", top_k, limits.max_top_k, "top_k")
+    if top_k > vocab_size:
+        raise invalid("top_k", f"{top_k} is more than the {vocab_size} target tokens", top_k)
+
+
+def _source_tokens(translator: Translator, sentence: str, limits: Limits) -> list[str]:
+    tokens = translator.source_tokens(sentence)
+    if len(tokens) > limits.max_source_tokens:
+        raise over_limit(
+            "max_source_tokens", len(tokens), limits.max_source_tokens, "source tokens"
+        )
+    return tokens
+
+
+def _probability(log_prob: float) -> float:
+    return round(math.exp(log_prob), DECIMALS)
+
+
+def _rounded(weights: Tensor | None) -> list | None:
+    """Attention as JSON-ready lists: float64 first, so that 0.12346 prints as such."""
+    return None if weights is None else weights.double().round(decimals=DECIMALS).tolist()

@@ -1,0 +1,83 @@
+"""What a server accepts, and the error a request past a limit gets.
+
+Every limit is a command-line flag of `alignmt serve` (see `Limits`). A request past one is
+answered with a 4xx whose JSON body names the limit, the value sent and the maximum, so
+that a client can tell what to change; nothing a client sends reaches the model unchecked.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+# C0 and C1 control characters but tab, and the surrogate code points.
+_REFUSED = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _limit(default: float, what: str) -> Any:
+    return field(default=default, metadata={"help": what})
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Each field is a flag of `alignmt serve` (max_body_bytes: --max-body-bytes)."""
+
+    max_body_bytes: int = _limit(1_000_000, "request body bytes; past it: 413")
+    max_sentences: int = _limit(64, "sentences in one translate request")
+    max_chars: int = _limit(2_000, "characters in one sentence")
+    max_source_tokens: int = _limit(200, "source tokens of one sentence, as the model splits it")
+    max_beam: int = _limit(16, "beam size")
+    max_top_k: int = _limit(50, "candidates per step of /v1/step")
+    max_queue: int = _limit(1_024, "sentences waiting to decode; past it: 503 and Retry-After")
+    deadline: float = _limit(30.0, "seconds a request may take, queueing included; past it: 504")
+    batch_width: int = _limit(64, "the most sentences decoding at once (dynamic batching)")
+    batch_wait: float = _limit(0.002, "seconds the decoder waits for more sentences to batch")
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if value <= 0:
+                raise ValueError(f"serve limit {name} must be positive, got {value}")
+        if self.max_queue < self.max_sentences:
+            raise ValueError(
+                f"max_queue ({self.max_queue}) must hold one full request "
+                f"(max_sentences = {self.max_sentences})"
+            )
+
+
+class RequestError(Exception):
+    """A request the server refuses: its HTTP status and the JSON error body."""
+
+    def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.details = status, code, details
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": str(self), **self.details}}
+
+
+def over_limit(limit: str, value: Any, maximum: Any, what: str, status: int = 422) -> RequestError:
+    """The error for `value` past `limit` (a flag name without dashes, as in `Limits`)."""
+    return RequestError(
+        status, "limit", f"{what}: {value} is over the limit of {maximum} ({limit})",
+        limit=limit, value=value, max=maximum,
+    )  # fmt: skip
+
+
+def invalid(field: str, message: str, value: Any = None) -> RequestError:
+    return RequestError(422, "invalid", f"{field}: {message}", field=field, value=value)
+
+
+def check_sentence(text: str, field: str, limits: Limits) -> None:
+    """Refuse a sentence that no model should read: blank, too long, with control characters
+    (tab aside), or with lone surrogates (JSON can carry them; UTF-8 cannot)."""
+    if not text.strip():
+        raise invalid(field, "the sentence is empty or only whitespace", text)
+    if len(text) > limits.max_chars:
+        raise over_limit("max_chars", len(text), limits.max_chars, f"{field} length")
+    bad = _REFUSED.search(text)
+    if bad:
+        char = bad.group()
+        kind = "a lone surrogate" if "\ud800" <= char <= "\udfff" else "a control character"
+        code = f"U+{ord(char):04X}"
+        raise invalid(field, f"{kind} ({code}) at character {bad.start()}", code)

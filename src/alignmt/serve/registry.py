@@ -1,0 +1,83 @@
+"""The models a server holds: each run folder given at start-up, loaded once, named by the
+folder's name. Requests name a model, never a file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from alignmt.checkpoint import Checkpoint, load_checkpoint
+from alignmt.serve.schemas import ModelInfo
+from alignmt.translate import Translator
+
+
+@dataclass
+class ServedModel:
+    name: str
+    translator: Translator
+    info: ModelInfo
+
+
+def load_models(run_dirs: list[str | Path]) -> dict[str, ServedModel]:
+    """Load each run folder (or .safetensors file); the first is the default model.
+
+    Raises:
+        ValueError: two folders share a name, or none is given.
+        FileNotFoundError: a folder holds no checkpoint.
+    """
+    if not run_dirs:
+        raise ValueError("serve needs at least one run folder")
+    models: dict[str, ServedModel] = {}
+    for run in map(Path, run_dirs):
+        name = run.stem if run.suffix == ".safetensors" else run.name
+        if name in models:
+            raise ValueError(f"two models would be named {name!r}: give folders distinct names")
+        ckpt = load_checkpoint(run)
+        models[name] = ServedModel(
+            name, Translator.from_checkpoint(ckpt), model_info(name, ckpt, run)
+        )
+    return models
+
+
+def model_info(name: str, ckpt: Checkpoint, run: Path) -> ModelInfo:
+    """What /v1/models says of a checkpoint."""
+    m, data = ckpt.config.model, ckpt.config.data
+    folder = run.parent if run.suffix == ".safetensors" else run
+    return ModelInfo(
+        name=name,
+        source_language=data.src_lang,
+        target_language=data.tgt_lang,
+        tokenizer=data.tokenizer if data.task == "corpus" else "char",
+        cell=m.rnn,
+        bidirectional=m.bidirectional,
+        encoder_layers=m.enc_layers,
+        decoder_layers=m.dec_layers,
+        attention=m.attention,
+        order=m.order,
+        embedding_size=m.emb_dim,
+        encoder_hidden=m.enc_hidden,
+        decoder_hidden=m.dec_hidden,
+        attention_hidden=m.attn_dim,
+        source_vocabulary=len(ckpt.src_vocab),
+        target_vocabulary=len(ckpt.tgt_vocab),
+        parameters=sum(p.numel() for p in ckpt.model.parameters()),
+        training_step=ckpt.step,
+        validation_bleu=validation_bleu(folder / "metrics.jsonl", ckpt.step),
+        beam_size=ckpt.config.search.beam_size,
+    )
+
+
+def validation_bleu(metrics: Path, step: int) -> float | None:
+    """The greedy validation BLEU that training recorded at `step`, if it did."""
+    if not metrics.is_file():
+        return None
+    bleu = None
+    for line in metrics.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a run killed mid-write leaves a partial last line
+            continue
+        if record.get("step") == step and "bleu" in record:
+            bleu = float(record["bleu"])
+    return bleu

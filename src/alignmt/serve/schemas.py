@@ -1,0 +1,168 @@
+"""The JSON bodies of the HTTP API, as pydantic models: what a client may send and what it
+gets back.
+
+Requests are strict (no type coercion: "5" is not a beam size) and closed (an unknown field
+is an error, so that a misspelt option is never silently ignored). Limits that depend on the
+server's flags or on the model (beam size, sentence length, vocabulary) are checked by the
+routes, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+PositiveInt = Annotated[int, Field(ge=1)]
+Position = Annotated[int, Field(ge=0)]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str | None = Field(
+        None, description="a served model's name (its run folder's name); default: the first"
+    )
+
+
+class TranslateRequest(_Request):
+    sentences: list[str] = Field(min_length=1, description="raw source sentences")
+    beam_size: PositiveInt | None = Field(None, description="1 is greedy; default: the run's")
+    nbest: PositiveInt = Field(1, description="hypotheses per sentence, at most beam_size")
+    attention: bool = Field(False, description="return each hypothesis' attention matrix")
+
+
+class StepRequest(_Request):
+    sentence: str
+    prefix: list[str] = Field(
+        default_factory=list, description="target tokens to force at steps 0, 1, ..."
+    )
+    override: dict[Position, Position] = Field(
+        default_factory=dict,
+        description='output step -> source position that gets all of its attention, e.g. {"2": 0}',
+    )
+    top_k: PositiveInt = Field(5, description="candidates listed per step")
+    beam_size: PositiveInt = Field(1, description="after the prefix: 1 greedy, more a beam")
+
+    @field_validator("override", mode="before")
+    @classmethod
+    def _step_numbers(cls, value: object) -> object:
+        # JSON object keys are strings; this is the one place a string becomes a number.
+        if not isinstance(value, dict):
+            return value
+        try:
+            return {int(key): position for key, position in value.items()}
+        except ValueError:
+            raise ValueError('override keys must be step numbers, such as "2"') from None
+
+
+class BeamRequest(_Request):
+    sentence: str
+    beam_size: PositiveInt | None = Field(None, description="default: the run's")
+
+
+class Hypothesis(BaseModel):
+    text: str = Field(description="the detokenised output")
+    tokens: list[str] = Field(description="output tokens, </s> included when produced")
+    score: float = Field(description="summed log-probability")
+    attention: list[list[float]] | None = Field(
+        description="(output tokens x source tokens) weights, if asked for; null for vanilla"
+    )
+    alignment: str | None = Field(
+        description="Pharaoh 'source-output' pairs of each output token's most-attended "
+        "source token, </s> aside; null for vanilla"
+    )
+
+
+class SentenceTranslation(BaseModel):
+    source_tokens: list[str] = Field(description="the source as the model read it, with </s>")
+    hypotheses: list[Hypothesis] = Field(description="best first")
+
+
+class TranslateResponse(BaseModel):
+    model: str
+    beam_size: int
+    translations: list[SentenceTranslation]
+
+
+class Candidate(BaseModel):
+    token: str
+    probability: float
+
+
+class Step(BaseModel):
+    token: str = Field(description="the token taken")
+    probability: float
+    forced: bool = Field(description="taken from the prefix")
+    overridden: bool = Field(description="its attention was put on one source position")
+    attention: list[float] | None = Field(description="weights over the source tokens")
+    top_k: list[Candidate] = Field(description="the most probable tokens at this step")
+
+
+class StepResponse(BaseModel):
+    model: str
+    source_tokens: list[str]
+    steps: list[Step]
+    text: str
+    tokens: list[str]
+    score: float = Field(description="summed log-probability of the tokens taken")
+
+
+class BeamNode(BaseModel):
+    id: int
+    step: int = Field(description="output position of its last token")
+    parent: int | None = Field(description="the node it extends; null at the first step")
+    token: str
+    score: float = Field(description="summed log-probability")
+    status: Literal["live", "finished", "pruned", "stopped"]
+    final_score: float | None = Field(description="score / length penalty, for finished ones")
+    attention: list[float] | None
+
+
+class BeamResponse(BaseModel):
+    model: str
+    source_tokens: list[str]
+    beam_size: int
+    length_penalty: float
+    nodes: list[BeamNode]
+    finished: list[Hypothesis] = Field(description="every finished hypothesis, best first")
+    finished_nodes: list[int] = Field(description="the node each finished hypothesis ends at")
+
+
+class ModelInfo(BaseModel):
+    name: str
+    source_language: str
+    target_language: str
+    tokenizer: str
+    cell: str
+    bidirectional: bool
+    encoder_layers: int
+    decoder_layers: int
+    attention: str
+    order: str
+    embedding_size: int
+    encoder_hidden: int
+    decoder_hidden: int
+    attention_hidden: int
+    source_vocabulary: int
+    target_vocabulary: int
+    parameters: int
+    training_step: int
+    validation_bleu: float | None = Field(description="greedy BLEU recorded at that step")
+    beam_size: int = Field(description="the default beam")
+
+
+class ModelsResponse(BaseModel):
+    models: list[ModelInfo]
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(description="invalid, limit, not_found, busy, timeout or error")
+    message: str
+    limit: str | None = None
+    value: object | None = None
+    max: object | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody

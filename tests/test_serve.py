@@ -1,0 +1,360 @@
+"""The HTTP service through FastAPI's TestClient: every endpoint, hostile input, the
+batching queue, the request log; and a load test against a real uvicorn process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from alignmt.checkpoint import load_checkpoint, save_checkpoint
+from alignmt.model import Seq2Seq
+from alignmt.serve.app import create_app
+from alignmt.serve.batcher import Batcher
+from alignmt.serve.limits import Limits, RequestError
+from alignmt.serve.registry import load_models
+from alignmt.translate import Translator
+from tests.conftest import SHARED, needs_shared_data
+
+SENTENCE = "the big dog sleeps now"
+LIMITS = Limits(max_sentences=8, max_source_tokens=12, max_beam=6, max_top_k=10)
+
+
+@pytest.fixture(scope="module")
+def vanilla_run(toy_run, tmp_path_factory):
+    """An untrained model without attention on the toy run's vocabularies."""
+    ckpt = load_checkpoint(toy_run)
+    cfg = replace(ckpt.config, model=replace(ckpt.config.model, attention="none"))
+    torch.manual_seed(0)
+    model = Seq2Seq.from_config(cfg.model, src_vocab=len(ckpt.src_vocab),
+                                tgt_vocab=len(ckpt.tgt_vocab))  # fmt: skip
+    folder = tmp_path_factory.mktemp("served") / "vanilla"
+    save_checkpoint(folder, model, cfg, ckpt.src_vocab, ckpt.tgt_vocab, 0,
+                    tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer))  # fmt: skip
+    return folder
+
+
+@pytest.fixture(scope="module")
+def served(toy_run, vanilla_run):
+    return load_models([toy_run, vanilla_run])
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    with TestClient(create_app(served, LIMITS)) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def translator(toy_run):
+    return Translator.from_checkpoint(load_checkpoint(toy_run))
+
+
+def post(client, path, body):
+    response = client.post(path, json=body)
+    assert response.headers["content-type"] == "application/json"
+    return response.status_code, response.json()
+
+
+def test_models_describe_what_is_served(client, toy_run):
+    assert client.get("/healthz").json() == {"status": "ok", "models": ["run", "vanilla"]}
+    models = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
+    run, vanilla = models["run"], models["vanilla"]
+    ckpt = load_checkpoint(toy_run)
+    assert (run["attention"], run["order"], run["cell"]) == ("additive", "bahdanau", "gru")
+    assert run["parameters"] == sum(p.numel() for p in ckpt.model.parameters())
+    assert run["training_step"] == ckpt.step and run["beam_size"] == 3
+    assert run["validation_bleu"] is not None and run["target_vocabulary"] == len(ckpt.tgt_vocab)
+    assert vanilla["attention"] == "none" and vanilla["validation_bleu"] is None
+
+
+def test_translate_answers_what_the_translator_computes(client, translator):
+    status, body = post(client, "/v1/translate", {"sentences": [SENTENCE, "a cat"],
+                        "beam_size": 3, "nbest": 2, "attention": True})  # fmt: skip
+    assert status == 200 and body["model"] == "run" and body["beam_size"] == 3
+    expected = translator.with_beam(3).translate([SENTENCE, "a cat"], nbest=2)
+    for got, hyps in zip(body["translations"], expected, strict=True):
+        assert got["source_tokens"] == hyps[0].src_tokens
+        for h, t in zip(got["hypotheses"], hyps, strict=True):
+            assert (h["text"], h["tokens"], h["alignment"]) == (t.text, t.tokens, t.alignment)
+            assert math.isclose(h["score"], t.score, rel_tol=1e-6)
+            assert torch.allclose(torch.tensor(h["attention"]), t.attention, atol=1e-5)
+    # The alignment is each output token's argmax source position, </s> aside on both sides.
+    hyp = body["translations"][0]["hypotheses"][0]
+    pairs = [tuple(map(int, p.split("-"))) for p in hyp["alignment"].split()]
+    attention = torch.tensor(hyp["attention"])
+    assert [i for _, i in pairs] == list(range(len(hyp["tokens"]) - 1))
+    assert [j for j, _ in pairs] == attention[:-1, :-1].argmax(dim=1).tolist()
+
+
+def test_attention_is_left_out_unless_asked_for(client):
+    _, body = post(client, "/v1/translate", {"sentences": ["a cat"]})
+    hyp = body["translations"][0]["hypotheses"][0]
+    assert hyp["attention"] is None and hyp["alignment"]
+
+
+def test_stepping_with_no_prefix_or_override_is_translate_with_beam_one(client):
+    _, translated = post(client, "/v1/translate",
+                         {"sentences": [SENTENCE], "beam_size": 1, "attention": True})  # fmt: skip
+    status, stepped = post(client, "/v1/step", {"sentence": SENTENCE, "top_k": 3})
+    assert status == 200
+    hyp = translated["translations"][0]["hypotheses"][0]
+    assert stepped["tokens"] == hyp["tokens"] and stepped["text"] == hyp["text"]
+    assert [s["token"] for s in stepped["steps"]] == hyp["tokens"]
+    assert torch.allclose(torch.tensor([s["attention"] for s in stepped["steps"]]),
+                          torch.tensor(hyp["attention"]), atol=2e-5)  # fmt: skip
+    for s in stepped["steps"]:
+        assert len(s["top_k"]) == 3 and s["top_k"][0]["token"] == s["token"]
+        assert not s["forced"] and not s["overridden"]
+
+
+def test_a_forced_prefix_starts_the_output(client):
+    _, free = post(client, "/v1/step", {"sentence": SENTENCE})
+    prefix = ["der", "kleiner"]
+    assert free["tokens"][:2] != prefix
+    for beam in (1, 3):
+        status, body = post(client, "/v1/step", {"sentence": SENTENCE, "prefix": prefix,
+                                                 "beam_size": beam})  # fmt: skip
+        assert status == 200 and body["tokens"][:2] == prefix
+        assert [s["forced"] for s in body["steps"][:3]] == [True, True, False]
+
+
+def test_an_override_moves_that_steps_attention_to_one_source_word(client):
+    status, body = post(client, "/v1/step", {"sentence": SENTENCE, "override": {"2": 0}})
+    assert status == 200
+    step = body["steps"][2]
+    assert step["overridden"] and step["attention"] == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert not any(s["overridden"] for i, s in enumerate(body["steps"]) if i != 2)
+
+
+def test_the_beam_trees_finished_hypotheses_are_translates_nbest(client):
+    for sentence in (SENTENCE, "a cat", "the small red cat runs now"):
+        _, tree = post(client, "/v1/beam", {"sentence": sentence, "beam_size": 4})
+        _, translated = post(client, "/v1/translate",
+                             {"sentences": [sentence], "beam_size": 4, "nbest": 4})  # fmt: skip
+        nbest = translated["translations"][0]["hypotheses"]
+        finished = tree["finished"][: len(nbest)]
+        assert [h["tokens"] for h in finished] == [h["tokens"] for h in nbest]
+        assert [h["text"] for h in finished] == [h["text"] for h in nbest]
+        nodes = tree["nodes"]
+        for node in nodes:
+            assert node["parent"] is None or nodes[node["parent"]]["status"] == "live"
+        assert {nodes[i]["status"] for i in tree["finished_nodes"]} == {"finished"}
+        assert {"live", "pruned", "finished"} <= {n["status"] for n in nodes}
+
+
+def test_a_vanilla_model_has_no_attention_to_show_or_override(client):
+    request = {"model": "vanilla", "sentences": ["a cat"], "attention": True}
+    status, body = post(client, "/v1/translate", request)
+    hyp = body["translations"][0]["hypotheses"][0]
+    assert status == 200 and hyp["attention"] is None and hyp["alignment"] is None
+    status, body = post(client, "/v1/step", {"model": "vanilla", "sentence": "a cat",
+                                             "override": {"0": 1}})  # fmt: skip
+    assert status == 422 and "no attention" in body["error"]["message"]
+
+
+HOSTILE = [
+    ("/v1/translate", {"sentences": [""]}, 422, "sentences[0]"),
+    ("/v1/translate", {"sentences": ["a cat", "  \t "]}, 422, "sentences[1]"),
+    ("/v1/translate", {"sentences": []}, 422, "sentences"),
+    ("/v1/translate", {"sentences": ["a\x00cat"]}, 422, "sentences[0]"),
+    ("/v1/translate", {"sentences": ["a\x1b[31mcat"]}, 422, "sentences[0]"),
+    ("/v1/translate", {"sentences": [5]}, 422, "sentences[0]"),
+    ("/v1/translate", {"sentences": "a cat"}, 422, "sentences"),
+    ("/v1/translate", {"sentences": [["a", ["cat"]]]}, 422, "sentences[0]"),
+    ("/v1/translate", {"sentences": ["a cat"], "beam_size": -1}, 422, "beam_size"),
+    ("/v1/translate", {"sentences": ["a cat"], "beam_size": "3"}, 422, "beam_size"),
+    ("/v1/translate", {"sentences": ["a cat"], "beam_size": 10**12}, 422, "max_beam"),
+    ("/v1/translate", {"sentences": ["a cat"], "beam_size": 2, "nbest": 3}, 422, "nbest"),
+    ("/v1/translate", {"sentences": ["a cat"], "attention": "yes"}, 422, "attention"),
+    ("/v1/translate", {"sentences": ["a cat"], "bogus": 1}, 422, "bogus"),
+    ("/v1/translate", {"sentences": ["a cat"] * 9}, 422, "max_sentences"),
+    ("/v1/translate", {"sentences": ["cat " * 13]}, 422, "max_source_tokens"),
+    ("/v1/translate", {"sentences": ["a" * 2001]}, 422, "max_chars"),
+    ("/v1/translate", {"sentences": ["a cat"], "model": "nope"}, 404, None),
+    ("/v1/translate", {"sentences": ["a cat"], "model": 3}, 422, "model"),
+    ("/v1/step", {"sentence": "a cat", "top_k": 11}, 422, "max_top_k"),
+    ("/v1/step", {"sentence": "a cat", "top_k": 0}, 422, "top_k"),
+    ("/v1/step", {"sentence": "a cat", "prefix": ["der", "zebra"]}, 422, "prefix"),
+    ("/v1/step", {"sentence": "a cat", "prefix": ["</s>", "der"]}, 422, "prefix"),
+    ("/v1/step", {"sentence": "a cat", "prefix": ["<s>"]}, 422, "prefix"),
+    ("/v1/step", {"sentence": "a cat", "override": {"1": 3}}, 422, "override"),
+    ("/v1/step", {"sentence": "a cat", "override": {"1": -1}}, 422, "override[1]"),
+    ("/v1/step", {"sentence": "a cat", "override": {"one": 1}}, 422, "override"),
+    ("/v1/step", {"sentence": "a cat", "override": [1, 2]}, 422, "override"),
+    ("/v1/step", {"sentence": "a cat", "beam_size": 7}, 422, "max_beam"),
+    ("/v1/step", {"sentence": None}, 422, "sentence"),
+    ("/v1/beam", {"sentence": "a cat", "beam_size": 0}, 422, "beam_size"),
+    ("/v1/beam", {}, 422, "sentence"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status", "names"), HOSTILE)
+def test_hostile_requests_get_a_4xx_that_says_what_is_wrong(client, path, body, status, names):
+    got, answer = post(client, path, body)
+    error = answer["error"]
+    assert got == status and error["message"]
+    if error["code"] == "limit":
+        assert error["limit"] == names and error["value"] is not None and error["max"]
+    elif names is not None:
+        assert error["field"] == names
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b'{"sentences": ["\\ud800 a cat"]}', 422),  # a lone surrogate
+        (b'{"sentences": ["a cat"', 422),  # truncated JSON
+        (b"not json at all", 422),
+        (b"[" * 200_000 + b"]" * 200_000, 413),  # nested past the body limit
+        (b'{"sentences": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", 400),  # deeply nested
+        (b"\xff\xfe\x00 binary", 422),
+    ],
+)
+def test_bodies_that_are_not_valid_json_requests_get_a_4xx(served, raw, status):
+    limits = replace(LIMITS, max_body_bytes=300_000)
+    with TestClient(create_app(served, limits)) as small:
+        response = small.post("/v1/translate", content=raw,
+                              headers={"content-type": "application/json"})  # fmt: skip
+    assert response.status_code == status
+    assert response.json()["error"]["message"]
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_read(client):
+    response = client.post("/v1/translate", json={"sentences": ["a" * 1_000_000]})
+    error = response.json()["error"]
+    assert response.status_code == 413
+    assert error["limit"] == "max_body_bytes" and error["value"] > error["max"] == 1_000_000
+
+
+def test_each_request_is_logged_in_one_line_without_its_text(client, caplog):
+    with caplog.at_level(logging.INFO, logger="alignmt.serve"):
+        post(client, "/v1/translate", {"sentences": ["a red dog", "the cat sleeps"]})
+        post(client, "/v1/translate", {"sentences": ["secret words"], "beam_size": 0})
+    lines = [r.getMessage() for r in caplog.records if r.name == "alignmt.serve"]
+    assert len(lines) == 2
+    assert lines[0].startswith("POST /v1/translate 200 sentences=2 ms=")
+    assert lines[1].startswith("POST /v1/translate 422 ")
+    assert not any(word in line for line in lines for word in ("dog", "cat", "secret"))
+
+
+def run_async(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_a_full_queue_answers_503_and_a_late_answer_504():
+    async def scenario():
+        batcher = Batcher(Limits(max_queue=3, max_sentences=2, deadline=0.2))  # never started
+        waiting = asyncio.ensure_future(batcher.submit("k", list, None, 2))
+        await asyncio.sleep(0)
+        with pytest.raises(RequestError) as full:
+            await batcher.submit("k", list, None, 2)
+        with pytest.raises(RequestError) as late:
+            await waiting
+        return full.value, late.value
+
+    full, late = run_async(scenario())
+    assert full.status == 503 and full.details["retry_after"] == 1
+    assert full.details["limit"] == "max_queue"
+    assert late.status == 504
+
+
+def test_waiting_jobs_that_share_a_key_run_in_one_call_on_one_thread():
+    calls = []
+
+    def run(payloads):
+        calls.append((threading.current_thread().name, list(payloads)))
+        return [p * 10 for p in payloads]
+
+    async def scenario():
+        batcher = Batcher(Limits(batch_width=3, batch_wait=0.05))
+        batcher.start()
+        jobs = [batcher.submit(key, run, n, 1) for n, key in enumerate("aabaa")]
+        results = await asyncio.gather(*jobs)
+        batcher.stop()
+        return results
+
+    assert run_async(scenario()) == [0, 10, 20, 30, 40]
+    assert {name for name, _ in calls} == {"alignmt-decoder"}
+    # The oldest waiting job's key goes first, with the others of its key up to the width.
+    assert [payloads for _, payloads in calls] == [[0, 1, 3], [2], [4]]
+
+
+def test_decoding_never_blocks_the_event_loop():
+    def slow(payloads):
+        time.sleep(0.3)
+        return payloads
+
+    async def scenario():
+        batcher = Batcher(Limits())
+        batcher.start()
+        job = asyncio.ensure_future(batcher.submit("k", slow, 1, 1))
+        ticks = 0
+        while not job.done():
+            await asyncio.sleep(0.01)
+            ticks += 1
+        batcher.stop()
+        return ticks
+
+    assert run_async(scenario()) >= 10  # the loop kept running while the job slept
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@needs_shared_data
+def test_a_real_server_under_32_concurrent_clients_answers_all_with_flat_memory(toy_run):
+    from alignmt.corpus import read_lines
+    from alignmt.serve.load import run_load
+
+    sentences = read_lines(str(SHARED / "data/multi30k/test_2016_flickr.en.gz"))
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "alignmt", "serve", str(toy_run), "--port", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _wait_until_up(port, server)
+        result = run_load("127.0.0.1", port, sentences, clients=32, requests=1_200,
+                          server_pid=server.pid, rss_every=200, timeout=30)  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    rss = ", ".join(f"{n}: {b / 2**20:.0f} MiB" for n, b in result.rss.items())
+    latency = ", ".join(f"p{p} {result.percentile(p):.0f} ms" for p in (50, 95, 99))
+    print(f"\n{len(result.latencies)} requests in {result.seconds:.1f} s: "
+          f"{result.throughput:.0f}/s, {latency}; RSS {rss}")  # fmt: skip
+    assert result.errors == []
+    assert len(result.latencies) == 1_200
+    assert result.rss[1_200] <= 1.10 * result.rss[200]
+
+
+def _wait_until_up(port: int, server: subprocess.Popen, seconds: float = 60.0) -> None:
+    import http.client
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert server.poll() is None, "the server exited at start-up"
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            connection.request("GET", "/healthz")
+            if json.loads(connection.getresponse().read())["status"] == "ok":
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"no server on port {port} after {seconds} s")
