@@ -3,6 +3,7 @@ batching queue, the request log; and a load test against a real uvicorn process.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import logging
@@ -13,11 +14,13 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
 from fastapi.testclient import TestClient
 
+import alignmt
 from alignmt.checkpoint import load_checkpoint, save_checkpoint
 from alignmt.model import Seq2Seq
 from alignmt.serve.app import create_app
@@ -308,6 +311,29 @@ def test_decoding_never_blocks_the_event_loop():
         return ticks
 
     assert run_async(scenario()) >= 10  # the loop kept running while the job slept
+
+
+def test_the_service_never_imports_training_code():
+    """Follows every `alignmt.*` import from the serve modules, module by module (the
+    package's __init__, which re-exports train for users, aside)."""
+    src = Path(alignmt.__file__).parent
+    todo = [f"alignmt.serve.{p.stem}" for p in (src / "serve").glob("*.py")]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = src.parent / (name.replace(".", "/") + ".py")
+        if not path.is_file():
+            path = path.with_suffix("") / "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("alignmt."):
+                todo.append(node.module)
+            elif isinstance(node, ast.Import):
+                todo += [a.name for a in node.names if a.name.startswith("alignmt.")]
+    assert {"alignmt.checkpoint", "alignmt.search", "alignmt.translate"} <= seen
+    assert "alignmt.train" not in seen
 
 
 def _free_port() -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from alignmt.checkpoint import load_checkpoint
-from alignmt.translate import Translator, replace_unknown
+from alignmt.translate import Translator, hard_alignment, replace_unknown
 from tests.conftest import LEXICON
 
 
@@ -70,3 +70,13 @@ def test_an_unknown_output_word_is_replaced_by_the_source_word_it_attends_to_mos
     out = replace_unknown(["ein", "<unk>", "<unk>"], ["a", "Zorro"], attention)
     assert out == ["ein", "Zorro", "Zorro"]
     assert replace_unknown(["<unk>"], ["Zorro", "x"], attention[:1]) == ["Zorro"]
+
+
+def test_hard_alignment_is_each_words_most_attended_source_word_in_pharaoh_order():
+    attention = torch.tensor([[0.1, 0.7, 0.2], [0.6, 0.3, 0.1], [0.1, 0.3, 0.6]])
+    # source "a b </s>": j-i pairs; the </s> row and the </s> column take no part
+    assert hard_alignment(attention, ["x", "y", "</s>"]) == "1-0 0-1"
+    # an output cut by the length limit has no </s>: its last word is aligned too, to a
+    # real source word even where </s> holds the most weight
+    assert hard_alignment(attention, ["x", "y", "z"]) == "1-0 0-1 1-2"
+    assert hard_alignment(attention[:1], ["</s>"]) == ""

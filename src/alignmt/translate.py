@@ -166,9 +166,7 @@ class Translator:
             self.model, src, max_len=max_len, prefix=prefix_ids, override=override,
             top_k=top_k, beam_size=beam_size, alpha=self.search.length_penalty,
         )  # fmt: skip
-        attention = (
-            None if steps[0].attention is None else torch.stack([s.attention for s in steps])
-        )
+        attention = _stack([s.attention for s in steps])
         hyp = Hypothesis([s.token for s in steps], sum(s.log_prob for s in steps), attention)
         return Stepped(self._translation(src_tokens, hyp), steps)
 
@@ -187,9 +185,7 @@ class Translator:
     def hypothesis(self, src_tokens: list[str], trace: BeamTrace, node: int) -> Translation:
         """The hypothesis that ends at `node` of a beam trace, as a translation."""
         nodes = [trace.nodes[i] for i in trace.path(node)]
-        attention = (
-            None if nodes[0].attention is None else torch.stack([n.attention for n in nodes])
-        )
+        attention = _stack([n.attention for n in nodes])
         hyp = Hypothesis([n.token for n in nodes], trace.nodes[node].score, attention)
         return self._translation(src_tokens, hyp)
 
@@ -279,6 +275,11 @@ def replace_unknown(words: list[str], src_tokens: list[str], attention: Tensor) 
     """
     best = attention[: len(words), : len(src_tokens)].argmax(dim=-1).tolist()  # (len(words),)
     return [src_tokens[j] if w == UNK else w for w, j in zip(words, best, strict=True)]
+
+
+def _stack(rows: list[Tensor | None]) -> Tensor | None:
+    """Per-step attention rows (T_src,) as one (steps, T_src) matrix; None for vanilla."""
+    return None if rows[0] is None else torch.stack(rows)
 
 
 def _chunks(items: list[T], size: int) -> Iterator[list[T]]:

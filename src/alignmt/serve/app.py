@@ -31,6 +31,7 @@ from alignmt.serve.schemas import (
     BeamRequest,
     BeamResponse,
     ErrorResponse,
+    Health,
     ModelsResponse,
     StepRequest,
     StepResponse,
@@ -85,9 +86,9 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
             raise over_limit("max_beam", beam, limits.max_beam, "beam_size")
         return beam
 
-    @app.get("/healthz")
-    async def healthz() -> dict[str, Any]:
-        return {"status": "ok", "models": list(models)}
+    @app.get("/healthz", response_model=Health)
+    async def healthz() -> Health:
+        return Health(status="ok", models=list(models))
 
     @app.get("/v1/models", response_model=ModelsResponse)
     async def list_models() -> ModelsResponse:

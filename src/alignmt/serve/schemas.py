@@ -152,6 +152,11 @@ class ModelInfo(BaseModel):
     beam_size: int = Field(description="the default beam")
 
 
+class Health(BaseModel):
+    status: Literal["ok"]
+    models: list[str] = Field(description="the names requests may use, the default first")
+
+
 class ModelsResponse(BaseModel):
     models: list[ModelInfo]
 
