@@ -281,7 +281,7 @@ def test_waiting_jobs_that_share_a_key_run_in_one_call_on_one_thread():
         return [p * 10 for p in payloads]
 
     async def scenario():
-        batcher = Batcher(Limits(batch_width=3, batch_wait=0.05))
+        batcher = Batcher(Limits(batch_width=3, batch_wait=0.02))
         batcher.start()
         jobs = [batcher.submit(key, run, n, 1) for n, key in enumerate("aabaa")]
         results = await asyncio.gather(*jobs)
@@ -292,6 +292,26 @@ def test_waiting_jobs_that_share_a_key_run_in_one_call_on_one_thread():
     assert {name for name, _ in calls} == {"alignmt-decoder"}
     # The oldest waiting job's key goes first, with the others of its key up to the width.
     assert [payloads for _, payloads in calls] == [[0, 1, 3], [2], [4]]
+
+
+def test_after_a_batch_the_decoder_waits_for_as_many_sentences_as_it_held():
+    sizes = []
+
+    def run(payloads):
+        sizes.append(len(payloads))
+        return payloads
+
+    async def scenario():
+        batcher = Batcher(Limits(batch_wait=0.02))  # waits at most 0.2 s
+        batcher.start()
+        await asyncio.gather(*[batcher.submit("k", run, n, 1) for n in range(3)])
+        first = asyncio.ensure_future(batcher.submit("k", run, 3, 1))
+        await asyncio.sleep(0.05)  # past batch_wait, within the cap: the others still join
+        await asyncio.gather(first, batcher.submit("k", run, 4, 1), batcher.submit("k", run, 5, 1))
+        batcher.stop()
+
+    run_async(scenario())
+    assert sizes == [3, 3]
 
 
 def test_decoding_never_blocks_the_event_loop():

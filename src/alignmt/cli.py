@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     for limit in fields(Limits):
         serve.add_argument(
             "--" + limit.name.replace("_", "-"), type=type(limit.default), default=limit.default,
+            metavar="SECONDS" if isinstance(limit.default, float) else "N",
             help=f"{limit.metadata['help']} (default {limit.default})",
         )  # fmt: skip
     serve.set_defaults(run=run_serve_command)
