@@ -73,7 +73,7 @@ def translate_batch(
 def step(served: ServedModel, limits: Limits, request: StepRequest) -> bytes:
     """The decoder step by step over one sentence (see `Translator.step_through`)."""
     translator = served.translator
-    src_tokens = _source_tokens(translator, request.sentence, limits)
+    src_tokens = _one_source(translator, request.sentence, limits)
     vocab = translator.tgt_vocab
     check_top_k(request.top_k, len(vocab), limits)
     if request.override and not translator.model.has_attention:
@@ -85,12 +85,13 @@ def step(served: ServedModel, limits: Limits, request: StepRequest) -> bytes:
                 f"last token (</s>, at {len(src_tokens)})", source,
             )  # fmt: skip
     try:
-        stepped = translator.step_through(
-            request.sentence, prefix=request.prefix, override=request.override,
-            top_k=request.top_k, beam_size=request.beam_size,
-        )  # fmt: skip
-    except ValueError as error:  # the prefix names tokens the model does not know
+        translator.target_ids(request.prefix)
+    except ValueError as error:
         raise invalid("prefix", str(error).removeprefix("prefix: "), request.prefix) from None
+    stepped = translator.step_through(
+        request.sentence, prefix=request.prefix, override=request.override,
+        top_k=request.top_k, beam_size=request.beam_size,
+    )  # fmt: skip
     out = stepped.translation
     steps = [
         Step(
@@ -115,7 +116,7 @@ def step(served: ServedModel, limits: Limits, request: StepRequest) -> bytes:
 def beam(served: ServedModel, limits: Limits, request: BeamRequest) -> bytes:
     """Beam search's whole tree for one sentence (see `Translator.beam_trace`)."""
     translator = served.translator.with_beam(request.beam_size)
-    _source_tokens(translator, request.sentence, limits)
+    _one_source(translator, request.sentence, limits)
     k = translator.search.beam_size
     src_tokens, trace = translator.beam_trace(request.sentence, beam_size=k)
     vocab = translator.tgt_vocab
@@ -166,6 +167,15 @@ def _source_tokens(translator: Translator, sentence: str, limits: Limits) -> lis
         raise over_limit(
             "max_source_tokens", len(tokens), limits.max_source_tokens, "source tokens"
         )
+    return tokens
+
+
+def _one_source(translator: Translator, sentence: str, limits: Limits) -> list[str]:
+    """The tokens of the one sentence that /v1/step and /v1/beam decode; none is an error
+    (translate gives such a sentence an empty translation instead)."""
+    tokens = _source_tokens(translator, sentence, limits)
+    if not tokens:
+        raise invalid("sentence", "the source tokenizer finds no tokens in it", sentence)
     return tokens
 
 
