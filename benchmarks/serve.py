@@ -19,11 +19,7 @@ with ../shared beside it and nothing else using the CPU.
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -32,7 +28,7 @@ import torch
 
 from alignmt.checkpoint import load_checkpoint
 from alignmt.corpus import read_lines
-from alignmt.serve.load import LoadResult, run_load
+from alignmt.serve.load import LoadResult, local_server, run_load
 from alignmt.translate import Translator
 
 FLICKR = Path(__file__).resolve().parents[2] / "shared/data/multi30k/test_2016_flickr.en.gz"
@@ -51,21 +47,13 @@ def main() -> None:
     single = sentences[: args.single]
 
     batch_rate, ceiling, alone_ms = in_process(args.run_dir, sentences, single, args.clients)
-    server = subprocess.Popen(
-        [sys.executable, "-m", "alignmt", "serve", args.run_dir, "--port", str(args.port),
-         "--max-queue", str(max(1_024, args.clients * 2))],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        wait_until_up(args.port)
+    flags = ("--max-queue", str(max(1_024, args.clients * 2)))
+    with local_server([args.run_dir], args.port, *flags) as server:
         idle = run_load("127.0.0.1", args.port, single, clients=1, requests=len(single))
         loaded = run_load("127.0.0.1", args.port, sentences, clients=args.clients,
                           requests=args.requests, server_pid=server.pid, rss_every=200)  # fmt: skip
         step = run_load("127.0.0.1", args.port, single, clients=1, requests=len(single),
                         path="/v1/step", body=lambda s: {"sentence": s})  # fmt: skip
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     report(args, batch_rate, ceiling, alone_ms, idle, loaded, step)
 
 
@@ -90,19 +78,6 @@ def in_process(
         translator.translate([sentence], warn=False)
         times.append((time.perf_counter() - start) * 1000)
     return rate, ceiling, statistics.median(times)
-
-
-def wait_until_up(port: int, seconds: float = 120.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            connection.request("GET", "/healthz")
-            if json.loads(connection.getresponse().read())["status"] == "ok":
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise TimeoutError(f"no server on port {port} after {seconds} s")
 
 
 def report(args, batch_rate: float, ceiling: float, alone_ms: float, idle: LoadResult,

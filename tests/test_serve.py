@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import json
 import logging
 import math
 import socket
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import replace
@@ -366,21 +363,13 @@ def _free_port() -> int:
 @needs_shared_data
 def test_a_real_server_under_32_concurrent_clients_answers_all_with_flat_memory(toy_run):
     from alignmt.corpus import read_lines
-    from alignmt.serve.load import run_load
+    from alignmt.serve.load import local_server, run_load
 
     sentences = read_lines(str(SHARED / "data/multi30k/test_2016_flickr.en.gz"))
     port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "alignmt", "serve", str(toy_run), "--port", str(port)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        _wait_until_up(port, server)
+    with local_server([toy_run], port) as server:
         result = run_load("127.0.0.1", port, sentences, clients=32, requests=1_200,
                           server_pid=server.pid, rss_every=200, timeout=30)  # fmt: skip
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     rss = ", ".join(f"{n}: {b / 2**20:.0f} MiB" for n, b in result.rss.items())
     latency = ", ".join(f"p{p} {result.percentile(p):.0f} ms" for p in (50, 95, 99))
     print(f"\n{len(result.latencies)} requests in {result.seconds:.1f} s: "
@@ -390,17 +379,9 @@ def test_a_real_server_under_32_concurrent_clients_answers_all_with_flat_memory(
     assert result.rss[1_200] <= 1.10 * result.rss[200]
 
 
-def _wait_until_up(port: int, server: subprocess.Popen, seconds: float = 60.0) -> None:
-    import http.client
+def test_a_server_that_cannot_start_is_reported_not_waited_for(tmp_path):
+    from alignmt.serve.load import local_server
 
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert server.poll() is None, "the server exited at start-up"
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            connection.request("GET", "/healthz")
-            if json.loads(connection.getresponse().read())["status"] == "ok":
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise TimeoutError(f"no server on port {port} after {seconds} s")
+    with pytest.raises(RuntimeError, match="exited at start-up with status 2"):
+        with local_server([tmp_path / "no_run"], _free_port()):
+            pass

@@ -2,8 +2,9 @@
 connection, each sending one request at a time until a shared count runs out.
 
 It reports throughput, latency percentiles and errors, and can sample the server's resident
-memory as requests complete, to show whether it grows. The load test and
-benchmarks/serve.py use it; so can anyone sizing a deployment. Standard library only.
+memory as requests complete, to show whether it grows; `local_server` starts a real server
+to aim it at. The load test and benchmarks/serve.py use it; so can anyone sizing a
+deployment. Standard library only.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import http.client
 import itertools
 import json
 import statistics
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,3 +115,37 @@ def resident_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise OSError(f"/proc/{pid}/status has no VmRSS line")
+
+
+@contextmanager
+def local_server(
+    run_dirs: Sequence[str], port: int, *flags: str, start_seconds: float = 120.0
+) -> Iterator[subprocess.Popen]:
+    """`alignmt serve RUN_DIRS --port PORT FLAGS` in a subprocess on 127.0.0.1, once it
+    answers /healthz; stopped (SIGTERM) on leaving the block."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", "alignmt", "serve", *map(str, run_dirs), "--port", str(port),
+         *flags],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _wait_until_up(server, port, start_seconds)
+        yield server
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _wait_until_up(server: subprocess.Popen, port: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited at start-up with status {server.returncode}")
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            connection.request("GET", "/healthz")
+            if json.loads(connection.getresponse().read())["status"] == "ok":
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"no server answered on port {port} within {seconds} s")
