@@ -382,6 +382,6 @@ def test_a_real_server_under_32_concurrent_clients_answers_all_with_flat_memory(
 def test_a_server_that_cannot_start_is_reported_not_waited_for(tmp_path):
     from alignmt.serve.load import local_server
 
-    with pytest.raises(RuntimeError, match="exited at start-up with status 2"):
-        with local_server([tmp_path / "no_run"], _free_port()):
-            pass
+    server = local_server([tmp_path / "no_run"], _free_port())
+    with pytest.raises(RuntimeError, match="exited at start-up with status 2"), server:
+        pass
