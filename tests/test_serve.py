@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import json
 import logging
 import math
 import socket
@@ -193,6 +194,11 @@ HOSTILE = [
     ("/v1/step", {"sentence": "a cat", "override": {"1": -1}}, 422, "override[1]"),
     ("/v1/step", {"sentence": "a cat", "override": {"one": 1}}, 422, "override"),
     ("/v1/step", {"sentence": "a cat", "override": [1, 2]}, 422, "override"),
+    ("/v1/step", {"sentence": "a cat", "override": {" 1": 0}}, 422, "override"),
+    ("/v1/step", {"sentence": "a cat", "override": {"1": 0, "01": 1}}, 422, "override"),
+    ("/v1/step", {"sentence": "a cat", "override": {"16": 0}}, 422, "override"),  # limit 16
+    ("/v1/step", {"sentence": "a cat", "prefix": ["der"] * 17}, 422, "prefix"),
+    ("/v1/step", {"sentence": "a cat", "top_k": 10**400}, 422, "max_top_k"),
     ("/v1/step", {"sentence": "a cat", "beam_size": 7}, 422, "max_beam"),
     ("/v1/step", {"sentence": None}, 422, "sentence"),
     ("/v1/beam", {"sentence": "a cat", "beam_size": 0}, 422, "beam_size"),
@@ -229,6 +235,47 @@ def test_bodies_that_are_not_valid_json_requests_get_a_4xx(served, raw, status):
                               headers={"content-type": "application/json"})  # fmt: skip
     assert response.status_code == status
     assert response.json()["error"]["message"]
+
+
+def test_error_bodies_are_strict_json_and_echo_no_more_than_a_short_value(client):
+    cases = [
+        b'{"sentences": ["a cat"], "beam_size": NaN}',
+        b'{"sentences": ["a cat"], "beam_size": 1e400}',
+        b'{"sentences": ["a cat"], "beam_size": ' + b"9" * 4000 + b"}",
+        b'{"sentences": ["' + b" " * 200_000 + b'"]}',
+        b'{"sentences": ["a cat"], "model": "' + b"m" * 100_000 + b'"}',
+    ]
+    for raw in cases:
+        response = client.post("/v1/translate", content=raw,
+                               headers={"content-type": "application/json"})  # fmt: skip
+        assert 400 <= response.status_code < 500
+        assert len(response.content) < 2_000
+        json.loads(response.content, parse_constant=_refuse)  # no NaN or Infinity
+
+
+def _refuse(constant):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def test_a_wrong_method_or_content_type_says_so(client):
+    response = client.get("/v1/translate")
+    assert response.status_code == 405 and response.headers["allow"] == "POST"
+    assert response.json()["error"]["code"] == "method_not_allowed"
+    response = client.post("/v1/translate", content=b"sentences=a", headers={
+        "content-type": "application/x-www-form-urlencoded"})  # fmt: skip
+    error = response.json()["error"]
+    assert response.status_code == 422 and error["field"] == "body"
+
+
+def test_an_app_can_be_started_again_after_it_stopped(served):
+    app = create_app(served, LIMITS)
+    for _ in range(2):
+        with TestClient(app) as client:
+            assert post(client, "/v1/translate", {"sentences": ["a cat"]})[0] == 200
+    unstarted = TestClient(app)  # no lifespan: no decoding thread
+    status, body = post(unstarted, "/v1/translate", {"sentences": ["a cat"]})
+    assert status == 503 and body["error"]["code"] == "busy"
+    assert unstarted.get("/healthz").status_code == 503
 
 
 def test_a_body_over_the_limit_is_refused_before_it_is_read(client):
@@ -268,6 +315,52 @@ def test_a_full_queue_answers_503_and_a_late_answer_504():
     assert full.status == 503 and full.details["retry_after"] == 1
     assert full.details["limit"] == "max_queue"
     assert late.status == 504
+
+
+def test_a_job_that_timed_out_gives_its_place_in_the_queue_back():
+    async def scenario():
+        batcher = Batcher(Limits(max_queue=2, max_sentences=2, deadline=0.05))  # never started
+        for _ in range(2):  # the second would find a full queue if the first still held it
+            with pytest.raises(RequestError) as late:
+                await batcher.submit("k", list, None, 2)
+            assert late.value.status == 504
+
+    run_async(scenario())
+
+
+def test_stopping_answers_the_jobs_still_waiting_and_a_broken_call_fails_only_its_jobs():
+    release = threading.Event()
+
+    def slow(payloads):
+        release.wait(5)
+        return payloads
+
+    async def scenario():
+        batcher = Batcher(Limits(batch_wait=0.001))
+        batcher.start()
+        running = asyncio.ensure_future(batcher.submit(None, slow, 1, 1))
+        await asyncio.sleep(0.05)
+        waiting = asyncio.ensure_future(batcher.submit("k", list, 2, 1))
+        await asyncio.sleep(0.05)
+        stopping = asyncio.get_running_loop().run_in_executor(None, batcher.stop)
+        await asyncio.sleep(0.05)
+        release.set()
+        await stopping
+        return await running, await asyncio.gather(waiting, return_exceptions=True)
+
+    done, [refused] = run_async(scenario())
+    assert done == 1 and refused.status == 503
+
+    async def broken():
+        batcher = Batcher(Limits())
+        batcher.start()
+        with pytest.raises(RuntimeError, match="2 jobs got 1 results"):
+            await asyncio.gather(batcher.submit("k", lambda p: [0], 1, 1),
+                                 batcher.submit("k", lambda p: [0], 2, 1))  # fmt: skip
+        assert batcher.alive and await batcher.submit("k", list, 3, 1) == 3
+        batcher.stop()
+
+    run_async(broken())
 
 
 def test_waiting_jobs_that_share_a_key_run_in_one_call_on_one_thread():

@@ -32,9 +32,7 @@ class DecoderStep:
     token: int  # the token taken
     log_prob: float  # its log-probability
     forced: bool  # True where the caller's prefix chose it
-    attention: (
-        Tensor | None
-    )  # (T_src,) alpha of this step (one-hot where overridden); None: vanilla
+    attention: Tensor | None  # (T_src,) alpha (one-hot where overridden); None: vanilla
     top_tokens: list[int]  # the top_k most probable tokens at this step, best first
     top_log_probs: list[float]  # their log-probabilities
 
@@ -57,7 +55,7 @@ def step_through(
     Args:
         model: a Seq2Seq in eval mode.
         src: (T_src,) int64 source ids ending in </s>.
-        max_len: the most output tokens (</s> included); a longer prefix is still forced.
+        max_len: the most output tokens (</s> included), at least len(prefix).
         prefix: output ids to take at positions 0, 1, ... whatever the model prefers.
         override: output position -> source position that gets all of that step's
             attention (masked_softmax over that position alone gives it weight 1); the
@@ -75,13 +73,14 @@ def step_through(
         raise ValueError("this model has no attention to override")
     if any(not 0 <= j < len(src) for j in override.values()):
         raise ValueError(f"override positions must lie in [0, {len(src)}), got {override}")
+    if len(prefix) > max_len:
+        raise ValueError(f"the prefix ({len(prefix)} tokens) is longer than max_len = {max_len}")
     memory, state = model.encode(src[None], torch.tensor([len(src)], device=src.device))
     step = _Steered(model.decode_step, override)
     follow = list(prefix)
     with packed_linears(model.decoder, rows=beam_size):
         if beam_size > 1:
             follow = _beam_best(model, step, state, memory, follow, max_len, beam_size, alpha)
-        max_len = max(max_len, len(prefix))
         return _walk(model, step, state, memory, follow, len(prefix), max_len, top_k)
 
 
@@ -163,7 +162,7 @@ def _beam_best(
         calls += 1
         return logits, state, weights
 
-    limit = torch.tensor([max(max_len, len(prefix))], device=memory.states.device)
+    limit = torch.tensor([max_len], device=memory.states.device)
     history, _ = beam_steps(
         forced_step, [(state, memory, limit)], beam_size=beam_size, bos_id=model.bos_id,
         eos_id=model.eos_id, width=1, alpha=alpha,

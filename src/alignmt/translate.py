@@ -206,11 +206,16 @@ class Translator:
             raise ValueError("the sentence is empty")
         return tokens
 
+    def output_limit(self, src_tokens: list[str]) -> int:
+        """The most output tokens (</s> included) a sentence of these tokens may get."""
+        cfg = self.search
+        length = torch.tensor([len(src_tokens) + 1])  # with </s>
+        return int(max_output_len(length, cfg.max_len_ratio, cfg.max_len_offset)[0])
+
     def _one_source_ids(self, tokens: list[str]) -> tuple[Tensor, int]:
         """(T_src,) ids of one tokenised sentence, and its output length limit."""
-        src, src_len = self._source_ids([tokens])
-        cfg = self.search
-        return src[0], int(max_output_len(src_len, cfg.max_len_ratio, cfg.max_len_offset)[0])
+        src, _ = self._source_ids([tokens])
+        return src[0], self.output_limit(tokens)
 
     def _source_ids(self, sentences: list[list[str]]) -> tuple[Tensor, Tensor]:
         """A padded id batch: src (B, T_src) ending in </s>, and src_len (B,)."""

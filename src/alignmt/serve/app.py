@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from alignmt.serve import decoding
 from alignmt.serve.batcher import Batcher
-from alignmt.serve.limits import Limits, RequestError, check_sentence, invalid, over_limit
+from alignmt.serve.limits import Limits, RequestError, check_sentence, cut, invalid, over_limit
 from alignmt.serve.registry import ServedModel
 from alignmt.serve.schemas import (
     BeamRequest,
@@ -47,7 +47,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (404, "no model of that name"),
         (413, "the body is over max_body_bytes"),
         (422, "an invalid field, or a value past a limit"),
-        (503, "the queue is full: retry after Retry-After seconds"),
+        (503, "the queue is full (retry after Retry-After seconds), or the decoder is not running"),
         (504, "no answer within the deadline"),
     ]
 }
@@ -56,13 +56,20 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> FastAPI:
     """The service for `models` (name -> model; the first is the default)."""
     limits = limits or Limits()
-    batcher = Batcher(limits)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        batcher.start()
+        # A decoding thread per start-up: an app may be started (and stopped) again.
+        app.state.batcher = Batcher(limits)
+        app.state.batcher.start()
         yield
-        batcher.stop()
+        app.state.batcher.stop()
+
+    async def submit(request: Request, key: Any, run: Any, body: Any, sentences: int) -> Response:
+        batcher = getattr(request.app.state, "batcher", None)
+        if batcher is None or not batcher.alive:
+            raise RequestError(503, "busy", "the decoder is not running")
+        return _json(await batcher.submit(key, run, body, sentences))
 
     app = FastAPI(
         title="alignmt",
@@ -76,8 +83,8 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
         if name is None:
             return next(iter(models.values()))
         if name not in models:
-            raise RequestError(404, "not_found", f"no model named {name!r}; served: "
-                               f"{', '.join(models)}", value=name)  # fmt: skip
+            raise RequestError(404, "not_found", f"no model named {cut(name)!r}; served: "
+                               f"{', '.join(models)}", value=cut(name))  # fmt: skip
         return models[name]
 
     def check_beam(beam_size: int | None, model: ServedModel) -> int:
@@ -86,8 +93,11 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
             raise over_limit("max_beam", beam, limits.max_beam, "beam_size")
         return beam
 
-    @app.get("/healthz", response_model=Health)
-    async def healthz() -> Health:
+    @app.get("/healthz", response_model=Health, responses={503: ERRORS[503]})
+    async def healthz(request: Request) -> Health:
+        batcher = getattr(request.app.state, "batcher", None)
+        if batcher is None or not batcher.alive:
+            raise RequestError(503, "busy", "the decoder is not running")
         return Health(status="ok", models=list(models))
 
     @app.get("/v1/models", response_model=ModelsResponse)
@@ -110,7 +120,7 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
         body = body.model_copy(update={"beam_size": beam})
         run = partial(decoding.translate_batch, model, limits)
         key = (model.name, "translate", beam, body.nbest)
-        return _json(await batcher.submit(key, run, body, len(body.sentences)))
+        return await submit(request, key, run, body, len(body.sentences))
 
     @app.post("/v1/step", response_model=StepResponse, responses=ERRORS)
     async def step(body: StepRequest, request: Request) -> Response:
@@ -121,7 +131,7 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
         check_sentence(body.sentence, "sentence", limits)
         check_beam(body.beam_size, model)
         run = partial(_alone, decoding.step, model, limits)
-        return _json(await batcher.submit(object(), run, body, 1))
+        return await submit(request, None, run, body, 1)
 
     @app.post("/v1/beam", response_model=BeamResponse, responses=ERRORS)
     async def beam(body: BeamRequest, request: Request) -> Response:
@@ -131,13 +141,13 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
         check_sentence(body.sentence, "sentence", limits)
         body = body.model_copy(update={"beam_size": check_beam(body.beam_size, model)})
         run = partial(_alone, decoding.beam, model, limits)
-        return _json(await batcher.submit(object(), run, body, 1))
+        return await submit(request, None, run, body, 1)
 
     return app
 
 
 def _alone(fn: Any, model: ServedModel, limits: Limits, payloads: list[Any]) -> list[Any]:
-    """Run a one-sentence job (it has a key of its own, so it is alone in its batch)."""
+    """Run a one-sentence job (its key is None, so it is alone in its batch)."""
     try:
         return [fn(model, limits, payloads[0])]
     except RequestError as error:
@@ -170,8 +180,9 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http(request: Request, error: HTTPException) -> Response:
-        code = "not_found" if error.status_code == 404 else "invalid"
-        return _error(error.status_code, {"error": {"code": code, "message": str(error.detail)}})
+        code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "invalid")
+        body = {"error": {"code": code, "message": str(error.detail)}}
+        return _error(error.status_code, body, error.headers)
 
     @app.exception_handler(Exception)
     async def bug(request: Request, error: Exception) -> Response:
@@ -180,19 +191,17 @@ def _add_error_handlers(app: FastAPI) -> None:
 
 
 def _problem(error: dict[str, Any]) -> dict[str, Any]:
-    """One pydantic error as {field, message, value}: the field as `sentences[2]`, long
-    values cut."""
+    """One pydantic error as {field, message, value}: the field as `sentences[2]` ("body"
+    for the body as a whole), long values cut."""
     loc = error.get("loc", ())[1:]  # after "body"
     if error.get("type") == "json_invalid":
         where = f" at character {loc[0]}" if loc else ""
         message = f"not valid JSON: {error.get('ctx', {}).get('error', 'decode error')}{where}"
         return {"field": "body", "message": message, "value": None}
     field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
-    value = error.get("input")
-    if not isinstance(value, int | float | bool | type(None)):
-        text = repr(value)
-        value = text if len(text) <= 80 else text[:77] + "..."
-    return {"field": field.lstrip("."), "message": error.get("msg", "invalid"), "value": value}
+    field = field.replace(".[", "[").lstrip(".") or "body"
+    message, value = error.get("msg", "invalid"), cut(error.get("input"))
+    return {"field": field, "message": message, "value": value}
 
 
 class RequestGuard:

@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from alignmt.serve.limits import Limits, RequestError, over_limit
@@ -39,7 +40,8 @@ class Job:
 
 
 class Batcher:
-    """Queues jobs for the decoding thread; see the module docstring."""
+    """Queues jobs for the decoding thread; see the module docstring. A job whose key is
+    None shares its call with no other and runs as soon as the thread reaches it."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
@@ -51,25 +53,36 @@ class Batcher:
         self._stopping = False
         self._thread = threading.Thread(target=self._serve, name="alignmt-decoder", daemon=True)
 
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
+        """Let the job being run finish; refuse those still waiting (503)."""
         with self._changed:
             self._stopping = True
+            waiting, self._queue, self._waiting = list(self._queue), deque(), 0
             self._changed.notify()
+        for job in waiting:
+            if job.future.set_running_or_notify_cancel():
+                job.future.set_exception(RequestError(503, "busy", "the server is stopping"))
         self._thread.join()
 
-    async def submit(self, key: Hashable, run: RunFn, payload: Any, sentences: int) -> Any:
+    async def submit(self, key: Hashable | None, run: RunFn, payload: Any, sentences: int) -> Any:
         """Queue a job and wait for its result.
 
         Raises:
-            RequestError: 503 when the queue is full, 504 past the deadline, or whatever
-                `run` returned as this job's exception.
+            RequestError: 503 when the queue is full or the server stopping, 504 past the
+                deadline, or whatever `run` returned as this job's exception.
         """
         limits = self.limits
         job = Job(key, run, payload, sentences)
         with self._changed:
+            if self._stopping:
+                raise RequestError(503, "busy", "the server is stopping")
             if self._waiting + sentences > limits.max_queue:
                 error = over_limit("max_queue", self._waiting + sentences, limits.max_queue,
                                    "sentences waiting", status=503)  # fmt: skip
@@ -79,6 +92,7 @@ class Batcher:
             self._arrived = time.monotonic()
             self._waiting += sentences
             self._changed.notify()
+        job.future.add_done_callback(partial(self._forget, job))
         try:
             return await asyncio.wait_for(asyncio.wrap_future(job.future), limits.deadline)
         except asyncio.TimeoutError:
@@ -88,11 +102,17 @@ class Batcher:
                 limit="deadline", max=limits.deadline,
             ) from None  # fmt: skip
 
+    def _forget(self, job: Job, future: Future) -> None:
+        """Take a job cancelled while waiting out of the queue: it holds no place there."""
+        if not future.cancelled():
+            return
+        with self._changed:
+            if job in self._queue:
+                self._queue.remove(job)
+                self._waiting -= job.sentences
+
     def _serve(self) -> None:
-        while True:
-            jobs = self._next_batch()
-            if jobs is None:
-                return
+        while (jobs := self._next_batch()) is not None:
             jobs = [job for job in jobs if job.future.set_running_or_notify_cancel()]
             if jobs:
                 self._run(jobs)
@@ -108,7 +128,7 @@ class Batcher:
                 return None
             key = self._queue[0].key
             start, cap = time.monotonic(), 10 * limits.batch_wait
-            while (waiting := self._sharing(key)) < limits.batch_width:
+            while key is not None and (waiting := self._sharing(key)) < limits.batch_width:
                 # Wait while sentences keep arriving (none for batch_wait: go), and while
                 # fewer wait than the last batch held, for its clients may be about to send
                 # their next ones; never past the cap.
@@ -121,7 +141,8 @@ class Batcher:
                 self._changed.wait(left)
             jobs, kept, size = [], deque(), 0
             for job in self._queue:
-                if job.key == key and (not jobs or size + job.sentences <= limits.batch_width):
+                fits = not jobs or (key is not None and size + job.sentences <= limits.batch_width)
+                if job.key == key and fits:
                     jobs.append(job)
                     size += job.sentences
                 else:
@@ -135,8 +156,11 @@ class Batcher:
 
     @staticmethod
     def _run(jobs: list[Job]) -> None:
+        """Run one call; whatever goes wrong, every job gets an answer and the thread lives."""
         try:
             results = jobs[0].run([job.payload for job in jobs])
+            if len(results) != len(jobs):
+                raise RuntimeError(f"{len(jobs)} jobs got {len(results)} results")
         except Exception as error:  # a bug, not the client's: every job of the call fails
             results = [error] * len(jobs)
         for job, result in zip(jobs, results, strict=True):

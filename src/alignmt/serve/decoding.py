@@ -78,7 +78,14 @@ def step(served: ServedModel, limits: Limits, request: StepRequest) -> bytes:
     check_top_k(request.top_k, len(vocab), limits)
     if request.override and not translator.model.has_attention:
         raise invalid("override", f"model {served.name!r} has no attention to override")
+    limit = translator.output_limit(src_tokens)
+    if len(request.prefix) > limit:
+        raise invalid("prefix", f"{len(request.prefix)} tokens, more than this sentence's "
+                      f"output limit of {limit}", len(request.prefix))  # fmt: skip
     for position, source in request.override.items():
+        if position >= limit:
+            raise invalid("override", f"step {position} is past this sentence's output "
+                          f"limit of {limit} steps", position)  # fmt: skip
         if source > len(src_tokens):  # the source's </s> is position len(src_tokens)
             raise invalid(
                 "override", f"step {position}: source position {source} is past the source's "
@@ -115,9 +122,8 @@ def step(served: ServedModel, limits: Limits, request: StepRequest) -> bytes:
 
 def beam(served: ServedModel, limits: Limits, request: BeamRequest) -> bytes:
     """Beam search's whole tree for one sentence (see `Translator.beam_trace`)."""
-    translator = served.translator.with_beam(request.beam_size)
+    translator, k = served.translator, request.beam_size
     _one_source(translator, request.sentence, limits)
-    k = translator.search.beam_size
     src_tokens, trace = translator.beam_trace(request.sentence, beam_size=k)
     vocab = translator.tgt_vocab
     nodes = [

@@ -7,6 +7,7 @@ that a client can tell what to change; nothing a client sends reaches the model 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,7 @@ class RequestError(Exception):
 
 def over_limit(limit: str, value: Any, maximum: Any, what: str, status: int = 422) -> RequestError:
     """The error for `value` past `limit` (a flag name without dashes, as in `Limits`)."""
+    value = cut(value)
     return RequestError(
         status, "limit", f"{what}: {value} is over the limit of {maximum} ({limit})",
         limit=limit, value=value, max=maximum,
@@ -65,7 +67,25 @@ def over_limit(limit: str, value: Any, maximum: Any, what: str, status: int = 42
 
 
 def invalid(field: str, message: str, value: Any = None) -> RequestError:
-    return RequestError(422, "invalid", f"{field}: {message}", field=field, value=value)
+    message = cut(message, 300)
+    return RequestError(422, "invalid", f"{field}: {message}", field=field, value=cut(value))
+
+
+def cut(value: Any, size: int = 80) -> Any:
+    """A value sent by a client, fit to echo in an error: numbers JSON can hold as they
+    are, anything else as its repr cut to `size` characters (a 1 MB sentence, a huge
+    integer, NaN)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int) and abs(value) < 2**63:
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    try:
+        text = value if isinstance(value, str) else repr(value)
+    except ValueError:  # an int past Python's 4,300-digit limit for str()
+        text = f"<an integer of {value.bit_length()} bits>"
+    return text if len(text) <= size else text[: size - 3] + "..."
 
 
 def check_sentence(text: str, field: str, limits: Limits) -> None:

@@ -9,11 +9,13 @@ routes, not here.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 PositiveInt = Annotated[int, Field(ge=1)]
+_STEP = re.compile("[0-9]{1,6}")  # an output position, as a JSON object key
 Position = Annotated[int, Field(ge=0)]
 
 
@@ -50,10 +52,12 @@ class StepRequest(_Request):
         # JSON object keys are strings; this is the one place a string becomes a number.
         if not isinstance(value, dict):
             return value
-        try:
-            return {int(key): position for key, position in value.items()}
-        except ValueError:
-            raise ValueError('override keys must be step numbers, such as "2"') from None
+        if not all(isinstance(key, str) and _STEP.fullmatch(key) for key in value):
+            raise ValueError('override keys must be step numbers, such as "2"')
+        steps = {int(key): position for key, position in value.items()}
+        if len(steps) < len(value):
+            raise ValueError('override names a step twice (as "1" and "01", say)')
+        return steps
 
 
 class BeamRequest(_Request):
