@@ -254,6 +254,14 @@ def _refuse(constant):
     raise ValueError(f"{constant} is not JSON")
 
 
+def test_top_k_past_the_target_vocabulary_is_refused(served):
+    with TestClient(create_app(served, replace(LIMITS, max_top_k=50))) as client:
+        status, body = post(client, "/v1/step", {"sentence": "a cat", "top_k": 16})
+        assert status == 422 and body["error"]["field"] == "top_k"
+        assert "15 target tokens" in body["error"]["message"]
+        assert post(client, "/v1/step", {"sentence": "a cat", "top_k": 15})[0] == 200
+
+
 def test_a_wrong_method_or_content_type_says_so(client):
     response = client.get("/v1/translate")
     assert response.status_code == 405 and response.headers["allow"] == "POST"
