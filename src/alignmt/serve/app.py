@@ -66,10 +66,7 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
         app.state.batcher.stop()
 
     async def submit(request: Request, key: Any, run: Any, body: Any, sentences: int) -> Response:
-        batcher = getattr(request.app.state, "batcher", None)
-        if batcher is None or not batcher.alive:
-            raise RequestError(503, "busy", "the decoder is not running")
-        return _json(await batcher.submit(key, run, body, sentences))
+        return _json(await _running(request).submit(key, run, body, sentences))
 
     app = FastAPI(
         title="alignmt",
@@ -95,9 +92,7 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
 
     @app.get("/healthz", response_model=Health, responses={503: ERRORS[503]})
     async def healthz(request: Request) -> Health:
-        batcher = getattr(request.app.state, "batcher", None)
-        if batcher is None or not batcher.alive:
-            raise RequestError(503, "busy", "the decoder is not running")
+        _running(request)
         return Health(status="ok", models=list(models))
 
     @app.get("/v1/models", response_model=ModelsResponse)
@@ -144,6 +139,14 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
         return await submit(request, None, run, body, 1)
 
     return app
+
+
+def _running(request: Request) -> Batcher:
+    """The app's decoding thread; a 503 when it is not running (no start-up, or stopped)."""
+    batcher = getattr(request.app.state, "batcher", None)
+    if batcher is None or not batcher.alive:
+        raise RequestError(503, "busy", "the decoder is not running")
+    return batcher
 
 
 def _alone(fn: Any, model: ServedModel, limits: Limits, payloads: list[Any]) -> list[Any]:
