@@ -5,8 +5,10 @@ rebuild and use the model on raw text without the training code: the resolved co
 the source and target tokenizers and vocabularies (JSON) and the step. A run directory keeps
 `model.safetensors` (the best model by the validation metric, or the last where there is
 none) and `last.safetensors`, which also holds the training state (optimizer moments as
-tensors under `_train.`, the rest as JSON) so that a killed run can resume. Train, evaluate
-and serve all load through here, so serving never imports training code.
+tensors under `_train.`, the rest as JSON) so that a killed run can resume. With
+`train.snapshot_every` it also keeps `snapshots/step_NNNNNN.safetensors`, model-only
+checkpoints of the weights as they trained. Train, evaluate and serve all load through here,
+so serving never imports training code.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,8 @@ from alignmt.tokenize import CharTokenizer, Tokenizer, tokenizer_from_json
 
 WEIGHTS = "model.safetensors"
 LAST = "last.safetensors"
+SNAPSHOTS = "snapshots"  # the folder of a run that holds its snapshots
+_SNAPSHOT = re.compile(r"step_(\d+)\.safetensors")
 _TRAIN = "_train."  # prefix of training-state tensors; no parameter name starts with "_"
 
 
@@ -113,6 +118,47 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     char = CharTokenizer().to_json()
     tokenizers = [tokenizer_from_json(meta.get(f"{s}_tokenizer", char)) for s in ("src", "tgt")]
     return Checkpoint(model.eval(), cfg, src_vocab, tgt_vocab, int(meta["step"]), *tokenizers)
+
+
+def snapshot_path(run_dir: str | Path, step: int) -> Path:
+    """Where the run in `run_dir` keeps its weights of training step `step`."""
+    return Path(run_dir) / SNAPSHOTS / f"step_{step:06d}.safetensors"
+
+
+def snapshot_steps(run_dir: str | Path) -> list[int]:
+    """The training steps whose weights the run in `run_dir` kept, in increasing order.
+
+    Args:
+        run_dir: a run directory.
+
+    Returns:
+        The steps; [] when the run kept no snapshots (or `run_dir` does not exist).
+    """
+    folder = Path(run_dir) / SNAPSHOTS
+    # fullmatch skips the .tmp file of a snapshot being written
+    found = (_SNAPSHOT.fullmatch(path.name) for path in folder.glob("step_*"))
+    return sorted(int(match[1]) for match in found if match)
+
+
+def load_snapshot(run_dir: str | Path, step: int) -> Checkpoint:
+    """Rebuild the model as it was at training step `step` of the run in `run_dir`.
+
+    Args:
+        run_dir: a run directory trained with `train.snapshot_every` > 0.
+        step: one of `snapshot_steps(run_dir)`.
+
+    Returns:
+        The snapshot as a Checkpoint (model in eval mode, config, vocabularies, `step`).
+
+    Raises:
+        FileNotFoundError: naming the path and the steps there are, when `step` has none.
+    """
+    path = snapshot_path(run_dir, step)
+    if not path.is_file():
+        steps = snapshot_steps(run_dir)
+        have = f"steps {', '.join(map(str, steps))}" if steps else "none (train.snapshot_every=0)"
+        raise FileNotFoundError(f"{path}: no snapshot of step {step}; this run kept {have}")
+    return load_checkpoint(path)
 
 
 def load_train_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:

@@ -92,6 +92,9 @@ class TrainConfig:
     tensorboard: bool = False  # also write TensorBoard event files (needs the tensorboard package)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when available
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    # >0: keep the weights at step 0, every N steps and the last in snapshots/ (what attention
+    # looked like as it trained); 0: none
+    snapshot_every: int = 0
 
 
 @dataclass
@@ -123,6 +126,7 @@ _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0"
 _COUNTS = ("_dim", "hidden", "layers", "steps", "batch_size", "log_every", "_len", "_size")
 _NON_NEGATIVE = (
     "warmup_steps", "batch_tokens", "eval_every", "early_stop", "threads", "limit", "minutes",
+    "snapshot_every",
 )  # fmt: skip
 _PROBABILITIES = ("model.dropout", "model.state_dropout", "train.label_smoothing")
 

@@ -12,8 +12,10 @@ greedy translations); the best model by `metric` is kept and training can stop e
 directory holds `model.safetensors` (the best model, or the last without validation),
 `last.safetensors` (the last model plus everything needed to resume: optimizer moments, RNG
 states, position in the data, schedule), `config.yaml`, `metrics.jsonl` (one JSON record per
-logged interval and per evaluation) and `curves.png`. Resuming replays nothing: it restores
-that state, so a killed and resumed run ends with the same weights as an uninterrupted one.
+logged interval and per evaluation) and `curves.png`; with `snapshot_every` also
+`snapshots/step_NNNNNN.safetensors`, the weights at step 0, every N steps and the last step.
+Resuming replays nothing: it restores that state, so a killed and resumed run ends with the
+same weights (and snapshots) as an uninterrupted one.
 Progress is a tqdm bar on stderr, shown only when stderr is a terminal.
 """
 
@@ -43,6 +45,8 @@ from alignmt.checkpoint import (
     load_weights,
     restore_train_state,
     save_checkpoint,
+    snapshot_path,
+    snapshot_steps,
 )
 from alignmt.config import Config, DataConfig, TrainConfig, dump_config
 from alignmt.corpus import Pair
@@ -142,6 +146,7 @@ class _Loop:
         self.cfg, self.model, self.optimizer, self.text = cfg, model, optimizer, text
         self.state, self.run_dir, self.device = state, run_dir, device
         self.steps, self.losses, self.evals = _history(run_dir / "metrics.jsonl", state.step)
+        _drop_stale_snapshots(run_dir, state.step)
         self.board = _tensorboard(run_dir) if cfg.train.tensorboard else None
 
     def run(self, progress: bool | None) -> float:
@@ -153,6 +158,8 @@ class _Loop:
         self.start = start - self.state.seconds
         batches = self._batches()
         with (self.run_dir / "metrics.jsonl").open("a") as self.metrics:
+            if state.step == 0:
+                self._snapshot()  # the untrained weights: where a look at training starts
             last = state.step >= cfg.steps or self._out_of_time()
             while not last:
                 self._set_lr()
@@ -160,6 +167,8 @@ class _Loop:
                                            self.optimizer, cfg))  # fmt: skip
                 state.step += 1
                 bar.update()
+                if cfg.snapshot_every and state.step % cfg.snapshot_every == 0:
+                    self._snapshot()
                 last = state.step >= cfg.steps or self._out_of_time()
                 if state.step % cfg.log_every == 0 or last:
                     bar.set_postfix(loss=f"{self._log(interval):.4f}")
@@ -168,6 +177,7 @@ class _Loop:
                 if due and self._evaluate_and_save():
                     break  # early stop
         bar.close()
+        self._snapshot()  # the last step, wherever the steps, the clock or early stopping ended
         if not self.text.valid:
             self._save(self.run_dir / WEIGHTS, with_state=False)
         plot_curves(self.run_dir / "curves.png", self.steps, self.losses, self.evals)
@@ -237,6 +247,12 @@ class _Loop:
         if cfg.schedule == "plateau" and state.bad_evals % cfg.plateau_patience == 0:
             state.lr_scale *= 0.5
         return False
+
+    def _snapshot(self) -> None:
+        """Keep this step's weights as a model-only checkpoint, unless it is already kept."""
+        path = snapshot_path(self.run_dir, self.state.step)
+        if self.cfg.train.snapshot_every and not path.is_file():
+            self._save(path, with_state=False)
 
     def _save(self, path: Path, *, with_state: bool) -> None:
         self.model.eval()
@@ -391,6 +407,14 @@ def _history(path: Path, step: int) -> tuple[list[int], list[float], list[dict]]
                 losses.append(record["loss"])
     path.write_text("".join(line + "\n" for line in kept))
     return steps, losses, evals
+
+
+def _drop_stale_snapshots(run_dir: Path, step: int) -> None:
+    """A fresh run (step 0) keeps no snapshot of an earlier run in its folder; a resumed one
+    drops those the killed run kept after its last checkpoint, which it redoes."""
+    for kept in snapshot_steps(run_dir):
+        if kept > step or step == 0:
+            snapshot_path(run_dir, kept).unlink()
 
 
 def _tensorboard(run_dir: Path):
