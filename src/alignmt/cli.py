@@ -18,9 +18,18 @@ from pathlib import Path
 
 import torch
 
+from alignmt.align import (
+    Link,
+    alignment_error_rate,
+    eflomal_links,
+    import_eflomal,
+    read_alignments,
+    sentence_words,
+    word_links,
+)
 from alignmt.allocator import keep_freed_memory
 from alignmt.checkpoint import load_checkpoint
-from alignmt.config import ConfigError, apply_overrides, dump_config, load_config
+from alignmt.config import Config, ConfigError, apply_overrides, dump_config, load_config
 from alignmt.corpus import CorpusError, read_lines
 from alignmt.data import EOS, read_split
 from alignmt.demo import run_demo
@@ -113,6 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--sentence-bleu", action="store_true",
         help="also print each line with the seeds' d2l sentence BLEU (k=2) on its tokens",
+    )  # fmt: skip
+    evaluate.add_argument(
+        "--gold-alignments", metavar="FILE",
+        help="instead of BLEU, score the attention's teacher-forced argmax links against these "
+        "(Pharaoh: i-j sure, i?j possible; word indices as the model tokenizes)",
+    )  # fmt: skip
+    evaluate.add_argument(
+        "--reference-aligner", choices=["eflomal"],
+        help="instead of BLEU, score them against eflomal's links, learnt on data.train + "
+        "the test set",
     )  # fmt: skip
     evaluate.set_defaults(run=run_evaluate_command)
 
@@ -276,6 +295,8 @@ def _evaluate(
 
 
 def run_evaluate_command(args: argparse.Namespace) -> int:
+    if args.gold_alignments or args.reference_aligner:
+        return run_alignment_evaluation(args)
     translator = _translator(args.run_dir, args.beam, args.replace_unk)
     src, ref, lang = _test_set(args, args.run_dir)
     name = Path(args.run_dir).name
@@ -300,6 +321,77 @@ def run_evaluate_command(args: argparse.Namespace) -> int:
     written = [out / "hyps.txt", out / "scores.json", *files]
     print("\nWritten: " + ", ".join(str(f) for f in written))
     return 0
+
+
+def run_alignment_evaluation(args: argparse.Namespace) -> int:
+    """Precision, recall and AER of the attention's alignments of the test set (Och & Ney
+    2003) against gold links and/or eflomal's; nothing is translated."""
+    if args.heatmaps or args.attention or args.sentence_bleu:
+        raise ValueError("--heatmaps, --attention and --sentence-bleu need translations: "
+                         "run them without --gold-alignments and --reference-aligner")  # fmt: skip
+    if args.reference_aligner:
+        try:  # before any work, so that a missing install fails at once
+            import_eflomal()
+        except ImportError as error:
+            raise ValueError(str(error)) from None
+    ckpt = load_checkpoint(args.run_dir)
+    translator = Translator.from_checkpoint(ckpt)
+    src, ref, _ = _test_set(args, args.run_dir)
+    sources = [sentence_words(translator.src_tokenizer, line) for line in src]
+    references = [sentence_words(translator.tgt_tokenizer, line) for line in ref]
+    hyps = word_links(translator, sources, references, batch_size=args.batch_size)
+    golds: dict[str, tuple[list[set[Link]], list[set[Link]]]] = {}
+    if args.gold_alignments:
+        lengths = [(len(s.words), len(r.words)) for s, r in zip(sources, references, strict=True)]
+        pairs_from = f"{args.src} + {args.ref}" if args.src else ckpt.config.data.test
+        golds[args.gold_alignments] = read_alignments(
+            args.gold_alignments, lengths=lengths, pairs_from=pairs_from
+        )
+    if args.reference_aligner:
+        links = _eflomal_test_links(ckpt.config, translator, [s.words for s in sources],
+                                    [r.words for r in references])  # fmt: skip
+        golds["eflomal (forward links, all sure)"] = (links, links)
+    _print_alignment_scores(Path(args.run_dir).name, hyps, golds)
+    return 0
+
+
+def _print_alignment_scores(
+    name: str, hyps: list[set[Link]], golds: dict[str, tuple[list[set[Link]], list[set[Link]]]]
+) -> None:
+    print(f"Attention of {name}, teacher-forced argmax over {len(hyps):,} sentence pairs "
+          f"({sum(map(len, hyps)):,} links):\n")  # fmt: skip
+    print("| reference | sure links | sure + possible | precision | recall | AER |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, (sures, possibles) in golds.items():
+        score = alignment_error_rate(hyps, sures, possibles)
+        print(f"| {name} | {sum(map(len, sures)):,} | {sum(map(len, possibles)):,} | "
+              f"{score.precision:.1%} | {score.recall:.1%} | {score.aer:.1%} |")  # fmt: skip
+    print("\nA: the attention's links, S: sure, P: sure + possible; counts summed over the "
+          "corpus (Och & Ney 2003): precision |A∩P|/|A|, recall |A∩S|/|S|, "
+          "AER 1 - (|A∩S| + |A∩P|)/(|A| + |S|)")  # fmt: skip
+
+
+def _eflomal_test_links(
+    cfg: Config, translator: Translator, src: list[list[str]], ref: list[list[str]]
+) -> list[set[Link]]:
+    """eflomal's links for the test pairs' words, learnt on the run's training corpus, cut as
+    the model cuts it, with the test pairs appended: eflomal aligns only what it learns on."""
+    if not cfg.data.train:
+        raise ValueError("--reference-aligner: the run's config names no data.train")
+    start = time.perf_counter()
+    train_pairs = read_split(cfg.data.train, src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang,
+                             swap=cfg.data.tsv_swap, what="data.train")  # fmt: skip
+    _progress(f"tokenizing the {len(train_pairs):,} pairs of {cfg.data.train}", start)
+    train_src = [sentence_words(translator.src_tokenizer, p.src).words for p in train_pairs]
+    train_ref = [sentence_words(translator.tgt_tokenizer, p.tgt).words for p in train_pairs]
+    _progress(f"eflomal on {len(train_pairs) + len(src):,} pairs (training + test)", start)
+    links = eflomal_links(train_src + src, train_ref + ref)
+    _progress("eflomal done", start)
+    return links[len(train_pairs) :]
+
+
+def _progress(stage: str, start: float) -> None:
+    print(f"[{time.perf_counter() - start:5.1f} s] {stage}", file=sys.stderr, flush=True)
 
 
 def run_compare_command(args: argparse.Namespace) -> int:
