@@ -2,17 +2,34 @@
 
 from __future__ import annotations
 
+import json
 import struct
 import subprocess
 import sys
 
 import pytest
 
-from alignmt.checkpoint import load_checkpoint
+from alignmt.checkpoint import load_checkpoint, load_snapshot, snapshot_steps
 from alignmt.config import load_config
-from alignmt.demo import run_demo
+from alignmt.demo import EVAL_SEED, ORDER_NAME, ORDERS, run_demo
+from alignmt.tasks import score_task
 
 IN_DISTRIBUTION = (3, 4, 5, 6, 7, 8, 9, 10)
+
+
+def pooled_alignment(scores) -> float:
+    """The share of all positions whose argmax α is right, from per-length `TaskScores` of
+    equally many strings: a length-L string has L positions."""
+    return sum(s.length * s.alignment for s in scores) / sum(s.length for s in scores)
+
+
+def share_at(run_dir, step: int, lengths, n: int) -> float:
+    """`pooled_alignment` of the snapshot of `step`, recounted by `score_task`."""
+    ckpt = load_snapshot(run_dir, step)
+    return pooled_alignment(
+        [score_task(ckpt.model, ckpt.src_vocab, "reverse", length, n=n, seed=EVAL_SEED)
+         for length in lengths]
+    )  # fmt: skip
 
 
 @pytest.mark.slow
@@ -29,6 +46,21 @@ def test_attention_learns_the_anti_diagonal_and_beats_the_bottleneck(tmp_path):
         assert attention[length].alignment >= 0.98, length
     assert vanilla[10].exact_match <= attention[10].exact_match - 0.4
     assert vanilla[10].alignment is None
+
+    steps = list(range(0, 2001, 100))
+    assert snapshot_steps(tmp_path / "vanilla") == []
+    for name in ORDERS:
+        assert snapshot_steps(tmp_path / name) == steps
+        # one link per character on both sides: AER = 1 - the share that score_task counts
+        aer = result.alignment[name].aer
+        assert aer == pytest.approx(1 - pooled_alignment(result.scores[name]), abs=1e-6)
+        assert 0 <= aer <= 0.05, name
+        sharp = result.sharpened_at[name]
+        assert sharp in steps[1:], name
+        assert share_at(tmp_path / name, sharp, IN_DISTRIBUTION, 300) >= 0.9
+        before = steps[steps.index(sharp) - 1]
+        assert share_at(tmp_path / name, before, IN_DISTRIBUTION, 300) < 0.9
+    assert result.alignment["attention"].aer <= 0.02  # >= 98% at every length, above
 
 
 def png_size(path) -> tuple[int, int]:
@@ -47,6 +79,7 @@ def test_demo_command_prints_its_table_and_writes_pngs_and_a_loadable_checkpoint
     )  # fmt: skip
     assert "| length | vanilla TF per-token acc | vanilla greedy exact match |" in run.stdout
     assert "| 15* |" in run.stdout and "Training time" in run.stdout
+    assert "attention_luong" in run.stdout.split("Training time")[1]
     assert str(out / "attention.png") in run.stdout
     for name in ("attention.png", "loss.png"):
         width, height = png_size(out / name)
@@ -58,3 +91,38 @@ def test_demo_command_prints_its_table_and_writes_pngs_and_a_loadable_checkpoint
         input="hello\nabc\n", capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     assert len(translated.stdout.splitlines()) == 2
+
+
+@pytest.mark.slow
+def test_demo_command_prints_both_orders_alignment_error_and_when_attention_sharpened(tmp_path):
+    out = tmp_path / "demo"
+    run = subprocess.run(
+        [sys.executable, "-m", "alignmt", "demo", "--steps", "40", "--samples", "20",
+         "--eval-lengths", "3,10,15", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    results = json.loads((out / "results.json").read_text())
+    steps = list(range(0, 41, 2))  # every 40 // 20 steps
+    assert results["alignment_lengths"] == [3, 10]  # 15 is longer than any training string
+    assert "lengths 3, 10, snapshots every 2 steps" in run.stdout
+    assert png_size(out / "sharpening.png")[0] > 300
+    for name, order in ORDERS.items():
+        assert snapshot_steps(out / name) == steps
+        start = f"| {ORDER_NAME[order]} |"
+        row = next(line for line in run.stdout.splitlines() if line.startswith(start))
+        aer, precision, recall = (float(cell.strip(" %")) / 100 for cell in row.split("|")[2:5])
+        assert all(0 <= value <= 1 for value in (aer, precision, recall))
+        assert results["alignment_error_rate"][name]["aer"] == pytest.approx(aer, abs=5e-4)
+        sharpening = results["sharpening"][name]
+        shares, sharp = sharpening["share"], sharpening["sharpened_at"]
+        assert sharpening["steps"] == steps
+        if sharp is None:
+            assert f"{order} order not within its 40 steps" in run.stdout
+            assert max(shares) < 0.9
+        else:
+            assert f"{order} order at step {sharp}" in run.stdout
+            assert shares[steps.index(sharp)] >= 0.9 > max(shares[: steps.index(sharp)])
+        # the stored share is what score_task recounts at that snapshot
+        step = steps[-1] if sharp is None else sharp
+        recounted = share_at(out / name, step, (3, 10), 20)
+        assert shares[steps.index(step)] == pytest.approx(recounted, abs=1e-6)

@@ -182,8 +182,8 @@ def _add_test_options(parser: argparse.ArgumentParser) -> None:
 def run_demo_command(args: argparse.Namespace) -> int:
     cfg = apply_overrides(load_config(), demo_overrides(args) + list(args.overrides))
     eval_lengths = tuple(int(n) for n in args.eval_lengths.split(","))
-    print(f"Training vanilla and attention models on '{cfg.data.task}' "
-          f"({cfg.train.steps} steps each) ...", flush=True)  # fmt: skip
+    print(f"Training vanilla, attention and Luong-order attention models on "
+          f"'{cfg.data.task}' ({cfg.train.steps} steps each) ...", flush=True)  # fmt: skip
     result = run_demo(cfg, eval_lengths=eval_lengths, samples=args.samples)
     print()
     print(result.table)

@@ -3,13 +3,20 @@
 Seed 001 (chapter 37) in one command: train a vanilla encoder-decoder (one fixed context,
 the final encoder state) and an attention model on the same task with the same budget,
 then score both by source length, in and out of the training distribution, and draw what
-attention learned. Everything is written under one output folder:
+attention learned. A third model, the same attention with Luong's decoder order (query s_i
+after the RNN step, input feeding), is scored against the exactly known gold alignment by
+alignment error rate next to the first. Both attention models keep snapshots of their
+weights, which answer exercise 37.3: at what step does the attention sharpen? Everything is
+written under one output folder:
 
-    OUT/attention/model.safetensors   the attention model (`alignmt translate OUT/attention`)
-    OUT/vanilla/model.safetensors     the baseline
-    OUT/attention.png                 heatmaps of a few inputs, "attention" among them
-    OUT/loss.png                      both training curves
-    OUT/results.json, OUT/table.md    the numbers
+    OUT/attention/model.safetensors        the attention model (`alignmt translate OUT/attention`)
+    OUT/attention_luong/model.safetensors  the same in Luong's order
+    OUT/attention*/snapshots/              their weights at step 0, every steps/20, the last
+    OUT/vanilla/model.safetensors          the baseline
+    OUT/attention.png                      heatmaps of a few inputs, "attention" among them
+    OUT/loss.png                           the three training curves
+    OUT/sharpening.png                     share of argmax α on the expected position, by step
+    OUT/results.json, OUT/table.md         the numbers
 """
 
 from __future__ import annotations
@@ -17,63 +24,178 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
+from matplotlib.figure import Figure
 
+from alignmt.align import AlignmentScore, Link, alignment_error_rate
+from alignmt.checkpoint import SNAPSHOTS, load_snapshot, snapshot_steps
 from alignmt.config import Config
-from alignmt.data import EOS, Vocab
+from alignmt.data import EOS, Vocab, make_batch
 from alignmt.model import Seq2Seq
 from alignmt.plot import attention_grid, loss_curves, save_png
 from alignmt.search import decode
-from alignmt.tasks import TaskScores, score_task
+from alignmt.tasks import ALPHABET, TaskScores, eval_set, score_task, source_positions
 from alignmt.train import TrainResult, train
 
 # Inputs drawn in the heatmap: the seed's words, and one longer than any training string.
 HEATMAP_WORDS = ("hello", "attention", "bahdanau", "jointlylearning")
 ALIGNMENT_NAME = {"reverse": "anti-diagonal", "copy": "diagonal", "sort": "sorted position"}
+# The attention models, by run folder, and their decoder orders (`model.order`).
+ORDERS = {"attention": "bahdanau", "attention_luong": "luong"}
+ORDER_NAME = {"bahdanau": "bahdanau (query s_{i-1})", "luong": "luong (query s_i, input feeding)"}
+SNAPSHOTS_PER_RUN = 20  # besides step 0, unless train.snapshot_every says otherwise
+SHARP = 0.9  # share of positions whose argmax α is right from which attention counts as sharp
+EVAL_SEED = 1234  # the evaluation strings of the table, the AER and the sharpening curve
 
 
 @dataclass
 class DemoResult:
-    table: str  # the markdown table, as printed
+    table: str  # the markdown tables and the sharpening line, as printed
     seconds: dict[str, float]  # training wall time per model
     scores: dict[str, list[TaskScores]]  # per model, one entry per evaluated length
+    # per attention model: AER on the in-distribution lengths, (step, share of argmax α on
+    # the expected position) per snapshot, and the first step whose share reaches SHARP
+    alignment: dict[str, AlignmentScore]
+    sharpening: dict[str, list[tuple[int, float]]]
+    sharpened_at: dict[str, int | None]
     files: dict[str, Path]  # what was written, by name
 
 
 def run_demo(
     cfg: Config, *, eval_lengths: tuple[int, ...], samples: int, progress: bool | None = None
 ) -> DemoResult:
-    """Train the attention model `cfg` describes and its vanilla twin, score and plot both.
+    """Train the attention model `cfg` describes, its vanilla twin and its Luong-order twin;
+    score, align and plot them.
 
     Args:
-        cfg: the attention model's config; `cfg.out_dir` is the demo's output folder.
-        eval_lengths: source lengths to score, in and out of [min_len, max_len].
+        cfg: the attention model's config (Bahdanau order); `cfg.out_dir` is the demo's
+            output folder.
+        eval_lengths: source lengths to score, in and out of [min_len, max_len]; alignment
+            error rate and sharpening are measured on those within it.
         samples: strings per length.
         progress: progress bars on stderr; None shows them when stderr is a terminal.
     """
-    if cfg.model.attention == "none":
-        raise ValueError("the demo compares attention with vanilla: pick an attention type")
-    out = Path(cfg.out_dir)
-    configs = {
-        "vanilla": replace(
-            cfg, model=replace(cfg.model, attention="none"), out_dir=str(out / "vanilla")
-        ),
-        "attention": replace(cfg, out_dir=str(out / "attention")),
-    }
+    configs = demo_configs(cfg)
+    aligned = in_distribution(eval_lengths, cfg)
     runs = {name: train(c, progress=progress) for name, c in configs.items()}
     scores = {
         name: [
-            score_task(run.model, run.src_vocab, cfg.data.task, length, n=samples,
+            score_task(run.model, run.src_vocab, cfg.data.task, length, n=samples, seed=EVAL_SEED,
                        max_len_ratio=cfg.search.max_len_ratio,
                        max_len_offset=cfg.search.max_len_offset)
             for length in eval_lengths
         ]
         for name, run in runs.items()
     }  # fmt: skip
-    table = format_table(scores, cfg)
-    files = write_outputs(out, runs, scores, table, cfg)
-    return DemoResult(table, {name: run.seconds for name, run in runs.items()}, scores, files)
+    alignment = {
+        name: alignment_score(runs[name].model, runs[name].src_vocab, cfg.data.task, aligned,
+                              samples)
+        for name in ORDERS
+    }  # fmt: skip
+    sharpening = {
+        name: sharpening_curve(runs[name].run_dir, cfg.data.task, aligned, samples)
+        for name in ORDERS
+    }
+    sharpened_at = {name: first_sharp(curve) for name, curve in sharpening.items()}
+    table = "\n\n".join([
+        format_table(scores, cfg),
+        format_alignment(alignment, aligned, samples, cfg),
+        format_sharpening(sharpening, aligned, configs["attention"].train.snapshot_every, cfg),
+    ])  # fmt: skip
+    result = DemoResult(table, {name: run.seconds for name, run in runs.items()}, scores,
+                        alignment, sharpening, sharpened_at, files={})  # fmt: skip
+    result.files = write_outputs(Path(cfg.out_dir), runs, result, aligned, cfg)
+    return result
+
+
+def demo_configs(cfg: Config) -> dict[str, Config]:
+    """The three runs' configs, by output subfolder; the attention runs keep snapshots."""
+    if cfg.model.attention == "none":
+        raise ValueError("the demo compares attention with vanilla: pick an attention type")
+    if cfg.model.order != "bahdanau":
+        raise ValueError(
+            "the demo trains both decoder orders (attention: bahdanau, attention_luong: luong); "
+            f"leave model.order at bahdanau, got {cfg.model.order!r}"
+        )
+    out = Path(cfg.out_dir)
+    every = cfg.train.snapshot_every or max(1, cfg.train.steps // SNAPSHOTS_PER_RUN)
+    snapshotted = replace(cfg, train=replace(cfg.train, snapshot_every=every))
+    configs = {
+        "vanilla": replace(cfg, model=replace(cfg.model, attention="none"),
+                           train=replace(cfg.train, snapshot_every=0),
+                           out_dir=str(out / "vanilla")),
+        **{name: replace(snapshotted, model=replace(cfg.model, order=order),
+                         out_dir=str(out / name))
+           for name, order in ORDERS.items()},
+    }  # fmt: skip
+    size = len(Vocab(ALPHABET))
+    for config in configs.values():  # fail now (luong has no readout), not after a training
+        Seq2Seq.from_config(config.model, src_vocab=size, tgt_vocab=size)
+    return configs
+
+
+def in_distribution(eval_lengths: tuple[int, ...], cfg: Config) -> tuple[int, ...]:
+    """The evaluated lengths within the training range, where alignment is measured."""
+    lengths = tuple(n for n in eval_lengths if cfg.data.min_len <= n <= cfg.data.max_len)
+    if not lengths:
+        raise ValueError(
+            f"the demo measures alignment on evaluation lengths within the training lengths "
+            f"{cfg.data.min_len}-{cfg.data.max_len}; none of {eval_lengths} is"
+        )
+    return lengths
+
+
+@torch.no_grad()
+def alignment_score(
+    model: Seq2Seq, vocab: Vocab, task: str, lengths: tuple[int, ...], n: int
+) -> AlignmentScore:
+    """Precision, recall and AER of the teacher-forced argmax α against the gold alignment:
+    each output character's one sure link to the source position it comes from (`</s>`
+    left out on both sides). With one link per character on both sides, precision = recall
+    = 1 - AER = the share of positions whose argmax is the right one.
+
+    Args:
+        model: a model with attention.
+        vocab: its character vocabulary (source and target share it).
+        task: "reverse", "copy" or "sort".
+        lengths: source lengths; `n` evaluation strings of each (seed `EVAL_SEED`).
+        n: strings per length.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    hyps: list[set[Link]] = []
+    sures: list[set[Link]] = []
+    for length in lengths:
+        pairs = eval_set(task, length, n, EVAL_SEED)
+        batch = make_batch([(vocab.encode(s), vocab.encode(t)) for s, t in pairs], vocab, vocab)
+        batch = batch.to(device)
+        attention = model(batch.src, batch.src_len, batch.tgt_in).attention  # (n, T_tgt, T_src)
+        attended = attention[:, :length].argmax(dim=-1).tolist()  # (n, L)
+        for (src, _), row in zip(pairs, attended, strict=True):
+            # α_ij: output i attends to source j; a link is (source, output), as Pharaoh's
+            hyps.append({(j, i) for i, j in enumerate(row)})
+            sures.append({(j, i) for i, j in enumerate(source_positions(task, src))})
+    return alignment_error_rate(hyps, sures)
+
+
+def sharpening_curve(
+    run_dir: Path, task: str, lengths: tuple[int, ...], n: int
+) -> list[tuple[int, float]]:
+    """(step, share of positions whose argmax α is the expected source position) for each
+    snapshot of the run in `run_dir`, oldest first; the share is `alignment_score`'s recall."""
+    curve = []
+    for step in snapshot_steps(run_dir):
+        snapshot = load_snapshot(run_dir, step)
+        score = alignment_score(snapshot.model, snapshot.src_vocab, task, lengths, n)
+        curve.append((step, score.recall))
+    return curve
+
+
+def first_sharp(curve: list[tuple[int, float]]) -> int | None:
+    """The first snapshot step whose share reaches `SHARP`; None if none does."""
+    return next((step for step, share in curve if share >= SHARP), None)
 
 
 def format_table(scores: dict[str, list[TaskScores]], cfg: Config) -> str:
@@ -110,14 +232,52 @@ def format_table(scores: dict[str, list[TaskScores]], cfg: Config) -> str:
     return "\n".join(lines)
 
 
-def write_outputs(
-    out: Path,
-    runs: dict[str, TrainResult],
-    scores: dict[str, list[TaskScores]],
-    table: str,
+def format_alignment(
+    alignment: dict[str, AlignmentScore], lengths: tuple[int, ...], n: int, cfg: Config
+) -> str:
+    """Alignment error rate per decoder order, as a markdown table with its note."""
+    lines = ["| decoder order | AER | precision | recall |", "|---|---:|---:|---:|"]
+    for name, score in alignment.items():
+        lines.append(f"| {ORDER_NAME[ORDERS[name]]} | {_percent(score.aer)} | "
+                     f"{_percent(score.precision)} | {_percent(score.recall)} |")  # fmt: skip
+    lines.append(
+        f"\nAER (Och & Ney 2003) of the teacher-forced argmax α against the gold alignment, "
+        f"each output character's link to its source position ({ALIGNMENT_NAME[cfg.data.task]}),"
+        f" on the {n * len(lengths):,} strings of lengths {_join(lengths)}. With one link per "
+        "character on both sides, precision = recall = 1 - AER."
+    )
+    return "\n".join(lines)
+
+
+def format_sharpening(
+    sharpening: dict[str, list[tuple[int, float]]], lengths: tuple[int, ...], every: int,
     cfg: Config,
-) -> dict[str, Path]:
-    """Heatmaps, loss curves, the table and the raw numbers; returns the paths by name."""
+) -> str:  # fmt: skip
+    """Exercise 37.3's answer: per decoder order, the first snapshot step at which attention
+    is sharp, with the share there and at the snapshot before (the answer's resolution)."""
+    when = []
+    for name, curve in sharpening.items():
+        step, order = first_sharp(curve), ORDERS[name]
+        if step is None:
+            best, share = max(curve, key=lambda point: point[1])
+            when.append(f"{order} order not within its {cfg.train.steps} steps "
+                        f"(at most {share:.1%}, at step {best})")  # fmt: skip
+            continue
+        k = [s for s, _ in curve].index(step)
+        before = f", up from {curve[k - 1][1]:.1%} at step {curve[k - 1][0]}" if k else ""
+        when.append(f"{order} order at step {step} ({curve[k][1]:.1%}{before})")
+    return (
+        f"Attention sharpened (argmax on the {ALIGNMENT_NAME[cfg.data.task]} for ≥ "
+        f"{SHARP:.0%} of positions, lengths {_join(lengths)}, snapshots every "
+        f"{every} steps): {'; '.join(when)}."
+    )
+
+
+def write_outputs(
+    out: Path, runs: dict[str, TrainResult], result: DemoResult, lengths: tuple[int, ...],
+    cfg: Config,
+) -> dict[str, Path]:  # fmt: skip
+    """Heatmaps, curves, the tables and the raw numbers; returns the paths by name."""
     attention = runs["attention"]
     panels = [
         heatmap_panel(attention.model, attention.src_vocab, word, cfg) for word in HEATMAP_WORDS
@@ -125,22 +285,55 @@ def write_outputs(
     curves = {name: (run.steps, run.losses) for name, run in runs.items()}
     files = {
         "attention model": attention.run_dir / "model.safetensors",
+        "luong model": runs["attention_luong"].run_dir / "model.safetensors",
         "vanilla model": runs["vanilla"].run_dir / "model.safetensors",
+        "snapshots": attention.run_dir / SNAPSHOTS,
+        "luong snapshots": runs["attention_luong"].run_dir / SNAPSHOTS,
         "heatmaps": save_png(attention_grid(panels, ncols=2), out / "attention.png"),
         "loss curves": save_png(loss_curves(curves), out / "loss.png"),
+        "sharpening": save_png(sharpening_plot(result.sharpening, cfg), out / "sharpening.png"),
         "table": out / "table.md",
         "results": out / "results.json",
     }
-    files["table"].write_text(table + "\n")
-    results = {
+    files["table"].write_text(result.table + "\n")
+    numbers = results_json(runs, result, lengths, cfg)
+    files["results"].write_text(json.dumps(numbers, indent=2) + "\n")
+    return files
+
+
+def results_json(
+    runs: dict[str, TrainResult], result: DemoResult, lengths: tuple[int, ...], cfg: Config
+) -> dict[str, Any]:
+    """The numbers behind the tables, JSON-ready."""
+    return {
         "task": cfg.data.task,
         "train_lengths": [cfg.data.min_len, cfg.data.max_len],
         "steps": cfg.train.steps,
         "train_seconds": {name: run.seconds for name, run in runs.items()},
-        "scores": {name: [asdict(s) for s in rows] for name, rows in scores.items()},
+        "scores": {name: [asdict(s) for s in rows] for name, rows in result.scores.items()},
+        "alignment_lengths": list(lengths),
+        "alignment_error_rate": {
+            name: {"order": ORDERS[name], **asdict(score)}
+            for name, score in result.alignment.items()
+        },
+        "sharpening": {"threshold": SHARP, **{
+            name: {"steps": [step for step, _ in curve], "share": [share for _, share in curve],
+                   "sharpened_at": result.sharpened_at[name]}
+            for name, curve in result.sharpening.items()
+        }},
+    }  # fmt: skip
+
+
+def sharpening_plot(sharpening: dict[str, list[tuple[int, float]]], cfg: Config) -> Figure:
+    """The share of positions with the right argmax α against the training step, per order."""
+    curves = {
+        f"{ORDERS[name]} order": ([step for step, _ in curve], [share for _, share in curve])
+        for name, curve in sharpening.items()
     }
-    files["results"].write_text(json.dumps(results, indent=2) + "\n")
-    return files
+    ylabel = f"share of argmax α on the {ALIGNMENT_NAME[cfg.data.task]}"
+    fig = loss_curves(curves, title="attention over training", ylabel=ylabel, log_y=False)
+    fig.axes[0].axhline(SHARP, color="grey", linestyle="--", linewidth=1)
+    return fig
 
 
 @torch.no_grad()
@@ -162,3 +355,7 @@ def heatmap_panel(model: Seq2Seq, vocab: Vocab, word: str, cfg: Config):
 
 def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _join(lengths: tuple[int, ...]) -> str:
+    return ", ".join(map(str, lengths))
