@@ -1,4 +1,4 @@
-"""The `alignmt` command: demo, train, translate, evaluate, compare, serve.
+"""The `alignmt` command: demo, train, translate, evaluate, compare, serve, explore.
 
 The only module that prints to stdout and the only one that imports everything. Each
 subcommand builds a `Config` (defaults < YAML file < `key.path=value` overrides, with the
@@ -158,6 +158,19 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"{limit.metadata['help']} (default {limit.default})",
         )  # fmt: skip
     serve.set_defaults(run=run_serve_command)
+
+    explore = commands.add_parser(
+        "explore", help="write the explorer as one HTML page that needs no server",
+        description="Decode each input sentence with each run (step by step with candidates, "
+        "and the beam) and write the explorer with all of it inline: one file that opens "
+        "offline. What-if (forcing a token, moving attention) needs `alignmt serve`.",
+    )  # fmt: skip
+    explore.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="several: side by side")
+    explore.add_argument("--input", required=True, metavar="FILE", help="one sentence per line")
+    explore.add_argument("--out", required=True, metavar="PAGE.html", help="the page to write")
+    explore.add_argument("--beam", type=int, help="beam size of the beam tree (default: run's)")
+    explore.add_argument("--top-k", type=int, default=5, help="candidates per step (default 5)")
+    explore.set_defaults(run=run_explore_command)
     return parser
 
 
@@ -258,9 +271,43 @@ def run_serve_command(args: argparse.Namespace) -> int:
     limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})
     models = load_models(args.run_dirs)
     logging.getLogger("alignmt.serve").setLevel(logging.INFO)
-    print(f"serving {', '.join(models)} on http://{args.host}:{args.port} "
-          f"(API: http://{args.host}:{args.port}/docs)", flush=True)  # fmt: skip
+    url = f"http://{args.host}:{args.port}"
+    print(f"serving {', '.join(models)}: the explorer at {url}/, the API at {url}/docs",
+          flush=True)  # fmt: skip
     uvicorn.run(create_app(models, limits), host=args.host, port=args.port, access_log=False)
+    return 0
+
+
+def run_explore_command(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from alignmt.serve.page import precompute, self_contained
+    from alignmt.serve.registry import load_models
+
+    sentences = read_lines(args.input)
+    for number, line in enumerate(sentences, 1):
+        if not line.strip():
+            raise ValueError(f"{args.input}:{number}: empty line; give one sentence per line")
+    if not sentences:
+        raise ValueError(f"{args.input}: no sentences")
+    models = load_models(args.run_dirs)
+    beam = args.beam or next(iter(models.values())).translator.search.beam_size
+    with tqdm(total=len(sentences), unit="sentence", disable=None, file=sys.stderr) as bar:
+        data = precompute(
+            models,
+            sentences,
+            beam_size=beam,
+            top_k=args.top_k,
+            progress=lambda done: bar.update(done - bar.n),
+            where=args.input,
+        )
+    command = " ".join(["alignmt explore", *args.run_dirs, "--input", args.input])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(self_contained(data, command), encoding="utf-8")
+    size = out.stat().st_size
+    print(f"wrote {out}: {len(sentences)} sentences, {len(models)} model(s), beam {beam}, "
+          f"{size / 1e6:.2f} MB; open it in a browser (no server needed)")  # fmt: skip
     return 0
 
 

@@ -19,11 +19,12 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.responses import FileResponse, Response
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from alignmt.serve import decoding
+from alignmt.serve import decoding, page
 from alignmt.serve.batcher import Batcher
 from alignmt.serve.limits import Limits, RequestError, check_sentence, cut, invalid, over_limit
 from alignmt.serve.registry import ServedModel
@@ -33,6 +34,8 @@ from alignmt.serve.schemas import (
     ErrorResponse,
     Health,
     ModelsResponse,
+    SnapshotsRequest,
+    SnapshotsResponse,
     StepRequest,
     StepResponse,
     TranslateRequest,
@@ -75,6 +78,11 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
     )
     app.add_middleware(RequestGuard, max_body_bytes=limits.max_body_bytes)
     _add_error_handlers(app)
+    app.mount("/static", StaticFiles(directory=page.STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def explorer() -> FileResponse:
+        return FileResponse(page.PAGE, media_type="text/html")
 
     def served(name: str | None) -> ServedModel:
         if name is None:
@@ -136,6 +144,16 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
         check_sentence(body.sentence, "sentence", limits)
         body = body.model_copy(update={"beam_size": check_beam(body.beam_size, model)})
         run = partial(_alone, decoding.beam, model, limits)
+        return await submit(request, None, run, body, 1)
+
+    @app.post("/v1/snapshots", response_model=SnapshotsResponse, responses=ERRORS)
+    async def snapshots(body: SnapshotsRequest, request: Request) -> Response:
+        """How one sentence's attention formed: the run's snapshots, oldest first, each
+        reading the served model's greedy output."""
+        model = served(body.model)
+        request.state.sentences = 1
+        check_sentence(body.sentence, "sentence", limits)
+        run = partial(_alone, decoding.snapshots, model, limits)
         return await submit(request, None, run, body, 1)
 
     return app

@@ -21,6 +21,9 @@ from alignmt.serve.schemas import (
     Candidate,
     Hypothesis,
     SentenceTranslation,
+    Snapshot,
+    SnapshotsRequest,
+    SnapshotsResponse,
     Step,
     StepRequest,
     StepResponse,
@@ -148,6 +151,32 @@ def beam(served: ServedModel, limits: Limits, request: BeamRequest) -> bytes:
         length_penalty=translator.search.length_penalty, nodes=nodes, finished=finished,
         finished_nodes=trace.finished,
     ).model_dump_json().encode()  # fmt: skip
+
+
+def snapshots(served: ServedModel, limits: Limits, request: SnapshotsRequest) -> bytes:
+    """How one sentence's attention formed over training: each snapshot reads the served
+    model's greedy output (teacher-forced, so every matrix has the same shape) and says
+    what it would have output itself."""
+    if not served.translator.model.has_attention:
+        raise invalid("model", f"model {served.name!r} has no attention to follow")
+    if not served.info.snapshots:
+        raise invalid("model", f"run {served.name!r} kept no snapshots (train.snapshot_every)")
+    _one_source(served.translator, request.sentence, limits)
+    final = served.translator.step_through(request.sentence, top_k=1).translation
+    kept = []
+    for step in served.info.snapshots:
+        snapshot = served.snapshot(step)
+        read = snapshot.step_through(request.sentence, prefix=final.tokens, top_k=1)
+        own = snapshot.step_through(request.sentence, top_k=1).translation
+        kept.append(Snapshot(step=step, attention=_rounded(read.translation.attention),
+                             text=own.text, tokens=own.tokens))  # fmt: skip
+    return (
+        SnapshotsResponse(
+            model=served.name, source_tokens=final.src_tokens, tokens=final.tokens, snapshots=kept
+        )
+        .model_dump_json()
+        .encode()
+    )
 
 
 def hypothesis(t: Translation, attention: bool) -> Hypothesis:

@@ -1,13 +1,14 @@
 """The models a server holds: each run folder given at start-up, loaded once, named by the
-folder's name. Requests name a model, never a file."""
+folder's name. Requests name a model, never a file. The weights a run kept during training
+(its snapshots) are loaded when first asked for, on the decoding thread, and kept."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from alignmt.checkpoint import Checkpoint, load_checkpoint
+from alignmt.checkpoint import Checkpoint, load_checkpoint, load_snapshot, snapshot_steps
 from alignmt.serve.schemas import ModelInfo
 from alignmt.translate import Translator
 
@@ -17,6 +18,15 @@ class ServedModel:
     name: str
     translator: Translator
     info: ModelInfo
+    folder: Path  # the run folder, where its snapshots are
+    _snapshots: dict[int, Translator] = field(default_factory=dict, repr=False)
+
+    def snapshot(self, step: int) -> Translator:
+        """The run's weights kept at training `step`, searching as the served model does."""
+        if step not in self._snapshots:
+            ckpt = load_snapshot(self.folder, step)
+            self._snapshots[step] = Translator.from_checkpoint(ckpt, self.translator.search)
+        return self._snapshots[step]
 
 
 def load_models(run_dirs: list[str | Path]) -> dict[str, ServedModel]:
@@ -34,16 +44,15 @@ def load_models(run_dirs: list[str | Path]) -> dict[str, ServedModel]:
         if name in models:
             raise ValueError(f"two models would be named {name!r}: give folders distinct names")
         ckpt = load_checkpoint(run)
-        models[name] = ServedModel(
-            name, Translator.from_checkpoint(ckpt), model_info(name, ckpt, run)
-        )
+        folder = run.parent if run.suffix == ".safetensors" else run
+        translator = Translator.from_checkpoint(ckpt)
+        models[name] = ServedModel(name, translator, model_info(name, ckpt, folder), folder)
     return models
 
 
-def model_info(name: str, ckpt: Checkpoint, run: Path) -> ModelInfo:
-    """What /v1/models says of a checkpoint."""
+def model_info(name: str, ckpt: Checkpoint, folder: Path) -> ModelInfo:
+    """What /v1/models says of a checkpoint in run folder `folder`."""
     m, data = ckpt.config.model, ckpt.config.data
-    folder = run.parent if run.suffix == ".safetensors" else run
     return ModelInfo(
         name=name,
         source_language=data.src_lang,
@@ -65,6 +74,7 @@ def model_info(name: str, ckpt: Checkpoint, run: Path) -> ModelInfo:
         training_step=ckpt.step,
         validation_bleu=validation_bleu(folder / "metrics.jsonl", ckpt.step),
         beam_size=ckpt.config.search.beam_size,
+        snapshots=snapshot_steps(folder),
     )
 
 

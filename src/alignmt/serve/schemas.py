@@ -65,6 +65,10 @@ class BeamRequest(_Request):
     beam_size: PositiveInt | None = Field(None, description="default: the run's")
 
 
+class SnapshotsRequest(_Request):
+    sentence: str
+
+
 class Hypothesis(BaseModel):
     text: str = Field(description="the detokenised output")
     tokens: list[str] = Field(description="output tokens, </s> included when produced")
@@ -133,6 +137,23 @@ class BeamResponse(BaseModel):
     finished_nodes: list[int] = Field(description="the node each finished hypothesis ends at")
 
 
+class Snapshot(BaseModel):
+    step: int = Field(description="the training step its weights were kept at")
+    attention: list[list[float]] = Field(
+        description="(output tokens x source tokens): its attention while reading the served "
+        "model's greedy output, so that every snapshot's matrix has the same shape"
+    )
+    text: str = Field(description="its own greedy output")
+    tokens: list[str]
+
+
+class SnapshotsResponse(BaseModel):
+    model: str
+    source_tokens: list[str]
+    tokens: list[str] = Field(description="the served model's greedy output, </s> included")
+    snapshots: list[Snapshot] = Field(description="oldest first")
+
+
 class ModelInfo(BaseModel):
     name: str
     source_language: str
@@ -154,6 +175,9 @@ class ModelInfo(BaseModel):
     training_step: int
     validation_bleu: float | None = Field(description="greedy BLEU recorded at that step")
     beam_size: int = Field(description="the default beam")
+    snapshots: list[int] = Field(
+        description="training steps whose weights the run kept (train.snapshot_every)"
+    )
 
 
 class Health(BaseModel):

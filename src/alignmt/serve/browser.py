@@ -1,0 +1,188 @@
+"""The explorer driven in a real headless Chromium, as a user would click it: for the browser
+test and benchmarks/explorer.py. Selenium (a dev dependency) drives Debian's `chromium`
+through its `chromedriver`; nothing is downloaded.
+
+Each interaction waits until the page has no request in flight and has recorded the
+interaction's time (window.alignmtTimings: from the click to the frame that shows it).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+OFFLINE = {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
+
+
+class BrowserUnavailable(RuntimeError):
+    """Chromium or its driver is missing, or would not start."""
+
+
+def start_chromium(width: int = 1400, height: int = 1100) -> Any:
+    """A headless Chromium under Selenium, or BrowserUnavailable saying why not."""
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if not chromium or not driver_path:
+        raise BrowserUnavailable(
+            "Debian's chromium and chromium-driver are needed: apt-get install chromium "
+            "chromium-driver"
+        )
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as error:
+        raise BrowserUnavailable(f"selenium is not installed ({error})") from error
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                 f"--window-size={width},{height}", "--force-device-scale-factor=1"):  # fmt: skip
+        options.add_argument(flag)
+    try:
+        return webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    except Exception as error:  # selenium raises several kinds; all mean "no browser"
+        raise BrowserUnavailable(f"chromium would not start: {error}") from error
+
+
+@dataclass
+class Explorer:
+    """One explorer page in `driver`, its first panel unless told otherwise."""
+
+    driver: Any
+    timeout: float = 30.0
+
+    def open(self, url: str, *, offline: bool = False) -> None:
+        """Load the page; `offline` cuts the browser's network first."""
+        if offline:
+            self.driver.execute_cdp_cmd("Network.enable", {})
+            self.driver.execute_cdp_cmd("Network.emulateNetworkConditions", OFFLINE)
+        self.driver.get(url)
+
+    def js(self, script: str, *args: Any) -> Any:
+        return self.driver.execute_script(script, *args)
+
+    def timings(self) -> list[dict[str, Any]]:
+        """Every interaction so far: {"kind", "ms"}."""
+        return self.js("return window.alignmtTimings || []")
+
+    def wait_for(self, done: int) -> None:
+        """Until `done` interactions are recorded and no request is in flight; a failed
+        interaction's message (the page's notice) is raised."""
+        from selenium.common.exceptions import TimeoutException
+        from selenium.webdriver.support.ui import WebDriverWait
+
+        def settled(driver: Any) -> bool:
+            return driver.execute_script(
+                "return document.body.dataset.pending === '0' && "
+                "((window.alignmtTimings || []).length >= arguments[0] || "
+                "document.getElementById('notice').classList.contains('error'))",
+                done,
+            )
+
+        try:
+            WebDriverWait(self.driver, self.timeout).until(settled)
+        except TimeoutException:
+            state = self.js(
+                "return [document.body.dataset.pending, (window.alignmtTimings || []).length,"
+                "document.getElementById('notice').textContent]"
+            )
+            raise AssertionError(
+                f"after {self.timeout} s, {state[1]} of {done} interactions shown, "
+                f"{state[0]} requests in flight; the page says: {state[2]!r}"
+            ) from None
+        error = self.js(
+            "const n = document.getElementById('notice');"
+            "return n.classList.contains('error') ? n.textContent : null"
+        )
+        if error:
+            raise AssertionError(f"the page says: {error}")
+
+    def act(self, script: str, *args: Any) -> None:
+        """Run `script` (a click, a key) and wait for the interaction it starts."""
+        before = len(self.timings())
+        self.js(script, *args)
+        self.wait_for(before + 1)
+
+    def translate(self, sentence: str, *, model: str | None = None, other: str = "") -> None:
+        self.act(
+            "const [s, m, o] = arguments;"
+            "document.getElementById('sentence').value = s;"
+            "if (m) document.getElementById('model').value = m;"
+            "document.getElementById('other').value = o;"
+            "document.getElementById('go').click()",
+            sentence, model, other,
+        )  # fmt: skip
+
+    def key(self, name: str) -> None:
+        """Press a key on the page ("ArrowRight", "ArrowLeft")."""
+        from selenium.webdriver.common.action_chains import ActionChains
+        from selenium.webdriver.common.keys import Keys
+
+        before = len(self.timings())
+        self.js("document.activeElement.blur()")
+        keys = {"ArrowRight": Keys.RIGHT, "ArrowLeft": Keys.LEFT}
+        ActionChains(self.driver).send_keys(keys[name]).perform()
+        self.wait_for(before + 1)
+
+    def panel(self, index: int = 0) -> dict[str, Any]:
+        """What panel `index` shows: output tokens, the current step, the source words with
+        their α, the marked (largest-α) word, the candidates, and the what-if box."""
+        return self.js(
+            """
+            const p = document.querySelectorAll('.panel')[arguments[0]];
+            const all = (s) => [...p.querySelectorAll(s)];
+            const words = all(':scope > .source > .src');
+            const none = p.querySelector(':scope > .source > .novanilla');
+            const box = p.querySelector('.whatif');
+            return {
+              tokens: all('.output .tok').map((t) => t.textContent),
+              current: Number(p.querySelector('.output .tok.current').dataset.i),
+              forced: all('.output .tok.forced').map((t) => Number(t.dataset.i)),
+              source: words.map((s) => s.querySelector('.word').textContent),
+              alpha: words.map((s) => Number(s.dataset.alpha)),
+              top: words.filter((s) => s.classList.contains('top')).map((s) => Number(s.dataset.j)),
+              candidates: all('.topk li').map((li) => li.dataset.token),
+              statement: none ? none.textContent : null,
+              whatif: box.hidden ? null : {kind: box.dataset.kind,
+                changed: box.dataset.changed === 'true', text: box.textContent},
+            };""",
+            index,
+        )
+
+    def force(self, token: str, index: int = 0) -> None:
+        self.act(
+            "const p = document.querySelectorAll('.panel')[arguments[0]];"
+            "[...p.querySelectorAll('.topk li')].find((li) => li.dataset.token === arguments[1])"
+            ".click()",
+            index, token,
+        )  # fmt: skip
+
+    def override(self, source: int, index: int = 0) -> None:
+        self.act(
+            "document.querySelectorAll('.panel')[arguments[0]]"
+            ".querySelectorAll(':scope > .source > .src')[arguments[1]].click()",
+            index, source,
+        )  # fmt: skip
+
+    def open_beam(self, index: int = 0) -> dict[str, Any]:
+        """Open the beam panel (which searches) and say what it drew."""
+        self.act(
+            "const p = document.querySelectorAll('.panel')[arguments[0]];"
+            "p.querySelector('.beam-box summary').click()",
+            index,
+        )
+        return self.js(
+            """
+            const p = document.querySelectorAll('.panel')[arguments[0]];
+            return {
+              nodes: p.querySelectorAll('svg.tree .node').length,
+              statuses: [...p.querySelectorAll('svg.tree .node')].map((g) => g.classList[1]),
+              nbest: [...p.querySelectorAll('.nbest li')].map((li) => li.firstChild.textContent),
+              chosen: p.querySelectorAll('.beam-node .src').length,
+            };""",
+            index,
+        )
+
+    def resources(self) -> list[str]:
+        """Every resource the page has fetched (network entries), by URL."""
+        return self.js("return performance.getEntriesByType('resource').map((e) => e.name)")

@@ -1,0 +1,102 @@
+"""The explorer page: its static files, served at `/` by `alignmt serve`, and the
+self-contained copy `alignmt explore` writes, with every answer the page needs computed in
+advance and inlined, so that it opens from a file with no server and no network.
+
+The page asks the same questions either way (see static/explorer.js); in the written copy
+the answers to the greedy step-through, the beam and the snapshots of each sentence are
+read from a JSON block in the page, made by the very functions the server runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from alignmt.serve import decoding
+from alignmt.serve.limits import Limits, RequestError
+from alignmt.serve.registry import ServedModel
+from alignmt.serve.schemas import BeamRequest, SnapshotsRequest, StepRequest
+
+STATIC = Path(__file__).with_name("static")
+PAGE = STATIC / "explorer.html"
+# The tags that load the style and the script; the written copy puts the files there.
+_STYLE_TAG = '<link rel="stylesheet" href="static/explorer.css">'
+_SCRIPT_TAG = '<script src="static/explorer.js"></script>'
+
+
+def precompute(
+    models: dict[str, ServedModel],
+    sentences: Sequence[str],
+    *,
+    beam_size: int,
+    top_k: int = 5,
+    progress: Callable[[int], None] | None = None,
+    where: str = "sentence",
+) -> dict[str, Any]:
+    """Every answer the page asks for, for each sentence and model: the greedy step-through
+    with `top_k` candidates, the beam of `beam_size`, and the snapshots where a run kept some.
+
+    Args:
+        progress: called with the count of sentences done.
+        where: names the sentences in errors, as `where:N` (N from 1): the input file.
+
+    Raises:
+        ValueError: a sentence the server would refuse (no tokens, too many), naming it.
+    """
+    limits = Limits(max_top_k=max(top_k, Limits.max_top_k))
+    entries = []
+    for i, sentence in enumerate(sentences):
+        try:
+            results = {
+                name: _answers(served, limits, sentence, beam_size, top_k)
+                for name, served in models.items()
+            }
+        except ValueError as error:
+            raise ValueError(f"{where}:{i + 1}: {error}") from None
+        entries.append({"text": sentence, "results": results})
+        if progress:
+            progress(i + 1)
+    return {
+        "models": [served.info.model_dump() for served in models.values()],
+        "beam_size": beam_size,
+        "sentences": entries,
+    }
+
+
+def _answers(
+    served: ServedModel, limits: Limits, sentence: str, beam_size: int, top_k: int
+) -> dict[str, Any]:
+    def answer(fn: Callable[..., bytes], request: Any) -> Any:
+        try:
+            return json.loads(fn(served, limits, request))
+        except RequestError as error:  # e.g. an over-long line, named by the caller
+            raise ValueError(error.body()["error"]["message"]) from None
+
+    step = answer(decoding.step, StepRequest(sentence=sentence, top_k=top_k))
+    beam = answer(decoding.beam, BeamRequest(sentence=sentence, beam_size=beam_size))
+    snapshots = None
+    if served.info.snapshots and served.translator.model.has_attention:
+        snapshots = answer(decoding.snapshots, SnapshotsRequest(sentence=sentence))
+    return {"step": step, "beam": beam, "snapshots": snapshots}
+
+
+def self_contained(data: dict[str, Any], command: str) -> str:
+    """The explorer as one HTML file: its style, its script and `data` (from `precompute`)
+    inline; the page names `command` as what wrote it."""
+    data = {**data, "command": command}
+    html = PAGE.read_text(encoding="utf-8")
+    style = (STATIC / "explorer.css").read_text(encoding="utf-8")
+    script = (STATIC / "explorer.js").read_text(encoding="utf-8")
+    # "<" escaped as \u003c keeps "</script>" in a sentence from ending the block early.
+    blob = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c")
+    for tag in (_STYLE_TAG, _SCRIPT_TAG):
+        if tag not in html:
+            raise RuntimeError(f"{PAGE}: lacks {tag}, which the written page replaces")
+    html = html.replace(_STYLE_TAG, f"<style>\n{style}</style>")
+    return html.replace(
+        _SCRIPT_TAG,
+        f'<script id="alignmt-data" type="application/json">{blob}</script>\n'
+        f"<script>\n{script}</script>",
+    )

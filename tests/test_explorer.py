@@ -1,0 +1,339 @@
+"""The explorer: the page and /v1/snapshots through FastAPI's TestClient, the page that
+`alignmt explore` writes, and both in a real headless Chromium, clicked as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from alignmt.checkpoint import load_checkpoint, load_snapshot, snapshot_steps
+from alignmt.cli import main
+from alignmt.serve.app import create_app
+from alignmt.serve.page import precompute, self_contained
+from alignmt.serve.registry import load_models
+from alignmt.train import train
+from tests.conftest import toy_corpus_config
+
+SENTENCE = "the big dog sleeps now"
+OTHER = "a small cat runs"
+
+
+@pytest.fixture(scope="module")
+def snapshot_run(tmp_path_factory) -> Path:
+    """The toy corpus model, keeping its weights every 100 of 300 steps."""
+    folder = tmp_path_factory.mktemp("snapshots")
+    cfg = toy_corpus_config(folder, steps=300, eval_every=100)
+    train(replace(cfg, train=replace(cfg.train, snapshot_every=100)), progress=False)
+    return folder / "run"
+
+
+@pytest.fixture(scope="module")
+def vanilla_run(snapshot_run, tmp_path_factory) -> Path:
+    """An untrained model without attention on the same vocabularies."""
+    from alignmt.checkpoint import save_checkpoint
+    from alignmt.model import Seq2Seq
+
+    ckpt = load_checkpoint(snapshot_run)
+    cfg = replace(ckpt.config, model=replace(ckpt.config.model, attention="none"))
+    torch.manual_seed(0)
+    model = Seq2Seq.from_config(cfg.model, src_vocab=len(ckpt.src_vocab),
+                                tgt_vocab=len(ckpt.tgt_vocab))  # fmt: skip
+    folder = tmp_path_factory.mktemp("vanilla") / "vanilla"
+    save_checkpoint(folder, model, cfg, ckpt.src_vocab, ckpt.tgt_vocab, 0,
+                    tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer))  # fmt: skip
+    return folder
+
+
+@pytest.fixture(scope="module")
+def client(snapshot_run, vanilla_run):
+    with TestClient(create_app(load_models([snapshot_run, vanilla_run]))) as client:
+        yield client
+
+
+# ---- The page and /v1/snapshots, without a browser ----------------------------------------
+
+
+def test_the_server_serves_the_explorer_page_and_its_files(client):
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '<script src="static/explorer.js">' in page.text
+    script = client.get("/static/explorer.js")
+    assert script.status_code == 200 and "v1/step" in script.text
+    assert client.get("/static/explorer.css").status_code == 200
+    assert client.get("/static/../page.py").status_code == 404
+
+
+def test_models_list_the_snapshots_a_run_kept(client, snapshot_run):
+    models = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
+    assert models["run"]["snapshots"] == [0, 100, 200, 300] == snapshot_steps(snapshot_run)
+    assert models["vanilla"]["snapshots"] == []
+
+
+def test_snapshots_read_the_served_output_with_each_kept_model(client, snapshot_run):
+    answer = client.post("/v1/snapshots", json={"sentence": SENTENCE}).json()
+    greedy = client.post("/v1/step", json={"sentence": SENTENCE}).json()
+    assert (
+        answer["tokens"] == greedy["tokens"] and answer["source_tokens"] == greedy["source_tokens"]
+    )
+    assert [s["step"] for s in answer["snapshots"]] == [0, 100, 200, 300]
+    shape = (len(answer["tokens"]), len(answer["source_tokens"]))
+    for snapshot in answer["snapshots"]:
+        attention = torch.tensor(snapshot["attention"])
+        assert attention.shape == shape
+        assert torch.allclose(attention.sum(-1), torch.ones(shape[0]), atol=1e-4)
+    # The served model is the best checkpoint; its step's snapshot holds the same weights,
+    # so reading its own greedy output it attends exactly as it did.
+    served_step = load_checkpoint(snapshot_run).step
+    (same,) = [s for s in answer["snapshots"] if s["step"] == served_step]
+    rows = [s["attention"] for s in greedy["steps"]]
+    assert torch.allclose(torch.tensor(same["attention"]), torch.tensor(rows), atol=1e-5)
+    assert same["tokens"] == greedy["tokens"]
+    # The untrained weights attend differently from the trained ones.
+    first = torch.tensor(answer["snapshots"][0]["attention"])
+    assert not torch.allclose(first, torch.tensor(rows), atol=0.05)
+
+
+def test_snapshots_are_refused_where_there_is_nothing_to_follow(client, tmp_path):
+    vanilla = client.post("/v1/snapshots", json={"model": "vanilla", "sentence": SENTENCE})
+    assert vanilla.status_code == 422
+    assert "no attention" in vanilla.json()["error"]["message"]
+    empty = client.post("/v1/snapshots", json={"sentence": "   "})
+    assert empty.status_code == 422
+
+
+def test_a_run_without_snapshots_is_told_how_to_keep_them(toy_run):
+    with TestClient(create_app(load_models([toy_run]))) as client:
+        answer = client.post("/v1/snapshots", json={"sentence": SENTENCE})
+    assert answer.status_code == 422
+    assert "train.snapshot_every" in answer.json()["error"]["message"]
+
+
+def test_a_snapshot_can_be_served_beside_its_run(snapshot_run):
+    """Two checkpoints of one run side by side: a snapshot file is a model of its own."""
+    snapshot = snapshot_run / "snapshots" / "step_000100.safetensors"
+    with TestClient(create_app(load_models([snapshot_run, snapshot]))) as client:
+        names = [m["name"] for m in client.get("/v1/models").json()["models"]]
+        steps = [
+            client.post("/v1/step", json={"model": name, "sentence": SENTENCE}).json()
+            for name in names
+        ]
+    assert names == ["run", "step_000100"]
+    assert steps[0]["steps"][0]["attention"] != steps[1]["steps"][0]["attention"]
+
+
+def test_load_snapshot_names_the_steps_there_are(snapshot_run):
+    with pytest.raises(FileNotFoundError, match="100"):
+        load_snapshot(snapshot_run, 150)
+
+
+# ---- The page written by `alignmt explore` -------------------------------------------------
+
+
+def test_the_written_page_holds_the_servers_answers(client, snapshot_run, vanilla_run):
+    models = load_models([snapshot_run, vanilla_run])
+    data = precompute(models, [SENTENCE], beam_size=3)
+    page = self_contained(data, "alignmt explore test")
+    blob = re.search(r'<script id="alignmt-data" type="application/json">(.*?)</script>', page,
+                     re.S).group(1)  # fmt: skip
+    stored = json.loads(blob)
+    assert stored["command"] == "alignmt explore test"
+    answers = stored["sentences"][0]["results"]
+    for name in ("run", "vanilla"):
+        assert (
+            answers[name]["step"]
+            == client.post("/v1/step", json={"model": name, "sentence": SENTENCE}).json()
+        )
+        assert (
+            answers[name]["beam"]
+            == client.post(
+                "/v1/beam", json={"model": name, "sentence": SENTENCE, "beam_size": 3}
+            ).json()
+        )
+    assert answers["run"]["snapshots"]["snapshots"][0]["step"] == 0
+    assert answers["vanilla"]["snapshots"] is None
+    assert 'src="static/' not in page and 'href="static/' not in page  # nothing to fetch
+
+
+def test_a_sentence_cannot_end_the_pages_script_early(snapshot_run):
+    models = load_models([snapshot_run])
+    evil = "the dog </script><script>alert(1)</script>"
+    page = self_contained(precompute(models, [evil], beam_size=2), "x")
+    assert page.count("</script>") == 2  # the data block's and the code's
+    blob = re.search(r'type="application/json">(.*?)</script>', page, re.S).group(1)
+    assert json.loads(blob)["sentences"][0]["text"] == evil
+
+
+def test_explore_writes_one_page_and_names_bad_input_lines(snapshot_run, tmp_path, capsys):
+    sentences = tmp_path / "in.txt"
+    sentences.write_text(f"{SENTENCE}\n{OTHER}\n")
+    out = tmp_path / "page.html"
+    assert main(["explore", str(snapshot_run), "--input", str(sentences), "--out", str(out),
+                 "--beam", "2"]) == 0  # fmt: skip
+    assert "2 sentences" in capsys.readouterr().out
+    assert out.stat().st_size < 2_000_000 and "alignmt-data" in out.read_text()
+
+    sentences.write_text(f"{SENTENCE}\n\n")
+    assert main(["explore", str(snapshot_run), "--input", str(sentences), "--out", str(out)]) == 2
+    assert f"{sentences}:2: empty line" in capsys.readouterr().err
+    sentences.write_text(f"{SENTENCE}\n" + "dog " * 500 + "\n")
+    assert main(["explore", str(snapshot_run), "--input", str(sentences), "--out", str(out)]) == 2
+    assert f"{sentences}:2: " in capsys.readouterr().err
+    sentences.write_bytes(b"the dog\n\xff\xfe\n")
+    assert main(["explore", str(snapshot_run), "--input", str(sentences), "--out", str(out)]) == 2
+    assert f"{sentences}:2" in capsys.readouterr().err
+
+
+# ---- In a real browser ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from alignmt.serve.browser import BrowserUnavailable, start_chromium
+
+    try:
+        driver = start_chromium()
+    except BrowserUnavailable as error:
+        if os.environ.get("CI"):  # CI installs Chromium: a browser that will not start is a failure
+            pytest.fail(f"the browser test cannot run: {error}")
+        pytest.skip(f"no browser: {error}")
+    yield driver
+    driver.quit()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _argmax(values: list[float]) -> int:
+    return max(range(len(values)), key=values.__getitem__)
+
+
+def _report(timings: list[dict], where: str) -> None:
+    kinds: dict[str, list[float]] = {}
+    for t in timings:
+        kinds.setdefault(t["kind"], []).append(t["ms"])
+    lines = [f"{k}: n={len(v)} median {statistics.median(v):.1f} ms, max {max(v):.1f} ms"
+             for k, v in kinds.items()]  # fmt: skip
+    print(f"\nexplorer interactions ({where}, from the click to the frame that shows it):")
+    print("\n".join("  " + line for line in lines))
+
+
+@pytest.mark.slow
+def test_a_user_steps_forces_overrides_and_opens_the_beam(
+    browser, snapshot_run, vanilla_run, tmp_path
+):
+    from alignmt.serve.browser import Explorer
+    from alignmt.serve.load import local_server
+
+    port = _free_port()
+    with TestClient(create_app(load_models([snapshot_run, vanilla_run]))) as api:
+        expected = api.post("/v1/step", json={"sentence": SENTENCE}).json()
+        beam = api.post("/v1/beam", json={"sentence": SENTENCE}).json()
+
+        with local_server([snapshot_run, vanilla_run], port):
+            page = Explorer(browser)
+            page.open(f"http://127.0.0.1:{port}/")
+            page.translate(SENTENCE, other="vanilla")
+            shown = page.panel()
+            assert shown["tokens"] == expected["tokens"] and shown["current"] == 0
+
+            for _ in range(3):
+                page.key("ArrowRight")
+            shown = page.panel()
+            alpha = expected["steps"][3]["attention"]
+            assert shown["current"] == 3
+            assert shown["alpha"] == pytest.approx(alpha, abs=1e-6)
+            assert shown["top"] == [_argmax(alpha)]  # the marked word has the largest α
+            assert shown["candidates"][0] == expected["steps"][3]["top_k"][0]["token"]
+            assert page.panel(1)["statement"].startswith("This model has no attention")
+
+            # What if the decoder had taken its second choice here?
+            candidate = next(c for c in shown["candidates"] if c != shown["tokens"][3])
+            page.force(candidate)
+            after = page.panel()
+            prefix = [*expected["tokens"][:3], candidate]
+            forced = api.post("/v1/step", json={"sentence": SENTENCE, "prefix": prefix}).json()
+            assert after["tokens"][3] == candidate and after["tokens"] == forced["tokens"]
+            assert after["forced"] == [0, 1, 2, 3] and after["whatif"]["kind"] == "force"
+            assert after["tokens"][:3] == expected["tokens"][:3]
+
+            # What if step 1 had looked at a word other than the one it chose?
+            page.js("document.querySelector('.panel .whatif button').click()")  # back
+            page.key("ArrowLeft")
+            page.key("ArrowLeft")
+            before = page.panel()
+            assert before["current"] == 1 and before["tokens"] == expected["tokens"]
+            elsewhere = len(before["source"]) - 2  # the last word, not </s>
+            assert elsewhere != before["top"][0]
+            page.override(elsewhere)
+            steered = page.panel()
+            truth = api.post("/v1/step", json={"sentence": SENTENCE,
+                                               "prefix": expected["tokens"][:1],
+                                               "override": {"1": elsewhere}}).json()  # fmt: skip
+            assert steered["tokens"] == truth["tokens"]
+            assert steered["alpha"][elsewhere] == 1.0 and steered["top"] == [elsewhere]
+            assert steered["whatif"]["changed"] == (truth["tokens"] != expected["tokens"])
+            if not steered["whatif"]["changed"]:
+                assert "did not change" in steered["whatif"]["text"]
+
+            tree = page.open_beam()
+            assert tree["nodes"] == len(beam["nodes"])
+            assert tree["nbest"] == [h["text"] for h in beam["finished"]]
+            assert set(tree["statuses"]) <= {"live", "finished", "pruned", "stopped"}
+            assert tree["chosen"] == len(beam["source_tokens"])  # the best one's attention
+
+            page.act("document.querySelector('.panel .training-box summary').click()")
+            snapshots = page.js("return document.querySelectorAll('.training .matrix tr').length")
+            assert snapshots == len(expected["tokens"]) + 1  # its rows and the header
+            shot = Path(os.environ.get("ALIGNMT_SCREENSHOT", tmp_path / "explorer.png"))
+            browser.save_screenshot(str(shot))
+            assert shot.stat().st_size > 10_000
+            _report(page.timings(), "live server, toy model")
+
+
+@pytest.mark.slow
+def test_the_written_page_steps_offline_from_a_file(browser, snapshot_run, vanilla_run, tmp_path):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from alignmt.serve.browser import Explorer
+
+    sentences = tmp_path / "in.txt"
+    sentences.write_text(f"{SENTENCE}\n{OTHER}\n")
+    out = tmp_path / "page.html"
+    assert main(["explore", str(snapshot_run), str(vanilla_run), "--input", str(sentences),
+                 "--out", str(out)]) == 0  # fmt: skip
+    stored = json.loads(re.search(r'type="application/json">(.*?)</script>', out.read_text(),
+                                  re.S).group(1))  # fmt: skip
+    expected = stored["sentences"][1]["results"]["run"]["step"]
+
+    page = Explorer(browser)
+    page.open(out.as_uri(), offline=True)
+    page.wait_for(1)  # the page shows its first sentence by itself
+    page.act("const s = document.getElementById('sentence-pick');"
+             "s.value = arguments[0]; s.dispatchEvent(new Event('change'))", OTHER)  # fmt: skip
+    page.key("ArrowRight")
+    page.key("ArrowRight")
+    shown = page.panel()
+    assert shown["tokens"] == expected["tokens"] and shown["current"] == 2
+    assert shown["top"] == [_argmax(expected["steps"][2]["attention"])]
+    stored_beam = stored["sentences"][1]["results"]["run"]["beam"]
+    assert page.open_beam()["nodes"] == len(stored_beam["nodes"])
+
+    # What-if needs the server, and the page says so instead of failing silently.
+    before = len(page.timings())
+    page.js("document.querySelectorAll('.panel .topk li')[1].click()")
+    WebDriverWait(browser, 10).until(lambda driver: "needs the server" in driver.execute_script(
+        "return document.getElementById('notice').textContent"))  # fmt: skip
+    assert len(page.timings()) == before and page.panel()["tokens"] == expected["tokens"]
+    assert page.resources() == []  # nothing fetched: no network needed
