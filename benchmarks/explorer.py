@@ -1,7 +1,7 @@
 """Explorer benchmark: how long each interaction on the page takes to show its result, in a
 real headless Chromium against a real `alignmt serve`, and the size of a written page.
 
-    python benchmarks/explorer.py runs/multi30k_en_de      # about 2 minutes
+    python benchmarks/explorer.py runs/multi30k_en_de      # about 5 minutes
 
 For each of the first N test_2016_flickr sentences, as a user would: translate it (greedy,
 step by step, top 5), step forward three times with the → key, force the second candidate
@@ -36,7 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", nargs="?", default="runs/multi30k_en_de")
     parser.add_argument("--src", default=str(FLICKR), help="source sentences, one per line")
-    parser.add_argument("--sentences", type=int, default=30, help="N")
+    parser.add_argument("--sentences", type=int, default=100, help="N")
     parser.add_argument("--port", type=int, default=8766)
     parser.add_argument("--screenshot", help="save the page, after the last sentence, here")
     args = parser.parse_args()
