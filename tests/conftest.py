@@ -140,3 +140,20 @@ def toy_run(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("toy")
     train(toy_corpus_config(folder, steps=300, eval_every=100), progress=False)
     return folder / "run"
+
+
+def vanilla_twin(run: Path, folder: Path) -> Path:
+    """An untrained model without attention on `run`'s vocabularies and tokenizers, saved as
+    the run folder `folder`."""
+    from dataclasses import replace
+
+    from alignmt.checkpoint import load_checkpoint, save_checkpoint
+
+    ckpt = load_checkpoint(run)
+    cfg = replace(ckpt.config, model=replace(ckpt.config.model, attention="none"))
+    torch.manual_seed(0)
+    model = Seq2Seq.from_config(cfg.model, src_vocab=len(ckpt.src_vocab),
+                                tgt_vocab=len(ckpt.tgt_vocab))  # fmt: skip
+    save_checkpoint(folder, model, cfg, ckpt.src_vocab, ckpt.tgt_vocab, 0,
+                    tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer))  # fmt: skip
+    return folder

@@ -21,7 +21,7 @@ from alignmt.serve.app import create_app
 from alignmt.serve.page import precompute, self_contained
 from alignmt.serve.registry import load_models
 from alignmt.train import train
-from tests.conftest import toy_corpus_config
+from tests.conftest import toy_corpus_config, vanilla_twin
 
 SENTENCE = "the big dog sleeps now"
 OTHER = "a small cat runs"
@@ -38,19 +38,7 @@ def snapshot_run(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def vanilla_run(snapshot_run, tmp_path_factory) -> Path:
-    """An untrained model without attention on the same vocabularies."""
-    from alignmt.checkpoint import save_checkpoint
-    from alignmt.model import Seq2Seq
-
-    ckpt = load_checkpoint(snapshot_run)
-    cfg = replace(ckpt.config, model=replace(ckpt.config.model, attention="none"))
-    torch.manual_seed(0)
-    model = Seq2Seq.from_config(cfg.model, src_vocab=len(ckpt.src_vocab),
-                                tgt_vocab=len(ckpt.tgt_vocab))  # fmt: skip
-    folder = tmp_path_factory.mktemp("vanilla") / "vanilla"
-    save_checkpoint(folder, model, cfg, ckpt.src_vocab, ckpt.tgt_vocab, 0,
-                    tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer))  # fmt: skip
-    return folder
+    return vanilla_twin(snapshot_run, tmp_path_factory.mktemp("vanilla") / "vanilla")
 
 
 @pytest.fixture(scope="module")

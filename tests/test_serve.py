@@ -17,13 +17,12 @@ import torch
 from fastapi.testclient import TestClient
 
 import alignmt
-from alignmt.checkpoint import load_checkpoint, save_checkpoint
-from alignmt.model import Seq2Seq
+from alignmt.checkpoint import load_checkpoint
 from alignmt.serve.app import create_app
 from alignmt.serve.limits import Limits
 from alignmt.serve.registry import load_models
 from alignmt.translate import Translator
-from tests.conftest import SHARED, needs_shared_data
+from tests.conftest import SHARED, needs_shared_data, vanilla_twin
 
 SENTENCE = "the big dog sleeps now"
 LIMITS = Limits(max_sentences=8, max_source_tokens=12, max_beam=6, max_top_k=10)
@@ -31,16 +30,7 @@ LIMITS = Limits(max_sentences=8, max_source_tokens=12, max_beam=6, max_top_k=10)
 
 @pytest.fixture(scope="module")
 def vanilla_run(toy_run, tmp_path_factory):
-    """An untrained model without attention on the toy run's vocabularies."""
-    ckpt = load_checkpoint(toy_run)
-    cfg = replace(ckpt.config, model=replace(ckpt.config.model, attention="none"))
-    torch.manual_seed(0)
-    model = Seq2Seq.from_config(cfg.model, src_vocab=len(ckpt.src_vocab),
-                                tgt_vocab=len(ckpt.tgt_vocab))  # fmt: skip
-    folder = tmp_path_factory.mktemp("served") / "vanilla"
-    save_checkpoint(folder, model, cfg, ckpt.src_vocab, ckpt.tgt_vocab, 0,
-                    tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer))  # fmt: skip
-    return folder
+    return vanilla_twin(toy_run, tmp_path_factory.mktemp("served") / "vanilla")
 
 
 @pytest.fixture(scope="module")
