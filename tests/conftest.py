@@ -157,3 +157,27 @@ def vanilla_twin(run: Path, folder: Path) -> Path:
     save_checkpoint(folder, model, cfg, ckpt.src_vocab, ckpt.tgt_vocab, 0,
                     tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer))  # fmt: skip
     return folder
+
+
+class Killed(Exception):
+    """Stands in for the signal that kills a run."""
+
+
+def train_killed_at(cfg, step: int, monkeypatch) -> None:
+    """Train `cfg` until its `step`-th training step raises `Killed`, as a kill would; then
+    put the real training step back, so that the caller can resume."""
+    import importlib
+
+    module = importlib.import_module("alignmt.train")  # the package re-exports train() as .train
+    real_step, calls = module.train_step, [0]
+
+    def dies(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == step:
+            raise Killed
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(module, "train_step", dies)
+    with pytest.raises(Killed):
+        module.train(cfg, progress=False)
+    monkeypatch.setattr(module, "train_step", real_step)

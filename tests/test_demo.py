@@ -69,14 +69,22 @@ def png_size(path) -> tuple[int, int]:
     return struct.unpack(">II", header[16:24])
 
 
-@pytest.mark.slow
-def test_demo_command_prints_its_table_and_writes_pngs_and_a_loadable_checkpoint(tmp_path):
-    out = tmp_path / "demo"
+@pytest.fixture(scope="module")
+def demo_command(tmp_path_factory):
+    """`alignmt demo` as a user runs it, briefly (40 steps): (the finished process, its output
+    folder)."""
+    out = tmp_path_factory.mktemp("command") / "demo"
     run = subprocess.run(
         [sys.executable, "-m", "alignmt", "demo", "--steps", "40", "--samples", "20",
          "--eval-lengths", "3,10,15", "--out", str(out)],
         capture_output=True, text=True, timeout=600, check=True,
     )  # fmt: skip
+    return run, out
+
+
+@pytest.mark.slow
+def test_demo_command_prints_its_table_and_writes_pngs_and_a_loadable_checkpoint(demo_command):
+    run, out = demo_command
     assert "| length | vanilla TF per-token acc | vanilla greedy exact match |" in run.stdout
     assert "| 15* |" in run.stdout and "Training time" in run.stdout
     assert "attention_luong" in run.stdout.split("Training time")[1]
@@ -94,13 +102,10 @@ def test_demo_command_prints_its_table_and_writes_pngs_and_a_loadable_checkpoint
 
 
 @pytest.mark.slow
-def test_demo_command_prints_both_orders_alignment_error_and_when_attention_sharpened(tmp_path):
-    out = tmp_path / "demo"
-    run = subprocess.run(
-        [sys.executable, "-m", "alignmt", "demo", "--steps", "40", "--samples", "20",
-         "--eval-lengths", "3,10,15", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, check=True,
-    )  # fmt: skip
+def test_demo_command_prints_both_orders_alignment_error_and_when_attention_sharpened(
+    demo_command,
+):
+    run, out = demo_command
     results = json.loads((out / "results.json").read_text())
     steps = list(range(0, 41, 2))  # every 40 // 20 steps
     assert results["alignment_lengths"] == [3, 10]  # 15 is longer than any training string

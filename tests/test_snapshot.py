@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -13,7 +11,8 @@ from alignmt.config import Config, ConfigError, DataConfig, ModelConfig, TrainCo
 from alignmt.data import Vocab
 from alignmt.model import Seq2Seq
 from alignmt.tasks import ALPHABET
-from alignmt.train import train, train_step
+from alignmt.train import train
+from tests.conftest import train_killed_at
 
 
 def tiny_config(folder, **train) -> Config:
@@ -95,30 +94,14 @@ def test_a_fresh_run_keeps_no_snapshot_of_an_earlier_run_in_its_folder(tmp_path)
     assert snapshot_steps(run_dir) == [0, 4]
 
 
-class _Killed(Exception):
-    """Stands in for the signal that kills a run."""
-
-
 def test_a_killed_run_resumed_keeps_the_snapshots_of_an_uninterrupted_one(tmp_path, monkeypatch):
     def config(folder):  # snapshots out of step with the checkpoints every 10 steps
         return tiny_config(folder, steps=30, eval_every=10, snapshot_every=4, schedule="cosine")
 
     whole = train(config(tmp_path / "whole"), progress=False).run_dir
-    calls, real_step = [0], train_step
-
-    def dies_at_step_27(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == 27:
-            raise _Killed
-        return real_step(*args, **kwargs)
-
-    module = importlib.import_module("alignmt.train")  # the package re-exports train() as .train
-    monkeypatch.setattr(module, "train_step", dies_at_step_27)
-    with pytest.raises(_Killed):
-        train(config(tmp_path / "killed"), progress=False)
+    train_killed_at(config(tmp_path / "killed"), 27, monkeypatch)
     killed = tmp_path / "killed" / "run"
     assert snapshot_steps(killed)[-1] == 24  # kept after the last checkpoint (step 20)
-    monkeypatch.setattr(module, "train_step", real_step)
     train(config(tmp_path / "killed"), progress=False, resume=True)
 
     assert snapshot_steps(killed) == snapshot_steps(whole) == [0, 4, 8, 12, 16, 20, 24, 28, 30]

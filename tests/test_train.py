@@ -15,7 +15,7 @@ from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig, load_co
 from alignmt.data import Batch, Vocab
 from alignmt.tasks import ALPHABET
 from alignmt.train import lr_factor, pick_device, train, train_step
-from tests.conftest import padded_batch, tiny_model, toy_corpus_config
+from tests.conftest import padded_batch, tiny_model, toy_corpus_config, train_killed_at
 
 
 def tiny_config(tmp_path, **train) -> Config:
@@ -167,10 +167,6 @@ def test_the_plateau_schedule_halves_the_rate_after_each_evaluation_without_impr
     assert lrs == pytest.approx([1e-12, 1e-12, 0.5e-12, 0.25e-12])
 
 
-class _Killed(Exception):
-    """Stands in for the signal that kills a run."""
-
-
 @pytest.mark.parametrize("data", ["corpus", "task"])
 def test_a_killed_run_resumed_from_its_last_checkpoint_ends_with_the_same_weights(
     tmp_path, monkeypatch, data
@@ -181,19 +177,7 @@ def test_a_killed_run_resumed_from_its_last_checkpoint_ends_with_the_same_weight
         return tiny_config(folder, steps=30, eval_every=10, log_every=5)
 
     train(config(tmp_path / "whole"), progress=False)
-    calls, real_step = [0], train_step
-
-    def dies_at_step_23(*args, **kwargs):
-        calls[0] += 1
-        if calls[0] == 23:
-            raise _Killed
-        return real_step(*args, **kwargs)
-
-    module = importlib.import_module("alignmt.train")  # the package re-exports train() as .train
-    monkeypatch.setattr(module, "train_step", dies_at_step_23)
-    with pytest.raises(_Killed):
-        train(config(tmp_path / "killed"), progress=False)
-    monkeypatch.setattr(module, "train_step", real_step)
+    train_killed_at(config(tmp_path / "killed"), 23, monkeypatch)
     train(config(tmp_path / "killed"), progress=False, resume=True)
 
     whole, resumed = (load_file(str(tmp_path / d / "run" / "last.safetensors"))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -27,8 +27,9 @@ from types import ModuleType
 import torch
 from torch import Tensor
 
+from alignmt.config import DataConfig
 from alignmt.corpus import CorpusError, read_lines
-from alignmt.data import Vocab, make_batch
+from alignmt.data import Vocab, make_batch, read_split
 from alignmt.model import Seq2Seq
 from alignmt.tokenize import SPACE, SentencePieceTokenizer, Tokenizer
 from alignmt.translate import Translator
@@ -327,3 +328,26 @@ def eflomal_links(
     if len(lines) != len(sources):
         raise RuntimeError(f"eflomal wrote {len(lines)} alignments for {len(sources)} pairs")
     return [parse_pharaoh(line, where=f"eflomal output:{n + 1}")[0] for n, line in enumerate(lines)]
+
+
+def eflomal_reference_links(
+    data: DataConfig,
+    translator: Translator,
+    sources: Sequence[Sequence[str]],
+    references: Sequence[Sequence[str]],
+    progress: Callable[[str], None] = lambda stage: None,
+) -> list[set[Link]]:
+    """eflomal's links for test pairs' words, learnt on a run's training corpus (`data.train`)
+    cut as the model cuts it, with the test pairs appended: eflomal aligns only what it
+    learns on. `progress` is told each stage as it starts."""
+    if not data.train:
+        raise ValueError("--reference-aligner: the run's config names no data.train")
+    pairs = read_split(data.train, src_lang=data.src_lang, tgt_lang=data.tgt_lang,
+                       swap=data.tsv_swap, what="data.train")  # fmt: skip
+    progress(f"tokenizing the {len(pairs):,} pairs of {data.train}")
+    train_src = [sentence_words(translator.src_tokenizer, p.src).words for p in pairs]
+    train_ref = [sentence_words(translator.tgt_tokenizer, p.tgt).words for p in pairs]
+    progress(f"eflomal on {len(pairs) + len(sources):,} pairs (training + test)")
+    links = eflomal_links(train_src + list(sources), train_ref + list(references))
+    progress("eflomal done")
+    return links[len(pairs) :]

@@ -21,7 +21,7 @@ import torch
 from alignmt.align import (
     Link,
     alignment_error_rate,
-    eflomal_links,
+    eflomal_reference_links,
     import_eflomal,
     read_alignments,
     sentence_words,
@@ -29,7 +29,7 @@ from alignmt.align import (
 )
 from alignmt.allocator import keep_freed_memory
 from alignmt.checkpoint import load_checkpoint
-from alignmt.config import Config, ConfigError, apply_overrides, dump_config, load_config
+from alignmt.config import ConfigError, apply_overrides, dump_config, load_config
 from alignmt.corpus import CorpusError, read_lines
 from alignmt.data import EOS, read_split
 from alignmt.demo import run_demo
@@ -395,8 +395,13 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
             args.gold_alignments, lengths=lengths, pairs_from=pairs_from
         )
     if args.reference_aligner:
-        links = _eflomal_test_links(ckpt.config, translator, [s.words for s in sources],
-                                    [r.words for r in references])  # fmt: skip
+        start = time.perf_counter()
+        links = eflomal_reference_links(
+            ckpt.config.data, translator, [s.words for s in sources],
+            [r.words for r in references],
+            progress=lambda stage: print(f"[{time.perf_counter() - start:5.1f} s] {stage}",
+                                         file=sys.stderr, flush=True),
+        )  # fmt: skip
         golds["eflomal (forward links, all sure)"] = (links, links)
     _print_alignment_scores(Path(args.run_dir).name, hyps, golds)
     return 0
@@ -416,29 +421,6 @@ def _print_alignment_scores(
     print("\nA: the attention's links, S: sure, P: sure + possible; counts summed over the "
           "corpus (Och & Ney 2003): precision |A∩P|/|A|, recall |A∩S|/|S|, "
           "AER 1 - (|A∩S| + |A∩P|)/(|A| + |S|)")  # fmt: skip
-
-
-def _eflomal_test_links(
-    cfg: Config, translator: Translator, src: list[list[str]], ref: list[list[str]]
-) -> list[set[Link]]:
-    """eflomal's links for the test pairs' words, learnt on the run's training corpus, cut as
-    the model cuts it, with the test pairs appended: eflomal aligns only what it learns on."""
-    if not cfg.data.train:
-        raise ValueError("--reference-aligner: the run's config names no data.train")
-    start = time.perf_counter()
-    train_pairs = read_split(cfg.data.train, src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang,
-                             swap=cfg.data.tsv_swap, what="data.train")  # fmt: skip
-    _progress(f"tokenizing the {len(train_pairs):,} pairs of {cfg.data.train}", start)
-    train_src = [sentence_words(translator.src_tokenizer, p.src).words for p in train_pairs]
-    train_ref = [sentence_words(translator.tgt_tokenizer, p.tgt).words for p in train_pairs]
-    _progress(f"eflomal on {len(train_pairs) + len(src):,} pairs (training + test)", start)
-    links = eflomal_links(train_src + src, train_ref + ref)
-    _progress("eflomal done", start)
-    return links[len(train_pairs) :]
-
-
-def _progress(stage: str, start: float) -> None:
-    print(f"[{time.perf_counter() - start:5.1f} s] {stage}", file=sys.stderr, flush=True)
 
 
 def run_compare_command(args: argparse.Namespace) -> int:
