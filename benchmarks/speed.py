@@ -32,12 +32,12 @@ from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
 from alignmt.data import read_split, source_batch
 from alignmt.evaluate import corpus_scores
 from alignmt.model import Seq2Seq
+from alignmt.prepare import prepare_text
 from alignmt.search import beam_decode_batches, decode_batches
 from alignmt.train import (
     Progress,
     corpus_batches,
     make_optimizer,
-    prepare_text,
     seed_everything,
     train_step,
 )
