@@ -89,6 +89,15 @@ def padded_batch(src_lens=(6, 2, 4), tgt_lens=(3, 5, 1), seed: int = 1):
     return src, torch.tensor(src_lens), tgt_in, torch.tensor(tgt_lens)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cache_in_tmp(tmp_path_factory):
+    """Tokenised-corpus caches go to a temporary folder, never into ~/.cache (subprocesses
+    inherit the variable)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ALIGNMT_CACHE", str(tmp_path_factory.mktemp("alignmt_cache")))
+        yield
+
+
 needs_shared_data = pytest.mark.skipif(
     not (SHARED / "data").is_dir(), reason=f"../shared/data is absent (looked in {SHARED})"
 )

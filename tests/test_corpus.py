@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from alignmt.corpus import CorpusError, Pair, ReadReport, read_lines, read_parallel, read_tsv
+from alignmt.corpus import (
+    CorpusError,
+    Pair,
+    ReadReport,
+    read_lines,
+    read_parallel,
+    read_tsv,
+    stream_parallel,
+    stream_tsv,
+)
 from tests.conftest import SHARED, needs_shared_data
 
 
@@ -129,6 +138,28 @@ def test_nothing_dropped_logs_no_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="alignmt.corpus"):
         read_parallel(src, tgt)
     assert caplog.records == []
+
+
+def test_a_stream_gives_rows_as_it_reads_and_names_a_bad_line_when_it_gets_there(tmp_path):
+    src = write(tmp_path / "a.en", b"one\n\nthree\nfo\xffur\n")
+    tgt = write(tmp_path / "a.de", "eins\nzwei\ndrei\nvier\n")
+    stream = stream_parallel(src, tgt)
+    assert (stream.origin, stream.files) == (src, (src, tgt))
+    rows = iter(stream)
+    assert [next(rows), next(rows)] == [(1, "one", "eins"), (3, "three", "drei")]
+    assert (stream.report.read, stream.report.kept, stream.report.empty) == (3, 2, [f"{src}:2"])
+    with pytest.raises(CorpusError, match=r"a\.en:4: invalid UTF-8"):
+        next(rows)
+
+
+def test_a_tsv_stream_reads_the_same_pairs_as_read_tsv(tmp_path):
+    path = write(tmp_path / "a.tsv", "Go.\tVa !\n\nHi.\tSalut !\n")
+    pairs, _ = read_tsv(path, src_column=1, tgt_column=0)
+    stream = stream_tsv(path, src_column=1, tgt_column=0)
+    assert [(p.src, p.tgt, p.where) for p in pairs] == [
+        (src, tgt, f"{stream.origin}:{line}") for line, src, tgt in stream
+    ]
+    assert stream.report.summary() == f"{path}: 3 lines, 2 kept, 1 dropped as empty ({path}:2)"
 
 
 # --- read_tsv -----------------------------------------------------------------------------

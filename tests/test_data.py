@@ -4,6 +4,7 @@ import gzip
 import random
 from dataclasses import fields
 
+import numpy as np
 import pytest
 import torch
 
@@ -18,7 +19,6 @@ from alignmt.data import (
     bucket_batches,
     char_detokenize,
     char_tokenize,
-    drop_long,
     make_batch,
     pad_sequences,
     read_split,
@@ -273,8 +273,8 @@ def test_bucket_batches_cover_every_pair_once_and_group_similar_lengths():
 def test_bucket_batches_by_tokens_stay_within_the_budget_and_depend_only_on_the_rng():
     rng = random.Random(0)
     lengths = [(5, rng.randint(1, 30)) for _ in range(500)] + [(5, 300)]  # one over budget
-    make = lambda seed: bucket_batches(lengths, batch_size=1, batch_tokens=200,  # noqa: E731
-                                       rng=random.Random(seed))  # fmt: skip
+    make = lambda seed: [b.tolist() for b in bucket_batches(  # noqa: E731
+        lengths, batch_size=1, batch_tokens=200, rng=random.Random(seed))]  # fmt: skip
     batches = make(3)
     assert sorted(i for b in batches for i in b) == list(range(501))
     for b in batches:
@@ -283,12 +283,49 @@ def test_bucket_batches_by_tokens_stay_within_the_budget_and_depend_only_on_the_
     assert make(3) == batches and make(4) != batches
 
 
-def test_drop_long_keeps_short_pairs_and_names_the_dropped_lines(caplog):
-    pairs = [(["a"] * 3, ["b"] * 3), (["a"] * 9, ["b"]), (["a"], ["b"] * 9), (["a"] * 5, ["b"])]
-    keep = drop_long(pairs, ["f:1", "f:2", "f:3", "f:4"], max_tokens=5)
-    assert keep == [0, 3]
-    assert "dropped 2 of 4 pairs longer than 5 tokens" in caplog.text
-    assert "f:2, f:3" in caplog.text
+def list_bucket_batches(lengths, *, batch_size, batch_tokens, rng, pool=100):
+    """bucket_batches as it was written on Python lists, before numpy: the reference."""
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    per_pool = pool * (batch_size if not batch_tokens else max(1, batch_tokens // 16))
+    batches = []
+    for start in range(0, len(order), per_pool):
+        chunk = sorted(order[start : start + per_pool], key=lambda i: lengths[i][::-1])
+        if not batch_tokens:
+            batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+            continue
+        current, longest = [], 0
+        for i in chunk:
+            longest_with = max(longest, lengths[i][1] + 1)
+            if current and longest_with * (len(current) + 1) > batch_tokens:
+                batches.append(current)
+                current, longest_with = [], lengths[i][1] + 1
+            current.append(i)
+            longest = longest_with
+        batches += [current] if current else []
+    rng.shuffle(batches)
+    return batches
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "batch_tokens", "pool"), [(7, 0, 3), (64, 0, 100), (1, 90, 2), (64, 600, 100)]
+)
+def test_bucket_batches_are_those_of_the_list_implementation_for_the_same_rng(
+    batch_size, batch_tokens, pool
+):
+    rng = random.Random(batch_size + batch_tokens)
+    # few distinct lengths: many ties, whose order only a stable sort keeps
+    lengths = [(rng.randint(1, 12), rng.randint(1, 12)) for _ in range(5000)] + [(3, 95)]
+    expected = list_bucket_batches(lengths, batch_size=batch_size, batch_tokens=batch_tokens,
+                                   rng=random.Random(5), pool=pool)  # fmt: skip
+    for given in (lengths, np.array(lengths, dtype=np.int32)):
+        batches = bucket_batches(given, batch_size=batch_size, batch_tokens=batch_tokens,
+                                 rng=random.Random(5), pool=pool)  # fmt: skip
+        assert [b.tolist() for b in batches] == expected
+
+
+def test_bucket_batches_of_no_pairs_are_none():
+    assert bucket_batches(np.zeros((0, 2), dtype=np.int64), batch_size=4, rng=random.Random()) == []
 
 
 def test_read_split_finds_plain_or_gzipped_files_and_names_what_is_missing(tmp_path):

@@ -156,6 +156,21 @@ def test_from_json_rebuilds_a_tokenizer_that_encodes_the_same(kind, lowercase, s
     assert [rebuilt.encode(s) for s in probes] == [original.encode(s) for s in probes]
 
 
+@pytest.mark.parametrize("kind", ["moses", "char", "sentencepiece"])
+@pytest.mark.parametrize("lowercase", [False, True])
+def test_encode_batch_gives_the_tokens_encode_gives(kind, lowercase, sentences):
+    tokenizer = build_tokenizer(
+        kind, lang="de", lowercase=lowercase, train_sentences=sentences, vocab_size=60
+    )
+    # Characters the SentencePiece model never saw: unknown pieces keep their own text.
+    probes = [*sentences[:30], "Größe: ÄÖÜ ß €5 — ok", "", "Zoë says ☃ ☃"]
+    encoded = tokenizer.encode_batch(probes)
+    assert encoded.lengths.tolist() == [len(tokenizer.encode(s)) for s in probes]
+    flat = [encoded.table[code] for code in encoded.codes.tolist()]
+    assert flat == [token for s in probes for token in tokenizer.encode(s)]
+    assert len(set(encoded.table)) == len(encoded.table)
+
+
 def test_from_json_rejects_an_unknown_kind_and_names_it():
     with pytest.raises(ValueError, match="'wordpiece'"):
         tokenizer_from_json(json.dumps({"kind": "wordpiece", "lowercase": False}))

@@ -68,6 +68,17 @@ class DataConfig:
     min_freq: int = 1  # tokens seen fewer times in train become <unk>
     max_tokens: int = 80  # training pairs longer than this (either side, tokens) are dropped
     limit: int = 0  # read only the first N pairs of train and valid (quick trials); 0: all
+    # drop training pairs whose longer side has over this many times the tokens of the
+    # shorter (misaligned lines); 0: keep all
+    max_len_ratio: float = 0.0
+    # SentencePiece trains on a seeded uniform sample of this many training pairs; 0: all
+    # (a smaller corpus trains on every pair)
+    spm_sample: int = 1_000_000
+    # keep the tokenised training split in a folder keyed by the corpus files' contents and
+    # these settings, memory-mapped by later runs and by every process of a run; false: in RAM
+    cache: bool = True
+    cache_dir: str = ""  # "": $ALIGNMT_CACHE, else $XDG_CACHE_HOME/alignmt, else ~/.cache/alignmt
+    workers: int = 0  # processes that tokenise the training split; 0: one per CPU it may use
 
 
 @dataclass
@@ -91,7 +102,18 @@ class TrainConfig:
     metric: Literal["bleu", "loss"] = "bleu"  # validation metric for best checkpoint and stopping
     tensorboard: bool = False  # also write TensorBoard event files (needs the tensorboard package)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when available
+    # bfloat16: run forward and backward under autocast (GPUs; weights and Adam stay float32)
+    precision: Literal["float32", "bfloat16"] = "float32"
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    # Micro-batches per update and process: N processes x accumulate K x batch B is one update
+    # on N*K*B sentences, so one process with K = N follows an N-process run
+    accumulate: int = 1
+    # Stop with an error after this many updates in a row with a non-finite loss or gradient
+    # (each is skipped, not applied, and counted in the log)
+    max_bad_steps: int = 10
+    # Distributed runs: how long a process waits for the others in a collective (validation
+    # and checkpoint writing on rank 0 included) before it gives up with an error
+    wait_minutes: float = 30.0
     # >0: keep the weights at step 0, every N steps and the last in snapshots/ (what attention
     # looked like as it trained); 0: none
     snapshot_every: int = 0
@@ -123,10 +145,12 @@ class ConfigError(ValueError):
 _CLI = "command line"
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 # Int fields named like this are sizes or counts, so must be at least 1 (but not warmup_steps).
-_COUNTS = ("_dim", "hidden", "layers", "steps", "batch_size", "log_every", "_len", "_size")
+_COUNTS = (
+    "_dim", "hidden", "layers", "steps", "batch_size", "log_every", "_len", "_size", "accumulate",
+)  # fmt: skip
 _NON_NEGATIVE = (
     "warmup_steps", "batch_tokens", "eval_every", "early_stop", "threads", "limit", "minutes",
-    "snapshot_every",
+    "snapshot_every", "data.max_len_ratio", "spm_sample", "workers",
 )  # fmt: skip
 _PROBABILITIES = ("model.dropout", "model.state_dropout", "train.label_smoothing")
 
@@ -213,10 +237,12 @@ def _check_ranges(cfg: Config, source: str) -> None:
             problem = "must be at least 1"
         elif key in _PROBABILITIES and not 0 <= value < 1:
             problem = "must be in [0, 1)"
-        elif key == "train.lr" and value <= 0:
+        elif key in ("train.lr", "train.wait_minutes") and value <= 0:
             problem = "must be positive"
         elif key in ("data.min_freq", "data.max_tokens", "train.plateau_patience") and value < 1:
             problem = "must be at least 1"
+        elif key == "data.max_len_ratio" and 0 < value < 1:
+            problem = "must be 0 (keep all) or at least 1"
         elif key == "data.min_len" and value > cfg.data.max_len:
             problem = f"must not exceed data.max_len ({cfg.data.max_len})"
         else:

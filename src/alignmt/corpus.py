@@ -2,15 +2,18 @@
 
 Owns turning files into sentence pairs that remember where they came from, with errors that
 name the file and line, and a `ReadReport` that accounts for every line read: a pair is
-either kept or listed as dropped, never lost silently. Does not tokenise (`tokenize`) or
+either kept or listed as dropped, never lost silently. Pairs can be read into memory
+(`read_parallel`, `read_tsv`) or streamed a line at a time (`stream_parallel`, `stream_tsv`),
+for corpora too big to hold as Python strings. Does not tokenise (`tokenize`) or
 batch (`data`), and imports no other alignmt module.
 """
 
 from __future__ import annotations
 
 import gzip
+import itertools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,15 +49,17 @@ class ReadReport:
         """One line for logs, naming the first few dropped locations."""
         dropped = len(self.empty)
         line = f"{self.path}: {self.read} lines, {self.kept} kept, {dropped} dropped as empty"
-        if not self.empty:
-            return line
-        shown = ", ".join(self.empty[:_SHOWN_DROPS])
-        more = dropped - _SHOWN_DROPS
-        return f"{line} ({shown}{f', and {more} more' if more > 0 else ''})"
+        return f"{line} ({locations(self.empty, dropped)})" if dropped else line
 
 
-def read_lines(path: str | Path) -> list[str]:
-    """Every line of a UTF-8 text file, `.gz` decompressed, without line terminators.
+def locations(first: Sequence[str], count: int) -> str:
+    """The first few of `count` dropped locations for a log line: "a:2, a:5, a:9, and 4 more"."""
+    more = count - _SHOWN_DROPS
+    return ", ".join(first[:_SHOWN_DROPS]) + (f", and {more} more" if more > 0 else "")
+
+
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file, one at a time, `.gz` decompressed, without terminators.
 
     Lines are split on "\\n" only (a preceding "\\r" is dropped too), never on the other
     characters `str.splitlines` treats as breaks ("\\x85", "\\u2028", ...): those occur
@@ -63,30 +68,34 @@ def read_lines(path: str | Path) -> list[str]:
     Args:
         path: a text file; read with gzip when its name ends in `.gz`.
 
-    Returns:
+    Yields:
         The lines in order, a leading UTF-8 byte order mark removed. A final newline does
         not make an extra empty line.
 
     Raises:
         CorpusError: the file is missing, a directory, unreadable, or not valid UTF-8
-            (the message gives the line and column of the first bad byte).
+            (the message gives the line and column of the first bad byte), when the reading
+            gets there.
     """
     path = Path(path)
     if path.is_dir():
         raise CorpusError(f"{path}: is a directory, expected a text file")
-    lines: list[str] = []
+    lineno = 0
     try:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as file:
             # Binary iteration splits on b"\n" alone; decoding line by line keeps errors exact.
-            for raw in file:
-                lines.append(_decode(raw, path, len(lines) + 1))
+            for lineno, raw in enumerate(file, 1):
+                line = _decode(raw, path, lineno)
+                yield line.removeprefix(_BOM) if lineno == 1 else line
     except FileNotFoundError as exc:
         raise CorpusError(f"{path}: no such file") from exc
     except (OSError, EOFError) as exc:
-        raise CorpusError(f"{path}:{len(lines) + 1}: cannot read ({exc})") from exc
-    if lines:
-        lines[0] = lines[0].removeprefix(_BOM)
-    return lines
+        raise CorpusError(f"{path}:{lineno + 1}: cannot read ({exc})") from exc
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """Every line of a UTF-8 text file: `iter_lines` as a list (same arguments and errors)."""
+    return list(iter_lines(path))
 
 
 def _decode(raw: bytes, path: Path, lineno: int) -> str:
@@ -99,6 +108,66 @@ def _decode(raw: bytes, path: Path, lineno: int) -> str:
         bad = raw[exc.start]
         msg = f"{path}:{lineno}: invalid UTF-8 (byte 0x{bad:02x} at column {column})"
         raise CorpusError(msg) from None
+
+
+Row = tuple[int, str, str]  # (1-based line, source, target)
+
+
+@dataclass
+class PairStream:
+    """The sentence pairs of a corpus, read as they are iterated over: one pass, little memory.
+
+    Iterating gives `(line, source, target)` rows, both sides stripped and neither empty; the
+    `report` counts what has been read so far (it is complete once the rows are exhausted).
+    """
+
+    rows: Iterator[Row]
+    report: ReadReport
+    origin: Path  # the file whose line numbers the rows give: the source file, or the TSV
+    files: tuple[Path, ...]  # every file read, for a cache key
+
+    def __iter__(self) -> Iterator[Row]:
+        return self.rows
+
+
+def stream_parallel(src_path: str | Path, tgt_path: str | Path) -> PairStream:
+    """Sentence pairs from two line-aligned files, streamed (see `read_parallel`).
+
+    Raises:
+        CorpusError: as `read_parallel`, when the reading gets there.
+    """
+    src_path, tgt_path = Path(src_path), Path(tgt_path)
+    report = ReadReport(path=f"{src_path} + {tgt_path}", read=0, kept=0)
+    rows = _parallel_rows(src_path, tgt_path, report)
+    return PairStream(rows, report, src_path, (src_path, tgt_path))
+
+
+def _parallel_rows(src_path: Path, tgt_path: Path, report: ReadReport) -> Iterator[Row]:
+    src_lines, tgt_lines = iter_lines(src_path), iter_lines(tgt_path)
+    for lineno, (src, tgt) in enumerate(itertools.zip_longest(src_lines, tgt_lines), 1):
+        if src is None or tgt is None:
+            # One file has ended: count the rest of the other for the message.
+            n_src = lineno - 1 + (src is not None) + sum(1 for _ in src_lines)
+            n_tgt = lineno - 1 + (tgt is not None) + sum(1 for _ in tgt_lines)
+            longer = src_path if n_src > n_tgt else tgt_path
+            raise CorpusError(
+                f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}: "
+                f"line {lineno} of {longer} has no partner"
+            )
+        report.read = lineno
+        row = _keep(lineno, src, tgt, src_path, report)
+        if row:
+            yield row
+
+
+def _keep(lineno: int, src: str, tgt: str, origin: Path, report: ReadReport) -> Row | None:
+    """The stripped row, or None (and the line listed in the report) when a side is empty."""
+    src, tgt = src.strip(), tgt.strip()
+    if src and tgt:
+        report.kept += 1
+        return lineno, src, tgt
+    report.empty.append(f"{origin}:{lineno}")
+    return None
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[Pair], ReadReport]:
@@ -116,16 +185,31 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> tuple[list[Pair
         CorpusError: either file cannot be read, or their line counts differ (the message
             names both files, both counts and the first line without a partner).
     """
-    src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
-    n_src, n_tgt = len(src_lines), len(tgt_lines)
-    if n_src != n_tgt:
-        longer = src_path if n_src > n_tgt else tgt_path
-        raise CorpusError(
-            f"{src_path} has {n_src} lines but {tgt_path} has {n_tgt}: "
-            f"line {min(n_src, n_tgt) + 1} of {longer} has no partner"
+    return read_stream(stream_parallel(src_path, tgt_path))
+
+
+def stream_tsv(path: str | Path, *, src_column: int = 0, tgt_column: int = 1) -> PairStream:
+    """Sentence pairs from tab-separated lines, streamed (see `read_tsv`).
+
+    Raises:
+        ValueError: the columns are negative or equal.
+        CorpusError: as `read_tsv`, when the reading gets there.
+    """
+    if min(src_column, tgt_column) < 0 or src_column == tgt_column:
+        raise ValueError(
+            f"src_column and tgt_column must be distinct and >= 0, got {src_column}, {tgt_column}"
         )
-    rows = ((i, src, tgt) for i, (src, tgt) in enumerate(zip(src_lines, tgt_lines, strict=True), 1))
-    return _collect(rows, src_path, label=f"{src_path} + {tgt_path}", read=n_src)
+    path = Path(path)
+    report = ReadReport(path=str(path), read=0, kept=0)
+    return PairStream(_tsv_rows(path, src_column, tgt_column, report), report, path, (path,))
+
+
+def _tsv_rows(path: Path, src_column: int, tgt_column: int, report: ReadReport) -> Iterator[Row]:
+    for lineno, line in enumerate(iter_lines(path), 1):
+        report.read = lineno
+        row = _keep(lineno, *_columns(line, path, lineno, src_column, tgt_column), path, report)
+        if row:
+            yield row
 
 
 def read_tsv(
@@ -147,15 +231,7 @@ def read_tsv(
         CorpusError: the file cannot be read, or a non-blank line has no tab or fewer
             fields than the requested columns need.
     """
-    if min(src_column, tgt_column) < 0 or src_column == tgt_column:
-        raise ValueError(
-            f"src_column and tgt_column must be distinct and >= 0, got {src_column}, {tgt_column}"
-        )
-    lines = read_lines(path)
-    rows = (
-        (i, *_columns(line, path, i, src_column, tgt_column)) for i, line in enumerate(lines, 1)
-    )
-    return _collect(rows, path, label=str(path), read=len(lines))
+    return read_stream(stream_tsv(path, src_column=src_column, tgt_column=tgt_column))
 
 
 def _columns(
@@ -176,17 +252,16 @@ def _columns(
     return fields[src_column], fields[tgt_column]
 
 
-def _collect(
-    rows: Iterable[tuple[int, str, str]], where_path: str | Path, *, label: str, read: int
-) -> tuple[list[Pair], ReadReport]:
-    pairs, empty = [], []
-    for lineno, src, tgt in rows:
-        src, tgt, where = src.strip(), tgt.strip(), f"{where_path}:{lineno}"
-        if src and tgt:
-            pairs.append(Pair(src, tgt, where))
-        else:
-            empty.append(where)
-    report = ReadReport(path=label, read=read, kept=len(pairs), empty=empty)
-    if empty:
-        logger.warning(report.summary())
-    return pairs, report
+def read_stream(stream: PairStream) -> tuple[list[Pair], ReadReport]:
+    """Every pair of `stream` in memory, located "origin:LINE"; dropped pairs are logged.
+
+    Args:
+        stream: from `stream_parallel` or `stream_tsv`, not yet iterated.
+
+    Returns:
+        The pairs and the complete report.
+    """
+    pairs = [Pair(src, tgt, f"{stream.origin}:{lineno}") for lineno, src, tgt in stream]
+    if stream.report.empty:
+        logger.warning(stream.report.summary())
+    return pairs, stream.report

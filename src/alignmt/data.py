@@ -1,10 +1,10 @@
 """Text to tensors: the vocabulary, corpus splits as token ids, bucketing and padding.
 
 Owns the special tokens and their ids, `Vocab` (stored inside checkpoints as JSON), finding
-a corpus split on disk (`read_split`), dropping over-long pairs with a report, length-bucketed
-batch order, and `Batch`, the padded id tensors the model and the loss consume. Reading files
-line by line is `corpus`'s and cutting sentences into tokens is `tokenize`'s; the synthetic
-tasks are `tasks`', and the loss is `train`'s.
+a corpus split on disk (`read_split`, `stream_split`), length-bucketed batch order, and
+`Batch`, the padded id tensors the model and the loss consume. Reading files line by line is
+`corpus`'s and cutting sentences into tokens is `tokenize`'s; the synthetic tasks are
+`tasks`', building the training split's id arrays is `prepare`'s, and the loss is `train`'s.
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ import json
 import logging
 import random
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from alignmt.corpus import CorpusError, Pair, read_parallel, read_tsv
+from alignmt.corpus import CorpusError, Pair, PairStream, read_stream, stream_parallel, stream_tsv
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,25 @@ class Vocab:
             The vocabulary, ordered by frequency descending, then token, so that the same
             corpus always gives the same ids.
         """
+        return cls.from_counts(
+            Counter(token for seq in sequences for token in seq), min_freq, max_size
+        )
+
+    @classmethod
+    def from_counts(
+        cls, counts: Mapping[str, int], min_freq: int = 1, max_size: int | None = None
+    ) -> Vocab:
+        """The vocabulary of tokens counted in a corpus: `build` for counts made elsewhere.
+
+        Args:
+            counts: occurrences of each token; special tokens among them are skipped.
+            min_freq, max_size: as for `build`.
+
+        Returns:
+            The vocabulary, ordered by count descending, then token.
+        """
         if min_freq < 1:
             raise ValueError(f"min_freq must be >= 1, got {min_freq}")
-        counts = Counter(token for seq in sequences for token in seq)
         ranked = sorted(
             (t for t, c in counts.items() if c >= min_freq and t not in SPECIALS),
             key=lambda t: (-counts[t], t),
@@ -152,14 +169,22 @@ def read_split(spec: str, *, src_lang: str, tgt_lang: str, swap: bool, what: str
     Returns:
         The pairs; empty ones are dropped and reported by `corpus`.
     """
+    pairs, report = read_stream(
+        stream_split(spec, src_lang=src_lang, tgt_lang=tgt_lang, swap=swap, what=what)
+    )
+    log.info("%s", report.summary())
+    return pairs
+
+
+def stream_split(spec: str, *, src_lang: str, tgt_lang: str, swap: bool, what: str) -> PairStream:
+    """The sentence pairs of one corpus split, streamed: `read_split` for corpora too big
+    to hold in memory (same arguments). The files must exist; they are read as the stream
+    is iterated over."""
     if spec.endswith(".tsv"):
         if not Path(spec).is_file():
             raise CorpusError(f"{what}: {spec} does not exist{_DATA_HINT}")
-        pairs, report = read_tsv(spec, src_column=int(swap), tgt_column=int(not swap))
-    else:
-        pairs, report = read_parallel(*(_find(spec, lang, what) for lang in (src_lang, tgt_lang)))
-    log.info("%s", report.summary())
-    return pairs
+        return stream_tsv(spec, src_column=int(swap), tgt_column=int(not swap))
+    return stream_parallel(*(_find(spec, lang, what) for lang in (src_lang, tgt_lang)))
 
 
 _DATA_HINT = (
@@ -175,31 +200,14 @@ def _find(prefix: str, lang: str, what: str) -> Path:
     raise CorpusError(f"{what}: neither {prefix}.{lang} nor {prefix}.{lang}.gz exists{_DATA_HINT}")
 
 
-def drop_long(
-    pairs: Sequence[tuple[Sequence[str], Sequence[str]]], where: Sequence[str], max_tokens: int
-) -> list[int]:
-    """Indices of the tokenised pairs with at most `max_tokens` tokens on each side; the
-    others are counted and logged with their locations, never dropped silently."""
-    keep = [i for i, (s, t) in enumerate(pairs) if len(s) <= max_tokens and len(t) <= max_tokens]
-    dropped = len(pairs) - len(keep)
-    if dropped:
-        kept = set(keep)
-        first = [where[i] for i in range(len(pairs)) if i not in kept][:3]
-        log.warning(
-            "dropped %d of %d pairs longer than %d tokens (data.max_tokens): %s%s",
-            dropped, len(pairs), max_tokens, ", ".join(first), ", ..." * (dropped > 3),
-        )  # fmt: skip
-    return keep
-
-
 def bucket_batches(
-    lengths: Sequence[tuple[int, int]],
+    lengths: Sequence[tuple[int, int]] | np.ndarray,
     *,
     batch_size: int,
     batch_tokens: int = 0,
     rng: random.Random,
     pool: int = 100,
-) -> list[list[int]]:
+) -> list[np.ndarray]:
     """One epoch's batches of pair indices, grouped by length to waste little on padding.
 
     The pairs are shuffled, cut into pools of `pool` batches' worth, sorted by (target,
@@ -207,7 +215,8 @@ def bucket_batches(
     Sorting only within pools keeps some randomness in what shares a batch.
 
     Args:
-        lengths: (source, target) token counts of each pair.
+        lengths: (N, 2) (source, target) token counts of each pair, a sequence of pairs or
+            an integer array.
         batch_size: sentences per batch when `batch_tokens` is 0.
         batch_tokens: > 0: fill each batch while its padded target tokens (rows x longest
             target) stay within this budget; a longer pair still gets a batch of its own.
@@ -215,34 +224,45 @@ def bucket_batches(
         pool: batches per sorting pool.
 
     Returns:
-        Lists of indices; every pair appears exactly once.
+        (B_i,) int64 arrays of indices; every pair appears exactly once.
     """
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)  # (N, 2)
+    # Python's shuffle, not numpy's: the same rng gives the same batches as it always has.
     order = list(range(len(lengths)))
     rng.shuffle(order)
+    order = np.fromiter(order, dtype=np.int64, count=len(lengths))
     # With a token budget, size pools as if sentences were ~16 tokens (Multi30k averages 13).
     per_pool = pool * (batch_size if not batch_tokens else max(1, batch_tokens // 16))
-    batches = []
-    for start in range(0, len(order), per_pool):
-        chunk = sorted(order[start : start + per_pool], key=lambda i: lengths[i][::-1])
-        batches += _cut(chunk, lengths, batch_size, batch_tokens)
+    # One stable sort by the key (pool, target, source), packed into one integer, sorts each
+    # pool by (target, source) with ties left in shuffled order, as sorting each pool would.
+    src, tgt = lengths[order, 0], lengths[order, 1]
+    pools = np.arange(len(order)) // per_pool
+    key = (pools * (tgt.max(initial=0) + 1) + tgt) * (src.max(initial=0) + 1) + src
+    order = order[np.argsort(key, kind="stable")]
+    if batch_tokens:
+        cuts = _token_cuts((lengths[order, 1] + 1).tolist(), per_pool, batch_tokens)
+    else:  # pools hold whole batches, so every batch_size-th position starts one
+        cuts = range(batch_size, len(order), batch_size)
+    batches = np.split(order, cuts) if len(order) else []
     rng.shuffle(batches)
     return batches
 
 
-def _cut(
-    chunk: list[int], lengths: Sequence[tuple[int, int]], batch_size: int, batch_tokens: int
-) -> list[list[int]]:
-    if not batch_tokens:
-        return [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
-    batches, current, longest = [], [], 0
-    for i in chunk:
-        longest_with = max(longest, lengths[i][1] + 1)  # + 1: </s>
-        if current and longest_with * (len(current) + 1) > batch_tokens:
-            batches.append(current)
-            current, longest_with = [], lengths[i][1] + 1
-        current.append(i)
+def _token_cuts(targets: list[int], per_pool: int, batch_tokens: int) -> list[int]:
+    """Where batches start (the first excepted) in pools of sorted target lengths (+ </s>)."""
+    cuts, rows, longest = [], 0, 0
+    for position, target in enumerate(targets):
+        if position % per_pool == 0:  # a new pool starts a new batch
+            if position:
+                cuts.append(position)
+            rows, longest = 0, 0
+        longest_with = max(longest, target)
+        if rows and longest_with * (rows + 1) > batch_tokens:
+            cuts.append(position)
+            rows, longest_with = 0, target
+        rows += 1
         longest = longest_with
-    return [*batches, current] if current else batches
+    return cuts
 
 
 # --- Batching -----------------------------------------------------------------------------
