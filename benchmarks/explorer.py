@@ -24,6 +24,7 @@ from pathlib import Path
 
 from alignmt.cli import main as alignmt
 from alignmt.corpus import read_lines
+from alignmt.device import DEVICES, PRECISIONS
 from alignmt.serve.browser import Explorer, start_chromium
 from alignmt.serve.load import local_server
 
@@ -39,12 +40,15 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=100, help="N")
     parser.add_argument("--port", type=int, default=8766)
     parser.add_argument("--screenshot", help="save the page, after the last sentence, here")
+    parser.add_argument("--device", default="cpu", help=f"{DEVICES}: where the server decodes")
+    parser.add_argument("--precision", default="float32", choices=PRECISIONS)
     args = parser.parse_args()
     sentences = read_lines(args.src)[: args.sentences]
+    devices = ("--device", args.device, "--precision", args.precision)
 
     driver = start_chromium()
     try:
-        with local_server([args.run_dir], args.port):
+        with local_server([args.run_dir], args.port, *devices):
             page = Explorer(driver)
             page.open(f"http://127.0.0.1:{args.port}/")
             for sentence in sentences:
@@ -52,7 +56,7 @@ def main() -> None:
             if args.screenshot:
                 screenshot(page, sentences[-1], args.screenshot)
             timings = [t for t in page.timings() if t["kind"] != "screenshot"]
-        size, opened_ms = static_page(driver, args.run_dir, sentences[:STATIC_SENTENCES])
+        size, opened_ms = static_page(driver, args.run_dir, sentences[:STATIC_SENTENCES], devices)
     finally:
         driver.quit()
     report(args, timings, size, opened_ms)
@@ -94,12 +98,16 @@ def screenshot(page: Explorer, sentence: str, path: str) -> None:
     page.driver.save_screenshot(path)
 
 
-def static_page(driver, run_dir: str, sentences: list[str]) -> tuple[int, float]:
-    """Write the page for `sentences`; its size in bytes, and ms to show the first one offline."""
+def static_page(
+    driver, run_dir: str, sentences: list[str], devices: tuple[str, ...]
+) -> tuple[int, float]:
+    """Write the page for `sentences` (`alignmt explore` with the `devices` flags); its size in
+    bytes, and ms to show the first one offline."""
     with tempfile.TemporaryDirectory() as folder:
         source, out = Path(folder) / "in.txt", Path(folder) / "page.html"
         source.write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
-        assert alignmt(["explore", run_dir, "--input", str(source), "--out", str(out)]) == 0
+        argv = ["explore", run_dir, "--input", str(source), "--out", str(out), *devices]
+        assert alignmt(argv) == 0
         start = time.perf_counter()
         page = Explorer(driver)
         page.open(out.as_uri(), offline=True)

@@ -1,6 +1,7 @@
 """Serving benchmark: what `alignmt serve` delivers against the same model decoding in-process.
 
     python benchmarks/serve.py runs/multi30k_en_de      # about 2 minutes
+    python benchmarks/serve.py runs/multi30k_en_de --device cuda   # model and server on a GPU
 
 In one run, on test_2016_flickr (greedy):
 1. in-process: the model decodes all 1,000 sentences with batch 64 (sentences/s); then in
@@ -28,6 +29,7 @@ import torch
 
 from alignmt.checkpoint import load_checkpoint
 from alignmt.corpus import read_lines
+from alignmt.device import DEVICES, PRECISIONS, pick_device
 from alignmt.serve.load import LoadResult, local_server, run_load
 from alignmt.translate import Translator
 
@@ -42,12 +44,18 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2_000, help="for the concurrent test")
     parser.add_argument("--single", type=int, default=200, help="N, sentences sent one by one")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--device", default="cpu", help=f"{DEVICES}, in-process and the server's")
+    parser.add_argument("--precision", default="float32", choices=PRECISIONS)
     args = parser.parse_args()
     sentences = read_lines(args.src)
     single = sentences[: args.single]
 
-    batch_rate, ceiling, alone_ms = in_process(args.run_dir, sentences, single, args.clients)
-    flags = ("--max-queue", str(max(1_024, args.clients * 2)))
+    device = pick_device(args.device)
+    batch_rate, ceiling, alone_ms = in_process(
+        args.run_dir, sentences, single, args.clients, device, args.precision
+    )
+    flags = ("--max-queue", str(max(1_024, args.clients * 2)), "--device", args.device,
+             "--precision", args.precision)  # fmt: skip
     with local_server([args.run_dir], args.port, *flags) as server:
         idle = run_load("127.0.0.1", args.port, single, clients=1, requests=len(single))
         loaded = run_load("127.0.0.1", args.port, sentences, clients=args.clients,
@@ -58,12 +66,15 @@ def main() -> None:
 
 
 def in_process(
-    run_dir: str, sentences: list[str], single: list[str], clients: int
-) -> tuple[float, float, float]:
+    run_dir: str, sentences: list[str], single: list[str], clients: int,
+    device: torch.device, precision: str,
+) -> tuple[float, float, float]:  # fmt: skip
     """Greedy sentences/s over all sentences with batch 64 and in groups of `clients`, and
-    the median milliseconds of translating each of `single` alone."""
-    ckpt = load_checkpoint(run_dir)
-    translator = Translator.from_checkpoint(ckpt, replace(ckpt.config.search, beam_size=1))
+    the median milliseconds of translating each of `single` alone, on `device` at
+    `precision`."""
+    ckpt = load_checkpoint(run_dir, device=device)
+    search = replace(ckpt.config.search, beam_size=1)
+    translator = Translator.from_checkpoint(ckpt, search, precision=precision)
     translator.translate(sentences[:64], warn=False)  # warm-up
     start = time.perf_counter()
     translator.translate(sentences, batch_size=64, warn=False)
@@ -87,8 +98,8 @@ def report(args, batch_rate: float, ceiling: float, alone_ms: float, idle: LoadR
             print(f"{name}: {len(result.errors)} errors, first: {result.errors[0]}")
     rss = loaded.rss
     first, last = rss[min(rss)], rss[max(rss)]
-    print(f"model {args.run_dir}, {torch.get_num_threads()} torch threads in-process, "
-          f"torch {torch.__version__}\n")  # fmt: skip
+    print(f"model {args.run_dir}, {torch.get_num_threads()} torch threads in-process, device "
+          f"{args.device}, precision {args.precision}, torch {torch.__version__}\n")  # fmt: skip
     print("| measure | value |\n| --- | ---: |")
     rows = [
         ("in-process greedy, batch 64, sentences/s", f"{batch_rate:,.1f}"),

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 
 import pytest
+import torch
 import yaml
 
 from alignmt.cli import main
@@ -178,3 +181,71 @@ def test_train_resume_continues_a_run_to_its_last_step(tmp_path, capsys):
     assert main(first) == 0
     assert main([*first[:-2], "train.steps=40", "train.eval_every=10", "--resume"]) == 0
     assert "trained to step 40" in capsys.readouterr().out
+
+
+# --- devices and precisions -----------------------------------------------------------------
+
+NO_CUDA = (
+    "error: --device=cuda, but torch sees no CUDA device (torch.cuda.is_available() is False); "
+    "use auto or cpu\n"
+)
+no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+
+
+@no_gpu
+@pytest.mark.parametrize("command", ["translate", "evaluate", "serve", "explore", "compare"])
+def test_cuda_without_a_gpu_is_a_one_line_error_before_any_work(
+    command, toy_run, tmp_path, capsys, monkeypatch
+):
+    monkeypatch.setattr("sys.stdin", io.StringIO("a dog\n"))
+    src, ref = _toy_test_set(tmp_path)
+    extra = {
+        "evaluate": ["--src", src, "--ref", ref, "--out", str(tmp_path / "eval")],
+        "explore": ["--input", src, "--out", str(tmp_path / "page.html")],
+        "compare": ["--src", src, "--ref", ref, "--out", str(tmp_path / "compare")],
+    }.get(command, [])
+    assert main([command, str(toy_run), "--device", "cuda", *extra]) == 2
+    assert capsys.readouterr() == ("", NO_CUDA)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["t.de", "t.en"]  # no output
+
+
+@no_gpu
+def test_the_demo_refuses_cuda_without_a_gpu_before_it_trains(tmp_path, capsys):
+    assert main(["demo", "--device", "cuda", "--out", str(tmp_path / "demo")]) == 2
+    assert capsys.readouterr() == ("", NO_CUDA)
+    assert not (tmp_path / "demo").exists()
+
+
+@no_gpu
+def test_the_command_itself_exits_2_with_the_line_and_no_traceback(toy_run):
+    run = subprocess.run(
+        [sys.executable, "-m", "alignmt", "translate", str(toy_run), "--device", "cuda"],
+        input="a dog\n", capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert (run.returncode, run.stdout, run.stderr) == (2, "", NO_CUDA)
+
+
+def test_an_unknown_device_names_the_forms_there_are(toy_run, capsys):
+    assert main(["translate", str(toy_run), "--device", "gpu"]) == 2
+    assert capsys.readouterr().err == "error: --device=gpu: expected auto, cpu, cuda or cuda:N\n"
+
+
+def test_bfloat16_translates_on_the_cpu_as_float32_does_on_the_toy_run(
+    toy_run, capsys, monkeypatch
+):
+    lines = "a red dog runs\nthe small cat sleeps now\n\nbig cat\n"
+    outputs = {}
+    for precision in ("float32", "bfloat16"):
+        monkeypatch.setattr("sys.stdin", io.StringIO(lines))
+        argv = ["translate", str(toy_run), "--device", "cpu", "--precision", precision]
+        assert main(argv) == 0
+        outputs[precision] = capsys.readouterr().out
+    assert outputs["bfloat16"] == outputs["float32"]
+    assert len(outputs["bfloat16"].split("\n")) == 5 and outputs["bfloat16"].startswith("ein ")
+
+
+def test_an_unknown_precision_is_a_usage_error(toy_run, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["translate", str(toy_run), "--precision", "float16"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'float16'" in capsys.readouterr().err

@@ -105,3 +105,25 @@ def test_model_loss_equals_the_loss_of_its_logits_with_the_same_gradients(arch):
         assert (g is None) == (w is None), name
         if g is not None:
             torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-12, msg=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_under_bfloat16_autocast_the_fused_loss_and_gradients_stay_near_float32s(dtype):
+    """`dtype`: the features' (a tanh readout's output is bfloat16 under autocast)."""
+    problem = _projection_problem(bias=True)
+    features, weight, b = (t.detach().float().requires_grad_() for t in problem[:3])
+    targets = problem[3]
+    expected = linear_cross_entropy(features, weight, b, targets, 0, 0.1, chunk_elements=33)
+    want = torch.autograd.grad(expected, [features, weight, b])
+    x = features.detach().to(dtype).requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = linear_cross_entropy(x, weight, b, targets, 0, 0.1, chunk_elements=33)
+        with torch.no_grad():
+            loss_only = linear_cross_entropy(x, weight, b, targets, 0, 0.1, chunk_elements=33)
+    got = torch.autograd.grad(fused, [x, weight, b])
+    assert fused.dtype == loss_only.dtype == torch.float32  # summed in float32
+    assert [g.dtype for g in got] == [dtype, torch.float32, torch.float32]
+    torch.testing.assert_close(fused, expected, rtol=2e-2, atol=0)
+    torch.testing.assert_close(loss_only, fused.detach())
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.float(), w, rtol=0.05, atol=0.02)

@@ -69,3 +69,11 @@ def test_decoding_with_packed_weights_gives_the_plain_outputs(monkeypatch, make)
     for a, b in zip(ours, plain, strict=True):
         assert a.tokens == b.tokens
         assert math.isclose(a.score, b.score, rel_tol=1e-4)
+
+
+def test_nothing_is_packed_under_autocast_whose_bfloat16_packing_would_bypass():
+    linear = nn.Linear(4, 3)
+    bfloat16 = torch.autocast("cpu", dtype=torch.bfloat16)
+    with torch.no_grad(), bfloat16, packed_linears(linear, rows=2):
+        assert "forward" not in vars(linear)
+        assert linear(torch.randn(2, 4)).dtype == torch.bfloat16

@@ -466,3 +466,66 @@ def test_a_beam_wider_than_half_the_vocabulary_keeps_only_live_beams_and_finds_t
     for hyp in hyps:
         assert EOS not in hyp.tokens[:-1]  # no hypothesis continues past an </s>
         assert_spells_its_inputs(hyp)
+
+
+# --- bfloat16 (autocast) ------------------------------------------------------------------
+
+
+def bfloat16_step(step):
+    """`step` with its logits and attention in bfloat16, as a model's under autocast."""
+
+    def low(prev, state, memory):
+        logits, state, alpha = step(prev, state, memory)
+        return logits.bfloat16(), state, alpha.bfloat16()
+
+    return low
+
+
+def test_bfloat16_logits_are_scored_and_ranked_in_float32():
+    script = [[X, Y, X, Y, X, EOS], [Z, Z, EOS]]
+    logits = torch.full((6,), math.log(0.3 / 5))
+    logits[X] = math.log(0.7)
+    # what each chosen token's log-probability is, from logits rounded to bfloat16
+    per_token = float(logits.bfloat16().float().log_softmax(-1)[X])
+    step, state, memory = scripted_step(script)
+    start = [(state, memory, torch.tensor([9, 9]))]
+    _, lengths, scores, attention = greedy_search(
+        bfloat16_step(step), start, bos_id=BOS, eos_id=EOS, width=2
+    )
+    assert lengths.tolist() == [6, 3]
+    assert scores.dtype == attention.dtype == torch.float32
+    torch.testing.assert_close(scores, lengths.float() * per_token)
+    step, state, memory = scripted_step(script)
+    beams = beam_search(
+        bfloat16_step(step), [(state, memory, torch.tensor([9, 9]))], beam_size=3,
+        bos_id=BOS, eos_id=EOS, width=2,
+    )  # fmt: skip
+    for (best, *_), tokens in zip(beams, script, strict=True):
+        assert best.tokens == tokens
+        assert math.isclose(best.score, len(tokens) * per_token, rel_tol=1e-6)
+        assert best.attention.dtype == torch.float32
+
+
+AUTOCAST_ARCHS = [
+    dict(),
+    dict(rnn="lstm", layers=2, bidirectional=False, attention="general"),
+    dict(order="luong", attention="general"),  # its input feeding starts as float32 zeros
+    dict(attention="none"),
+]
+
+
+@pytest.mark.parametrize("arch", AUTOCAST_ARCHS, ids=lambda a: "-".join(map(str, a.values())))
+def test_models_decode_under_bfloat16_autocast_into_float32_results(arch):
+    model = tiny_model(dtype=torch.float32, **arch)
+    src, src_len, _, _ = padded_batch(src_lens=(3, 9, 2, 6, 5), tgt_lens=(1,) * 5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        # width 2: ended sentences hand their rows to new ones, whose first state is the
+        # encoder's dtype while the rows' states are the steps' bfloat16
+        greedy = decode_batches(model, [(src, src_len)], width=2)
+        beams = beam_decode_batches(model, [(src, src_len)], width=2, beam_size=3)
+    for hyp in [*greedy, *(b[0] for b in beams)]:
+        assert math.isfinite(hyp.score)
+        if model.has_attention:
+            assert hyp.attention.dtype == torch.float32
+            ones = torch.ones(len(hyp.tokens))
+            torch.testing.assert_close(hyp.attention.sum(-1), ones, atol=1e-2, rtol=0)

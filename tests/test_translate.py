@@ -80,3 +80,21 @@ def test_hard_alignment_is_each_words_most_attended_source_word_in_pharaoh_order
     # real source word even where </s> holds the most weight
     assert hard_alignment(attention, ["x", "y", "z"]) == "1-0 0-1 1-2"
     assert hard_alignment(attention[:1], ["</s>"]) == ""
+
+
+def test_a_bfloat16_translator_decodes_on_the_cpu_much_as_a_float32_one(toy_run):
+    words = sorted(LEXICON)
+    lines = [" ".join(words[i % 10 : i % 10 + 1 + i % 4]) for i in range(20)]
+    ckpt = load_checkpoint(toy_run)
+    full = Translator.from_checkpoint(ckpt)
+    half = Translator.from_checkpoint(ckpt, precision="bfloat16")
+    for beam in (1, 3):
+        want = [h[0].text for h in full.with_beam(beam).translate(lines)]
+        got = [h[0] for h in half.with_beam(beam).translate(lines)]
+        assert half.with_beam(beam).precision == "bfloat16"
+        assert sum(w == g.text for w, g in zip(want, got, strict=True)) >= 0.8 * len(lines)
+        assert all(g.attention.dtype == torch.float32 for g in got)
+    stepped = half.step_through(lines[3], top_k=3, beam_size=3)
+    assert stepped.translation.text and stepped.steps[0].attention.dtype == torch.float32
+    _, trace = half.beam_trace(lines[3], beam_size=3)
+    assert trace.finished and trace.nodes[0].attention.dtype == torch.float32

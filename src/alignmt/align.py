@@ -257,7 +257,7 @@ def word_links(
     """The model's teacher-forced argmax alignments (`attention_links`) between words.
 
     Args:
-        translator: the model with its vocabularies.
+        translator: the model with its vocabularies, on its device and at its precision.
         sources, references: the sentence pairs, cut by `sentence_words` with the
             translator's source and target tokenizers.
         batch_size: pairs per forward pass.
@@ -269,10 +269,11 @@ def word_links(
         (translator.src_vocab.encode(s.tokens), translator.tgt_vocab.encode(r.tokens))
         for s, r in zip(sources, references, strict=True)
     ]
-    found = attention_links(
-        translator.model, pairs, translator.src_vocab, translator.tgt_vocab,
-        batch_size=batch_size,
-    )  # fmt: skip
+    with translator.autocast():
+        found = attention_links(
+            translator.model, pairs, translator.src_vocab, translator.tgt_vocab,
+            batch_size=batch_size,
+        )  # fmt: skip
     return [
         {(s.word_of[i], r.word_of[j]) for i, j in links}
         for s, r, links in zip(sources, references, found, strict=True)

@@ -95,9 +95,10 @@ def run_demo(
         for name in ORDERS
     }  # fmt: skip
     sharpening = {
-        name: sharpening_curve(runs[name].run_dir, cfg.data.task, aligned, samples)
+        name: sharpening_curve(runs[name].run_dir, cfg.data.task, aligned, samples,
+                               device=_device(runs[name].model))
         for name in ORDERS
-    }
+    }  # fmt: skip
     sharpened_at = {name: first_sharp(curve) for name, curve in sharpening.items()}
     table = "\n\n".join([
         format_table(scores, cfg),
@@ -181,13 +182,14 @@ def alignment_score(
 
 
 def sharpening_curve(
-    run_dir: Path, task: str, lengths: tuple[int, ...], n: int
+    run_dir: Path, task: str, lengths: tuple[int, ...], n: int, device: torch.device | str = "cpu"
 ) -> list[tuple[int, float]]:
     """(step, share of positions whose argmax α is the expected source position) for each
-    snapshot of the run in `run_dir`, oldest first; the share is `alignment_score`'s recall."""
+    snapshot of the run in `run_dir`, oldest first, scored on `device`; the share is
+    `alignment_score`'s recall."""
     curve = []
     for step in snapshot_steps(run_dir):
-        snapshot = load_snapshot(run_dir, step)
+        snapshot = load_snapshot(run_dir, step, device=device)
         score = alignment_score(snapshot.model, snapshot.src_vocab, task, lengths, n)
         curve.append((step, score.recall))
     return curve
@@ -339,18 +341,22 @@ def sharpening_plot(sharpening: dict[str, list[tuple[int, float]]], cfg: Config)
 @torch.no_grad()
 def heatmap_panel(model: Seq2Seq, vocab: Vocab, word: str, cfg: Config):
     """(weights, source tokens, output tokens, title) of the model's greedy output on `word`,
-    decoded with the same length limit as the scores."""
-    src = torch.tensor([vocab.encode(word, add_eos=True)])
+    decoded with the same length limit as the scores, on the model's device."""
+    src = torch.tensor([vocab.encode(word, add_eos=True)], device=_device(model))
     (hyp,) = decode(
         model,
         src,
-        torch.tensor([src.size(1)]),
+        torch.tensor([src.size(1)], device=src.device),
         max_len_ratio=cfg.search.max_len_ratio,
         max_len_offset=cfg.search.max_len_offset,
     )
     output = vocab.decode(hyp.tokens, strip_special=False)
     title = f"{word} -> {''.join(t for t in output if t != EOS)}"
     return hyp.attention.numpy(), [*word, EOS], output, title
+
+
+def _device(model: Seq2Seq) -> torch.device:
+    return next(model.parameters()).device
 
 
 def _percent(value: float | None) -> str:

@@ -9,6 +9,10 @@ into the gradients of x, W and b. Backward then only scales those by the incomin
 Compared with the plain path it skips padding rows and holds one chunk of logits instead of
 four full (N, V) tensors (logits, log-probabilities and both their gradients): the output
 layer is half of a training step's FLOPs and, before this, most of its peak memory.
+
+Under autocast (`--precision bfloat16`) the products run in bfloat16 and everything else in
+the weights' dtype: each chunk's logits are cast up before the softmax, the loss and the
+gradients of W and b accumulate in float32.
 """
 
 from __future__ import annotations
@@ -82,9 +86,9 @@ def _chunk_loss(logits: Tensor, y: Tensor, smoothing: float) -> tuple[Tensor, Te
 
 
 def _loss_only(x, weight, bias, y, smoothing, rows) -> Tensor:
-    total = x.new_zeros(())
+    total = weight.new_zeros(())
     for start in range(0, len(y), rows):
-        logits = F.linear(x[start : start + rows], weight, bias)  # (c, V)
+        logits = F.linear(x[start : start + rows], weight, bias).to(weight.dtype)  # (c, V)
         total += _chunk_loss(logits, y[start : start + rows], smoothing)[0]
     return total / max(1, len(y))
 
@@ -93,13 +97,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, y, smoothing, rows):
         n, vocab = len(y), weight.size(0)
-        total = x.new_zeros(())
+        autocasting = torch.is_autocast_enabled(x.device.type)
+        total = weight.new_zeros(())
         grad_x = torch.empty_like(x)  # (n, R)
         grad_w = torch.zeros_like(weight)  # (V, R)
         grad_b = None if bias is None else torch.zeros_like(bias)  # (V,)
         for start in range(0, n, rows):
             xc, yc = x[start : start + rows], y[start : start + rows]
-            logits = F.linear(xc, weight, bias)  # (c, V)
+            logits = F.linear(xc, weight, bias).to(weight.dtype)  # (c, V)
             loss, lse = _chunk_loss(logits, yc, smoothing)
             total += loss
             # d loss / d logits = softmax - (1 - eps) onehot(y) - eps / V, made in place
@@ -107,8 +112,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad[torch.arange(len(yc), device=y.device), yc] -= 1 - smoothing
             if smoothing:
                 grad -= smoothing / vocab
-            torch.mm(grad, weight, out=grad_x[start : start + rows])
-            grad_w.addmm_(grad.T, xc)
+            if autocasting:  # its casts apply to neither out= nor in-place products
+                grad_x[start : start + rows] = grad @ weight
+                grad_w += grad.T @ xc
+            else:  # the products straight into their destinations
+                torch.mm(grad, weight, out=grad_x[start : start + rows])
+                grad_w.addmm_(grad.T, xc)
             if grad_b is not None:
                 grad_b += grad.sum(dim=0)
         scale = 1 / max(1, n)

@@ -12,7 +12,9 @@ greedy 421 / 445 / 434 plain against 478 / 470 / 492 packed, beam 5 116 / 126 ag
 129 / 145, with the same outputs. A 512 x 7,865 projection of 64 rows: 2.24 ms plain,
 1.68 ms packed.
 
-Only float32 CPU Linears with MKL are packed; anything else runs as it was.
+Only float32 CPU Linears with MKL are packed, and only outside autocast: `_mkl_linear` is
+not an op autocast knows, so under `--precision bfloat16` it would quietly run the matmuls
+in float32. Anything else runs as it was.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def mkl_packing_available() -> bool:
 def packed_linears(module: nn.Module, rows: int) -> Iterator[None]:
     """Inside the block, run each float32 CPU `nn.Linear` of `module` on a weight packed
     once, for inputs of `rows` rows (others still work). For inference only: the weights
-    must not change inside the block, and no gradient flows to them.
+    must not change inside the block, and no gradient flows to them. Entered under CPU
+    autocast, it packs nothing (see the module docstring).
 
     Args:
         module: the model part whose Linears to pack (a decoder).
@@ -45,9 +48,12 @@ def packed_linears(module: nn.Module, rows: int) -> Iterator[None]:
     linears = [
         m
         for m in module.modules()
-        if isinstance(m, nn.Linear) and m.weight.dtype == torch.float32 and not m.weight.is_cuda
+        if isinstance(m, nn.Linear)
+        and m.weight.dtype == torch.float32
+        and m.weight.device.type == "cpu"
     ]
-    if torch.is_grad_enabled() or not linears or not mkl_packing_available():
+    skip = torch.is_grad_enabled() or torch.is_autocast_enabled("cpu")
+    if skip or not linears or not mkl_packing_available():
         yield
         return
     packed = {}  # one packing per weight: a tied weight is shared by two modules

@@ -92,12 +92,15 @@ def concat_rows(fields: Any, more: Any) -> Any:
 
 
 def put_rows(fields: Any, index: Tensor, new: Any) -> Any:
-    """`fields` with its rows `index` overwritten, in place, by the rows of `new`."""
+    """`fields` with its rows `index` overwritten, in place, by the rows of `new` (cast to
+    the dtype of `fields`)."""
     return _map_fields(lambda x, y: _pair_put(*_same_dim1(x, y), index), fields, new)
 
 
 def _pair_put(x: Tensor, y: Tensor, index: Tensor) -> Tensor:
-    return x.index_copy_(0, index, y)
+    # Under autocast a state's dtype can change with its first step (float32 zeros in,
+    # bfloat16 out of the step's matmuls), and index_copy_ refuses mixed dtypes.
+    return x.index_copy_(0, index, y.to(x.dtype))
 
 
 def _map_fields(fn: Callable, fields: Any, other: Any) -> Any:

@@ -40,6 +40,15 @@ def max_output_len(src_len: Tensor, ratio: float, offset: int) -> Tensor:
     return ((src_len.float() * ratio).long() + offset).clamp(min=1)
 
 
+def full_precision(tensor: Tensor | None) -> Tensor | None:
+    """`tensor` in float32 at least: a step's bfloat16 logits and attention (autocast's)
+    become float32, so that log-probabilities sum and rank as they do without autocast;
+    float32 and float64 stay as they are, and None stays None."""
+    if tensor is None:
+        return None
+    return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
+
+
 class _Token(NamedTuple):
     """What one greedy step chose, for the W_t sentences it decoded."""
 
@@ -88,6 +97,7 @@ def greedy_search(
     history = []
     while len(rows.sentence):
         logits, state, alpha = step(rows.prev, state, memory)  # (W_t, V), (W_t, T_src) | None
+        logits, alpha = full_precision(logits), full_precision(alpha)
         top, prev = logits.max(dim=-1)  # (W_t,): log_softmax's argmax is the logits'
         log_probs = -_log_sum_exp_from(logits, top[:, None]).squeeze(1)  # top - logsumexp(logits)
         history.append(_Token(rows.sentence, rows.position, prev, log_probs, alpha))
@@ -308,7 +318,8 @@ def beam_steps(
     history = []
     while len(beams.sentence):
         logits, state, weights = step(beams.prev.flatten(), state, memory)  # (N, V), (N, T_src)
-        logits = logits.unflatten(0, (-1, K))  # (B_t, K, V)
+        logits = full_precision(logits).unflatten(0, (-1, K))  # (B_t, K, V)
+        weights = full_precision(weights)
         cand, parents, tokens, rank = _candidates(beams.scores.to(logits), logits, eos_id)
         length = beams.position + 1  # (B_t,) the candidates' lengths
         at_limit = length >= beams.limit

@@ -22,7 +22,7 @@ from torch import Tensor
 from alignmt.decoder import DecoderState, Memory
 from alignmt.model import Seq2Seq
 from alignmt.packed import packed_linears
-from alignmt.search import BeamStep, StepFn, beam_steps
+from alignmt.search import BeamStep, StepFn, beam_steps, full_precision
 
 
 @dataclass
@@ -101,7 +101,8 @@ def _walk(
     while len(steps) < max_len and (not steps or steps[-1].token != model.eos_id):
         position = len(steps)
         logits, state, alpha = step(prev, state, memory, position)  # (1, V), (1, T_src)
-        log_probs = logits[0].log_softmax(dim=-1)  # (V,)
+        alpha = full_precision(alpha)
+        log_probs = full_precision(logits)[0].log_softmax(dim=-1)  # (V,)
         top = log_probs.topk(min(top_k, len(log_probs)))
         token = follow[position] if position < len(follow) else int(top.indices[0])
         steps.append(

@@ -4,13 +4,16 @@ Owns `Translator`, which binds a model to the tokenizers and vocabularies it was
 with (all stored in its checkpoint, so a run folder alone translates raw text), sorts input
 by length into batches, and returns each sentence's hypotheses with their attention and
 hard alignment; it also steps through one sentence's decoding and traces its beam search
-(trace.py) in words. Search itself is `search`'s; scoring translations is `evaluate`'s.
+(trace.py) in words. It decodes on its model's device, at its precision (device.py), and
+hands back everything on the CPU. Search itself is `search`'s; scoring translations is
+`evaluate`'s.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -20,6 +23,7 @@ from torch import Tensor
 from alignmt.checkpoint import Checkpoint
 from alignmt.config import SearchConfig
 from alignmt.data import BOS, EOS, PAD, UNK, Vocab, source_batch
+from alignmt.device import Precision, autocast, check_precision
 from alignmt.model import Seq2Seq
 from alignmt.search import Hypothesis, beam_decode_batches, decode_batches, max_output_len
 from alignmt.tokenize import Tokenizer
@@ -52,7 +56,11 @@ class Stepped:
 
 
 class Translator:
-    """A trained model with its tokenizers and vocabularies, translating raw text."""
+    """A trained model with its tokenizers and vocabularies, translating raw text.
+
+    It decodes where the model is, under `autocast(device, precision)`: put the model on
+    the device first (`load_checkpoint(..., device=...)`).
+    """
 
     def __init__(
         self,
@@ -61,11 +69,23 @@ class Translator:
         tokenizers: tuple[Tokenizer, Tokenizer],
         vocabs: tuple[Vocab, Vocab],
         search: SearchConfig,
+        precision: Precision = "float32",
     ) -> None:
         self.model = model.eval()
         self.src_tokenizer, self.tgt_tokenizer = tokenizers
         self.src_vocab, self.tgt_vocab = vocabs
         self.search = search
+        check_precision(self.device, precision)
+        self.precision = precision
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model is, and so where it decodes."""
+        return next(self.model.parameters()).device
+
+    def autocast(self) -> AbstractContextManager:
+        """The context the model runs in: autocast to bfloat16, or nothing for float32."""
+        return autocast(self.device, self.precision)
 
     def with_beam(self, beam_size: int | None) -> Translator:
         """This translator searching with `beam_size` (None: its own), sharing its model."""
@@ -76,16 +96,25 @@ class Translator:
             tokenizers=(self.src_tokenizer, self.tgt_tokenizer),
             vocabs=(self.src_vocab, self.tgt_vocab),
             search=replace(self.search, beam_size=beam_size),
+            precision=self.precision,
         )
 
     @classmethod
-    def from_checkpoint(cls, ckpt: Checkpoint, search: SearchConfig | None = None) -> Translator:
-        """The checkpoint's model, searching as `search` says (default: its stored config)."""
+    def from_checkpoint(
+        cls,
+        ckpt: Checkpoint,
+        search: SearchConfig | None = None,
+        *,
+        precision: Precision = "float32",
+    ) -> Translator:
+        """The checkpoint's model, on the device it was loaded to, searching as `search`
+        says (default: its stored config) at `precision`."""
         return cls(
             ckpt.model,
             tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer),
             vocabs=(ckpt.src_vocab, ckpt.tgt_vocab),
             search=search or ckpt.config.search,
+            precision=precision,
         )
 
     @torch.no_grad()
@@ -138,13 +167,14 @@ class Translator:
         batches = [self._source_ids(chunk) for chunk in _chunks(sentences, batch_size)]
         cfg = self.search
         limits = dict(max_len_ratio=cfg.max_len_ratio, max_len_offset=cfg.max_len_offset)
-        if cfg.beam_size == 1 and nbest == 1:
-            hyps = decode_batches(self.model, batches, width=batch_size, **limits)
-            return [[h] for h in hyps]
-        return beam_decode_batches(
-            self.model, batches, width=batch_size, beam_size=cfg.beam_size, nbest=nbest,
-            alpha=cfg.length_penalty, **limits,
-        )  # fmt: skip
+        with self.autocast():
+            if cfg.beam_size == 1 and nbest == 1:
+                hyps = decode_batches(self.model, batches, width=batch_size, **limits)
+                return [[h] for h in hyps]
+            return beam_decode_batches(
+                self.model, batches, width=batch_size, beam_size=cfg.beam_size, nbest=nbest,
+                alpha=cfg.length_penalty, **limits,
+            )  # fmt: skip
 
     @torch.no_grad()
     def step_through(
@@ -162,10 +192,11 @@ class Translator:
         src_tokens = self._one_source(line)
         prefix_ids = self.target_ids(prefix)
         src, max_len = self._one_source_ids(src_tokens)
-        steps = step_through(
-            self.model, src, max_len=max_len, prefix=prefix_ids, override=override,
-            top_k=top_k, beam_size=beam_size, alpha=self.search.length_penalty,
-        )  # fmt: skip
+        with self.autocast():
+            steps = step_through(
+                self.model, src, max_len=max_len, prefix=prefix_ids, override=override,
+                top_k=top_k, beam_size=beam_size, alpha=self.search.length_penalty,
+            )  # fmt: skip
         attention = _stack([s.attention for s in steps])
         hyp = Hypothesis([s.token for s in steps], sum(s.log_prob for s in steps), attention)
         return Stepped(self._translation(src_tokens, hyp), steps)
@@ -176,10 +207,11 @@ class Translator:
         and the sentence's source tokens (for `hypothesis`)."""
         src_tokens = self._one_source(line)
         src, max_len = self._one_source_ids(src_tokens)
-        trace = beam_trace(
-            self.model, src, max_len=max_len, beam_size=beam_size,
-            alpha=self.search.length_penalty,
-        )  # fmt: skip
+        with self.autocast():
+            trace = beam_trace(
+                self.model, src, max_len=max_len, beam_size=beam_size,
+                alpha=self.search.length_penalty,
+            )  # fmt: skip
         return src_tokens, trace
 
     def hypothesis(self, src_tokens: list[str], trace: BeamTrace, node: int) -> Translation:
@@ -219,9 +251,8 @@ class Translator:
 
     def _source_ids(self, sentences: list[list[str]]) -> tuple[Tensor, Tensor]:
         """A padded id batch: src (B, T_src) ending in </s>, and src_len (B,)."""
-        device = next(self.model.parameters()).device
         src, src_len = source_batch(sentences, self.src_vocab)
-        return src.to(device), src_len.to(device)
+        return src.to(self.device), src_len.to(self.device)
 
     def source_as_read(self, src_tokens: list[str]) -> list[str]:
         """The source tokens as the model reads them: <unk> for unknown ones, then </s>."""

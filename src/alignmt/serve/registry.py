@@ -1,6 +1,7 @@
 """The models a server holds: each run folder given at start-up, loaded once, named by the
 folder's name. Requests name a model, never a file. The weights a run kept during training
-(its snapshots) are loaded when first asked for, on the decoding thread, and kept."""
+(its snapshots) are loaded when first asked for, on the decoding thread, and kept. Every
+model and snapshot of a server sits on one device and decodes at one precision."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from alignmt.checkpoint import Checkpoint, load_checkpoint, load_snapshot, snapshot_steps
+from alignmt.device import Precision
 from alignmt.serve.schemas import ModelInfo
 from alignmt.translate import Translator
 
@@ -22,15 +26,29 @@ class ServedModel:
     _snapshots: dict[int, Translator] = field(default_factory=dict, repr=False)
 
     def snapshot(self, step: int) -> Translator:
-        """The run's weights kept at training `step`, searching as the served model does."""
+        """The run's weights kept at training `step`, searching as the served model does, on
+        its device and at its precision."""
         if step not in self._snapshots:
-            ckpt = load_snapshot(self.folder, step)
-            self._snapshots[step] = Translator.from_checkpoint(ckpt, self.translator.search)
+            served = self.translator
+            ckpt = load_snapshot(self.folder, step, device=served.device)
+            self._snapshots[step] = Translator.from_checkpoint(
+                ckpt, served.search, precision=served.precision
+            )
         return self._snapshots[step]
 
 
-def load_models(run_dirs: list[str | Path]) -> dict[str, ServedModel]:
+def load_models(
+    run_dirs: list[str | Path],
+    *,
+    device: torch.device | str = "cpu",
+    precision: Precision = "float32",
+) -> dict[str, ServedModel]:
     """Load each run folder (or .safetensors file); the first is the default model.
+
+    Args:
+        run_dirs: the run folders.
+        device: where the models (and the snapshots asked for later) go.
+        precision: what they decode at (see `device.autocast`).
 
     Raises:
         ValueError: two folders share a name, or none is given.
@@ -43,9 +61,9 @@ def load_models(run_dirs: list[str | Path]) -> dict[str, ServedModel]:
         name = run.stem if run.suffix == ".safetensors" else run.name
         if name in models:
             raise ValueError(f"two models would be named {name!r}: give folders distinct names")
-        ckpt = load_checkpoint(run)
+        ckpt = load_checkpoint(run, device=device)
         folder = run.parent if run.suffix == ".safetensors" else run
-        translator = Translator.from_checkpoint(ckpt)
+        translator = Translator.from_checkpoint(ckpt, precision=precision)
         models[name] = ServedModel(name, translator, model_info(name, ckpt, folder), folder)
     return models
 
