@@ -5,6 +5,7 @@ arithmetic and the machine's measured matmul speed so that the fraction of the c
     python benchmarks/speed.py                 # CPU, 2 threads (about 3 minutes)
     python benchmarks/speed.py --profile       # also: where decoding spends its time
     python benchmarks/speed.py --device cuda   # a GPU, where there is one
+    python benchmarks/speed.py --device cuda --precision bfloat16   # under bf16 autocast
 
 Run from the repository root with ../shared beside it and nothing else using the CPU.
 Results and their history are in docs/benchmarks.md.
@@ -28,26 +29,24 @@ from torch import nn
 
 import alignmt
 from alignmt.allocator import keep_freed_memory
+from alignmt.batches import Progress, steps
 from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
 from alignmt.data import read_split, source_batch
+from alignmt.device import PRECISIONS, autocast, pick_device
+from alignmt.distributed import Objective, World
 from alignmt.evaluate import corpus_scores
 from alignmt.model import Seq2Seq
 from alignmt.prepare import prepare_text
 from alignmt.search import beam_decode_batches, decode_batches
-from alignmt.train import (
-    Progress,
-    corpus_batches,
-    make_optimizer,
-    seed_everything,
-    train_step,
-)
+from alignmt.train import make_optimizer, seed_everything, train_step
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"  # beside the repo
 MAX_OUTPUT = dict(max_len_ratio=0.0, max_len_offset=100)  # "max output length 100"
 
 
-def matched_config(steps: int, device: str) -> Config:
-    """The model every toolkit in issue 4's table ran: 11.6M parameters, 512 x V output."""
+def matched_config(steps: int, device: str, precision: str = "float32") -> Config:
+    """The model every toolkit in issue 4's table ran: 11.6M parameters, 512 x V output;
+    training under autocast at `precision`."""
     return Config(
         model=ModelConfig(
             rnn="gru", emb_dim=256, enc_hidden=256, bidirectional=True, dec_hidden=512,
@@ -59,7 +58,7 @@ def matched_config(steps: int, device: str) -> Config:
             tokenizer="moses", lowercase=True, min_freq=2,
         ),
         train=TrainConfig(steps=steps, batch_size=64, lr=1e-3, clip_norm=1.0,
-                          schedule="constant", device=device, threads=2),
+                          schedule="constant", device=device, precision=precision, threads=2),
     )  # fmt: skip
 
 
@@ -71,14 +70,17 @@ class TrainSpeed:
 
 
 def measure_training(model, text, cfg: Config, device, *, warmup: int, interval: int) -> TrainSpeed:
-    """Train cfg.train.steps steps; the median target tokens/s of the intervals after warm-up."""
+    """Train cfg.train.steps steps; the median target tokens/s of the intervals after warm-up.
+    The forward passes run under autocast at cfg.train.precision (see `train_step`)."""
     optimizer = make_optimizer(model, cfg.train)
-    batches = corpus_batches(text, cfg.train, cfg.seed, Progress())
+    objective = Objective(model)
+    updates = steps(text, cfg.data, cfg.train, cfg.seed, Progress(), World())
     rates, tgt_total, src_total = [], 0, 0
     tokens, start = 0, _now(device)
     for step in range(1, cfg.train.steps + 1):
-        batch = next(batches).to(device)
-        train_step(model, batch, optimizer, cfg.train)
+        update = next(updates)
+        batch = update.batches[0].to(device)
+        train_step(objective, [batch], update.tokens, optimizer, cfg.train)
         tokens += batch.num_tgt_tokens
         if step > warmup:
             tgt_total += batch.num_tgt_tokens
@@ -247,10 +249,13 @@ def decoding_flops(model, cfg: ModelConfig, tgt_vocab: int, search: Callable, ba
     )
 
 
-def matmul_gflops(device, size=(1024, 512, 8192), repeats: int = 20) -> float:
-    """The best float32 matmul speed of the machine at the sizes of the output layer."""
+def matmul_gflops(
+    device, dtype: torch.dtype = torch.float32, size=(1024, 512, 8192), repeats: int = 20
+) -> float:
+    """The best matmul speed of the machine in `dtype` at the sizes of the output layer."""
     m, k, n = size
-    a, b = torch.randn(m, k, device=device), torch.randn(k, n, device=device)
+    a = torch.randn(m, k, device=device, dtype=dtype)
+    b = torch.randn(k, n, device=device, dtype=dtype)
     out = a @ b
     best = float("inf")
     for _ in range(repeats):
@@ -263,6 +268,8 @@ def matmul_gflops(device, size=(1024, 512, 8192), repeats: int = 20) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--precision", default="float32", choices=PRECISIONS,
+                        help="bfloat16: train and decode under autocast")  # fmt: skip
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--interval", type=int, default=50)
@@ -270,9 +277,9 @@ def main() -> None:
                         help="also print where the decoding time goes")  # fmt: skip
     args = parser.parse_args()
     keep_freed_memory()
-    cfg = matched_config(args.steps, args.device)
+    cfg = matched_config(args.steps, args.device, args.precision)
     torch.set_num_threads(cfg.train.threads)
-    device = torch.device(args.device)
+    device = pick_device(args.device)
     seed_everything(cfg.seed)
     text = prepare_text(cfg.data, cfg.seed)
     model = Seq2Seq.from_config(cfg.model, src_vocab=len(text.src_vocab),
@@ -286,7 +293,7 @@ def main() -> None:
         "greedy": lambda batches: decode_batches(model, batches, width=64, **MAX_OUTPUT),
         "beam 5": lambda batches: beam_decode_batches(model, batches, width=64, **beam),
     }
-    with torch.no_grad():
+    with torch.no_grad(), autocast(device, args.precision):
         decoded = {name: measure_decoding(search, batches, device)
                    for name, search in searches.items()}  # fmt: skip
         profiles = {name: decoding_profile(model, search, batches)
@@ -295,12 +302,12 @@ def main() -> None:
                 for name, search in searches.items()}  # fmt: skip
     src_len = statistics.mean(int(n) for _, lens in batches for n in lens)
     flops = train_flops_per_token(cfg.model, len(text.tgt_vocab), speed.src_per_tgt, src_len)
-    gflops = matmul_gflops(device)
+    gflops = matmul_gflops(device, getattr(torch, args.precision))
     ceiling = gflops * 1e9 / flops
     cpu = platform.processor() or platform.machine()
     print(
         f"alignmt {alignmt.__version__}, torch {torch.__version__}, {cpu}, "
-        f"{torch.get_num_threads()} threads, device {device}"
+        f"{torch.get_num_threads()} threads, device {device}, precision {args.precision}"
     )
     print(
         f"model: {params / 1e6:.2f}M parameters, "
@@ -323,7 +330,7 @@ def main() -> None:
         f"(source/target tokens {speed.src_per_tgt:.2f}, mean test source {src_len:.1f})"
     )
     print(
-        f"matmul, float32 1024x512x8192: {gflops:.0f} GFLOP/s -> ceiling {ceiling:,.0f} "
+        f"matmul, {args.precision} 1024x512x8192: {gflops:.0f} GFLOP/s -> ceiling {ceiling:,.0f} "
         f"tokens/s; measured {speed.tokens_per_s / ceiling:.0%} of it"
     )
     print(f"\ndecoding: forward matmul FLOPs of one pass, and the sentences/s that {gflops:.0f} "

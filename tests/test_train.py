@@ -13,8 +13,9 @@ from safetensors.torch import load_file
 from alignmt.checkpoint import load_checkpoint, save_checkpoint
 from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig, load_config
 from alignmt.data import Batch, Vocab
+from alignmt.distributed import Objective
 from alignmt.tasks import ALPHABET
-from alignmt.train import lr_factor, pick_device, train, train_step
+from alignmt.train import lr_factor, train, train_step
 from tests.conftest import padded_batch, tiny_model, toy_corpus_config, train_killed_at
 
 
@@ -71,7 +72,9 @@ def test_clipping_bounds_the_gradient_norm_of_the_update():
     src, src_len, tgt_in, tgt_len = padded_batch()
     batch = Batch(src, src_len, tgt_in, tgt_out=tgt_in, tgt_len=tgt_len)  # any targets will do
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    train_step(model, batch, optimizer, TrainConfig(clip_norm=1e-3))
+    train_step(
+        Objective(model), [batch], batch.num_tgt_tokens, optimizer, TrainConfig(clip_norm=1e-3)
+    )
     norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
     assert norm <= 1e-3 * (1 + 1e-4)
 
@@ -125,13 +128,6 @@ def test_loading_something_else_names_the_path(tmp_path):
     save_file({"x": torch.zeros(1)}, str(tmp_path / "model.safetensors"))
     with pytest.raises(ValueError, match="not an alignmt checkpoint"):
         load_checkpoint(tmp_path)
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
-def test_asking_for_cuda_without_a_gpu_is_an_error_not_a_silent_fallback():
-    assert pick_device("auto") == torch.device("cpu")
-    with pytest.raises(RuntimeError, match="no CUDA device"):
-        pick_device("cuda")
 
 
 # --- corpus runs: validation, best model, early stopping, resuming ---------------------------

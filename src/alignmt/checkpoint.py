@@ -41,7 +41,7 @@ _TRAIN = "_train."  # prefix of training-state tensors; no parameter name starts
 
 @dataclass
 class Checkpoint:
-    model: Seq2Seq  # in eval mode, on the CPU
+    model: Seq2Seq  # in eval mode, on the device it was loaded to (the CPU by default)
     config: Config
     src_vocab: Vocab
     tgt_vocab: Vocab
@@ -92,8 +92,9 @@ def save_checkpoint(
     return path
 
 
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Rebuild the model stored at `path` (a run directory or a .safetensors file)."""
+def load_checkpoint(path: str | Path, *, device: torch.device | str = "cpu") -> Checkpoint:
+    """Rebuild the model stored at `path` (a run directory or a .safetensors file) on
+    `device`."""
     path = _weights_path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no checkpoint here (expected a file written by training)")
@@ -117,7 +118,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     model.load_state_dict(tensors)
     char = CharTokenizer().to_json()
     tokenizers = [tokenizer_from_json(meta.get(f"{s}_tokenizer", char)) for s in ("src", "tgt")]
-    return Checkpoint(model.eval(), cfg, src_vocab, tgt_vocab, int(meta["step"]), *tokenizers)
+    model = model.to(device).eval()
+    return Checkpoint(model, cfg, src_vocab, tgt_vocab, int(meta["step"]), *tokenizers)
 
 
 def snapshot_path(run_dir: str | Path, step: int) -> Path:
@@ -140,12 +142,15 @@ def snapshot_steps(run_dir: str | Path) -> list[int]:
     return sorted(int(match[1]) for match in found if match)
 
 
-def load_snapshot(run_dir: str | Path, step: int) -> Checkpoint:
+def load_snapshot(
+    run_dir: str | Path, step: int, *, device: torch.device | str = "cpu"
+) -> Checkpoint:
     """Rebuild the model as it was at training step `step` of the run in `run_dir`.
 
     Args:
         run_dir: a run directory trained with `train.snapshot_every` > 0.
         step: one of `snapshot_steps(run_dir)`.
+        device: where to put the model.
 
     Returns:
         The snapshot as a Checkpoint (model in eval mode, config, vocabularies, `step`).
@@ -158,7 +163,7 @@ def load_snapshot(run_dir: str | Path, step: int) -> Checkpoint:
         steps = snapshot_steps(run_dir)
         have = f"steps {', '.join(map(str, steps))}" if steps else "none (train.snapshot_every=0)"
         raise FileNotFoundError(f"{path}: no snapshot of step {step}; this run kept {have}")
-    return load_checkpoint(path)
+    return load_checkpoint(path, device=device)
 
 
 def load_train_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
@@ -183,13 +188,31 @@ def load_weights(path: str | Path) -> dict[str, Tensor]:
     return {k: v for k, v in load_file(str(path)).items() if not k.startswith(_TRAIN)}
 
 
+def rng_states(device: torch.device) -> dict[str, Tensor]:
+    """This process's torch generator states: the CPU's, and its GPU's when it trains on one
+    (dropout masks are drawn there)."""
+    states = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def set_rng_states(states: dict[str, Tensor], device: torch.device) -> None:
+    """Inverse of `rng_states`; a CUDA state is restored only onto a CUDA device."""
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and device.type == "cuda":
+        torch.cuda.set_rng_state(states["cuda"], device)
+
+
 def capture_train_state(
-    optimizer: torch.optim.Optimizer, progress: dict[str, Any]
+    optimizer: torch.optim.Optimizer, progress: dict[str, Any], rngs: list[dict[str, Tensor]]
 ) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """What resuming needs besides the weights, as (tensors, JSON values) for
-    `save_checkpoint`: Adam's moments, both RNG states, and the loop's `progress`."""
+    `save_checkpoint`: Adam's moments, the generator states of every process (`rngs`, in
+    rank order, from `rng_states`), Python's, and the loop's `progress`."""
     opt = optimizer.state_dict()
-    tensors = {"rng.torch": torch.get_rng_state()}
+    tensors = {f"rng.{rank}.{kind}": state for rank, states in enumerate(rngs)
+               for kind, state in states.items()}  # fmt: skip
     for param, moments in opt["state"].items():
         tensors |= {f"optim.{param}.{name}": value for name, value in moments.items()}
     values = {"progress": progress, "param_groups": opt["param_groups"],
@@ -199,21 +222,31 @@ def capture_train_state(
 
 def restore_train_state(
     path: Path, model: Seq2Seq, optimizer: torch.optim.Optimizer
-) -> dict[str, Any]:
-    """Load weights, optimizer and RNG states from `path`; return the stored progress."""
+) -> tuple[dict[str, Any], list[dict[str, Tensor]]]:
+    """Load weights, optimizer and Python's RNG state from `path`.
+
+    Returns:
+        The stored progress, and the torch generator states of each process in rank order
+        (for `set_rng_states`; a run saved before they were kept per process has rank 0's).
+    """
     if not path.is_file():
         raise FileNotFoundError(f"{path}: nothing to resume (no last checkpoint in this run)")
     tensors, values = load_train_state(path)
     model.load_state_dict(load_weights(path))
     moments: dict[int, dict[str, Tensor]] = {}
+    rngs: dict[int, dict[str, Tensor]] = {}
     for name, value in tensors.items():
         if name.startswith("optim."):
             _, param, key = name.split(".")
             moments.setdefault(int(param), {})[key] = value
+        elif name == "rng.torch":
+            rngs[0] = {"torch": value}
+        elif name.startswith("rng."):
+            _, rank, kind = name.split(".")
+            rngs.setdefault(int(rank), {})[kind] = value
     optimizer.load_state_dict({"state": moments, "param_groups": values["param_groups"]})
-    torch.set_rng_state(tensors["rng.torch"])
     random.setstate(as_tuples(values["python_rng"]))
-    return values["progress"]
+    return values["progress"], [rngs[rank] for rank in sorted(rngs)]
 
 
 def as_tuples(value: Any) -> Any:

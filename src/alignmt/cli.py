@@ -33,6 +33,8 @@ from alignmt.config import ConfigError, apply_overrides, dump_config, load_confi
 from alignmt.corpus import CorpusError, read_lines
 from alignmt.data import EOS, read_split
 from alignmt.demo import run_demo
+from alignmt.device import DEVICES, PRECISIONS, pick_device
+from alignmt.distributed import PeerLost
 from alignmt.evaluate import (
     Evaluation,
     format_bucket_table,
@@ -44,7 +46,7 @@ from alignmt.evaluate import (
 from alignmt.plot import attention_heatmap, bleu_by_length_plot, bucket_bars, save_png
 from alignmt.serve.limits import Limits
 from alignmt.tokenize import MosesTokenizer
-from alignmt.train import train
+from alignmt.train import TrainingError, train
 from alignmt.translate import Translation, Translator
 
 
@@ -60,6 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, CorpusError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except (TrainingError, PeerLost) as error:  # training started, then could not go on
+        print(f"error: {error}", file=sys.stderr)
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,6 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--cell", choices=["gru", "lstm"], help="recurrent cell (default gru)")
     demo.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     demo.add_argument("--seed", type=int, help="random seed (default 1)")
+    demo.add_argument(
+        "--device", choices=["auto", "cpu", "cuda"],
+        help="where the models train and are scored (train.device; default auto: CUDA when "
+        "present)",
+    )  # fmt: skip
     demo.add_argument("overrides", nargs="*", metavar="key.path=value", help="config overrides")
     demo.set_defaults(run=run_demo_command)
 
@@ -141,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--batch-size", type=int, default=64)
     compare.add_argument("--replace-unk", action="store_true", help=_REPLACE_UNK)
     _add_test_options(compare)
+    _add_device_options(compare)
     compare.set_defaults(run=run_compare_command)
 
     serve = commands.add_parser(
@@ -157,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="SECONDS" if isinstance(limit.default, float) else "N",
             help=f"{limit.metadata['help']} (default {limit.default})",
         )  # fmt: skip
+    _add_device_options(serve)
     serve.set_defaults(run=run_serve_command)
 
     explore = commands.add_parser(
@@ -170,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("--out", required=True, metavar="PAGE.html", help="the page to write")
     explore.add_argument("--beam", type=int, help="beam size of the beam tree (default: run's)")
     explore.add_argument("--top-k", type=int, default=5, help="candidates per step (default 5)")
+    _add_device_options(explore)
     explore.set_defaults(run=run_explore_command)
     return parser
 
@@ -184,6 +197,18 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         "--batch-size", type=int, default=64, help="the most sentences decoded at once"
     )
     parser.add_argument("--replace-unk", action="store_true", help=_REPLACE_UNK)
+    _add_device_options(parser)
+
+
+def _add_device_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device", default="auto", metavar="DEVICE",
+        help=f"where the model runs: {DEVICES} (default auto: CUDA when present)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--precision", default="float32", choices=PRECISIONS,
+        help="bfloat16: decode under autocast, on the CPU or a GPU that has it (default float32)",
+    )  # fmt: skip
 
 
 def _add_test_options(parser: argparse.ArgumentParser) -> None:
@@ -195,6 +220,8 @@ def _add_test_options(parser: argparse.ArgumentParser) -> None:
 def run_demo_command(args: argparse.Namespace) -> int:
     cfg = apply_overrides(load_config(), demo_overrides(args) + list(args.overrides))
     eval_lengths = tuple(int(n) for n in args.eval_lengths.split(","))
+    flag = "--device" if args.device else "train.device"
+    hardware = _hardware(pick_device(cfg.train.device, flag=flag))  # fails before any training
     print(f"Training vanilla, attention and Luong-order attention models on "
           f"'{cfg.data.task}' ({cfg.train.steps} steps each) ...", flush=True)  # fmt: skip
     result = run_demo(cfg, eval_lengths=eval_lengths, samples=args.samples)
@@ -202,7 +229,7 @@ def run_demo_command(args: argparse.Namespace) -> int:
     print(result.table)
     times = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in result.seconds.items())
     print(f"\nTraining time ({cfg.train.steps} steps, batch {cfg.train.batch_size}, "
-          f"{torch.get_num_threads()} CPU threads): {times}")  # fmt: skip
+          f"{hardware}): {times}")  # fmt: skip
     print("\nWritten:")
     for name, path in result.files.items():
         print(f"  {name:16} {path}")
@@ -222,6 +249,7 @@ def demo_overrides(args: argparse.Namespace) -> list[str]:
         "model.attention": args.attention,
         "model.rnn": args.cell,
         "seed": args.seed,
+        "train.device": args.device,
     }
     return overrides + [f"{key}={value}" for key, value in flags.items() if value is not None]
 
@@ -232,24 +260,39 @@ def run_train_command(args: argparse.Namespace) -> int:
         print(dump_config(cfg), end="")
         return 0
     result = train(cfg, resume=args.resume)
-    print(f"trained to step {result.steps[-1]} in {result.seconds:.1f} s; "
-          f"final loss {result.losses[-1]:.4f}; run folder {result.run_dir}")  # fmt: skip
+    if not result.main:  # a rank > 0 of a torchrun run: rank 0 reports
+        return 0
+    if result.stopped_by:
+        print(f"stopped by {result.stopped_by} at step {result.step}, with a checkpoint; "
+              f"continue with: alignmt train {args.config} ... --resume")  # fmt: skip
+        return 0
+    loss = f"{result.losses[-1]:.4f}" if result.losses else "none (every update skipped)"
+    print(f"trained to step {result.step} in {result.seconds:.1f} s; "
+          f"final loss {loss}; run folder {result.run_dir}")  # fmt: skip
     for record in result.evals[-1:]:
         print(f"validation: loss {record['valid_loss']:.4f}, greedy BLEU {record['bleu']:.2f}")
     return 0
 
 
-def _translator(run: str, beam: int | None, replace_unk: bool = False) -> Translator:
-    ckpt = load_checkpoint(run)
+def _hardware(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{torch.get_num_threads()} CPU threads"
+
+
+def _translator(run: str, args: argparse.Namespace) -> Translator:
+    """The model of `run` on --device at --precision, searching with --beam and --replace-unk."""
+    ckpt = load_checkpoint(run, device=pick_device(args.device))
+    beam = args.beam
     search = ckpt.config.search if beam is None else replace(ckpt.config.search, beam_size=beam)
-    search = replace(search, replace_unk=search.replace_unk or replace_unk)
+    search = replace(search, replace_unk=search.replace_unk or args.replace_unk)
     if search.beam_size < 1:
         raise ValueError(f"--beam must be at least 1, got {search.beam_size}")
-    return Translator.from_checkpoint(ckpt, search)
+    return Translator.from_checkpoint(ckpt, search, precision=args.precision)
 
 
 def run_translate_command(args: argparse.Namespace) -> int:
-    translator = _translator(args.run_dir, args.beam, args.replace_unk)
+    translator = _translator(args.run_dir, args)
     if not 1 <= args.nbest <= translator.search.beam_size:
         raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
     lines = [line.rstrip("\n") for line in sys.stdin]
@@ -269,7 +312,7 @@ def run_serve_command(args: argparse.Namespace) -> int:
     from alignmt.serve.registry import load_models
 
     limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})
-    models = load_models(args.run_dirs)
+    models = load_models(args.run_dirs, device=pick_device(args.device), precision=args.precision)
     logging.getLogger("alignmt.serve").setLevel(logging.INFO)
     url = f"http://{args.host}:{args.port}"
     print(f"serving {', '.join(models)}: the explorer at {url}/, the API at {url}/docs",
@@ -284,13 +327,14 @@ def run_explore_command(args: argparse.Namespace) -> int:
     from alignmt.serve.page import precompute, self_contained
     from alignmt.serve.registry import load_models
 
+    device = pick_device(args.device)
     sentences = read_lines(args.input)
     for number, line in enumerate(sentences, 1):
         if not line.strip():
             raise ValueError(f"{args.input}:{number}: empty line; give one sentence per line")
     if not sentences:
         raise ValueError(f"{args.input}: no sentences")
-    models = load_models(args.run_dirs)
+    models = load_models(args.run_dirs, device=device, precision=args.precision)
     beam = args.beam or next(iter(models.values())).translator.search.beam_size
     with tqdm(total=len(sentences), unit="sentence", disable=None, file=sys.stderr) as bar:
         data = precompute(
@@ -344,7 +388,7 @@ def _evaluate(
 def run_evaluate_command(args: argparse.Namespace) -> int:
     if args.gold_alignments or args.reference_aligner:
         return run_alignment_evaluation(args)
-    translator = _translator(args.run_dir, args.beam, args.replace_unk)
+    translator = _translator(args.run_dir, args)
     src, ref, lang = _test_set(args, args.run_dir)
     name = Path(args.run_dir).name
     result, best = _evaluate(name, translator, src, ref, lang, args.batch_size)
@@ -381,8 +425,8 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
             import_eflomal()
         except ImportError as error:
             raise ValueError(str(error)) from None
-    ckpt = load_checkpoint(args.run_dir)
-    translator = Translator.from_checkpoint(ckpt)
+    ckpt = load_checkpoint(args.run_dir, device=pick_device(args.device))
+    translator = Translator.from_checkpoint(ckpt, precision=args.precision)
     src, ref, _ = _test_set(args, args.run_dir)
     sources = [sentence_words(translator.src_tokenizer, line) for line in src]
     references = [sentence_words(translator.tgt_tokenizer, line) for line in ref]
@@ -428,7 +472,7 @@ def run_compare_command(args: argparse.Namespace) -> int:
     results = {}
     for run in args.run_dirs:
         name = Path(run).name if Path(run).name not in results else run
-        translator = _translator(run, args.beam, args.replace_unk)
+        translator = _translator(run, args)
         results[name] = _evaluate(name, translator, src, ref, lang, args.batch_size)[0]
     _print_scores(results, args.beam)
     out = Path(args.out or "runs/compare")

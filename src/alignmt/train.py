@@ -3,60 +3,79 @@
 The loop is the classic one of Bahdanau et al. (2015) with today's defaults: teacher forcing,
 token-level cross-entropy that ignores padding (optionally label-smoothed), Adam, gradient-norm
 clipping, and a learning-rate schedule with optional linear warm-up: cosine to zero, constant,
-or halved when the validation metric plateaus. Batches come either from a built-in synthetic
-task (tasks.py), drawn fresh at every step, or from a parallel corpus, in length-bucketed
-batches reshuffled every epoch.
+or halved when the validation metric plateaus. What each update trains on is `batches`'
+(length-bucketed corpus batches, or fresh synthetic ones), and running as one of many
+processes under torchrun is `distributed`'s; this module is the loop itself.
 
 On a corpus the model is evaluated every `eval_every` steps (validation loss, and BLEU of
 greedy translations); the best model by `metric` is kept and training can stop early. A run
 directory holds `model.safetensors` (the best model, or the last without validation),
 `last.safetensors` (the last model plus everything needed to resume: optimizer moments, RNG
-states, position in the data, schedule), `config.yaml`, `metrics.jsonl` (one JSON record per
-logged interval and per evaluation) and `curves.png`; with `snapshot_every` also
+states of every process, position in the global batch order, schedule), `config.yaml`,
+`metrics.jsonl` and `curves.png` (`runlog`); with `snapshot_every` also
 `snapshots/step_NNNNNN.safetensors`, the weights at step 0, every N steps and the last step.
 Resuming replays nothing: it restores that state, so a killed and resumed run ends with the
 same weights (and snapshots) as an uninterrupted one.
+
+The loop stops at `steps`, at the time budget, on early stopping, on SIGTERM or SIGINT (with
+a checkpoint of the current step: exit 0, resume later) or after `max_bad_steps` updates in a
+row with a non-finite loss or gradient (an error; the weights never take such an update).
+Each of these is decided by all processes together.
 Progress is a tqdm bar on stderr, shown only when stderr is a terminal.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from tqdm import tqdm
 
-from alignmt import tasks
+from alignmt.batches import Progress, Step, steps
 from alignmt.checkpoint import (
     LAST,
     WEIGHTS,
-    as_tuples,
     capture_train_state,
     load_weights,
     restore_train_state,
+    rng_states,
     save_checkpoint,
+    set_rng_states,
     snapshot_path,
     snapshot_steps,
 )
-from alignmt.config import Config, DataConfig, TrainConfig, dump_config
-from alignmt.data import Batch, Vocab, bucket_batches, make_batch
+from alignmt.config import Config, TrainConfig, dump_config
+from alignmt.data import Vocab, make_batch
+from alignmt.device import autocast
+from alignmt.distributed import (
+    Interrupts,
+    World,
+    check_resume,
+    join,
+    leave,
+    loss_of,
+    no_sync,
+    talking_to_peers,
+    wrap,
+)
 from alignmt.evaluate import corpus_scores
 from alignmt.model import Seq2Seq
-from alignmt.plot import loss_curves, save_png
 from alignmt.prepare import Text, prepare_text
+from alignmt.runlog import RunLog
 from alignmt.translate import Translator
 
 log = logging.getLogger(__name__)
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (too many non-finite updates in a row)."""
 
 
 @dataclass
@@ -69,158 +88,212 @@ class TrainResult:
     losses: list[float]  # mean training loss over each interval
     seconds: float  # wall time of the loop (model building and saving excluded)
     evals: list[dict[str, float]] = field(default_factory=list)  # validation records
-
-
-@dataclass
-class Progress:
-    """Everything besides weights and optimizer that a resumed run needs; JSON-ready."""
-
-    step: int = 0
-    epoch: int = 0  # corpus: current epoch and how many of its batches are done
-    batch: int = 0
-    lr_scale: float = 1.0  # plateau schedule: product of the halvings so far
-    best: float | None = None  # best validation metric, oriented so that higher is better
-    bad_evals: int = 0  # evaluations since `best` last improved
-    task_rng: Any = None  # synthetic task: the data generator's state
-    seconds: float = 0.0  # training time so far, across resumptions
+    stopped_by: str | None = None  # "SIGTERM" or "SIGINT" when a signal ended the run
+    step: int = 0  # the step training ended at
+    main: bool = True  # False on the ranks > 0 of a distributed run, which record nothing
 
 
 def train(cfg: Config, *, progress: bool | None = None, resume: bool = False) -> TrainResult:
     """Train the model `cfg` describes and save it to `cfg.out_dir`.
 
+    Under torchrun, this process is one rank of a distributed run (see `distributed`).
+
     Args:
         cfg: the resolved configuration.
-        progress: draw a progress bar; None draws one when stderr is a terminal.
+        progress: draw progress bars; None draws them when stderr is a terminal.
         resume: continue from `cfg.out_dir`/last.safetensors instead of starting afresh.
 
     Returns:
-        The trained model, its vocabularies, the loss curve and the training time.
+        The trained model, its vocabularies, the loss curve and the training time (on ranks
+        other than 0 the curve is empty: rank 0 keeps the record).
     """
+    world, device = join(cfg.train.device, cfg.train.wait_minutes)
+    try:
+        return _train(cfg, world, device, progress, resume)
+    finally:
+        leave(world)
+
+
+def _train(cfg: Config, world: World, device: torch.device, progress: bool | None,
+           resume: bool) -> TrainResult:  # fmt: skip
+    if not world.main:  # one voice: the others speak only of problems
+        logging.getLogger("alignmt").setLevel(logging.WARNING)
     seed_everything(cfg.seed)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
-    device = pick_device(cfg.train.device)
-    text = prepare_text(cfg.data, cfg.seed)
+    text = _prepare_in_turn(cfg, world, progress)
     model = Seq2Seq.from_config(
         cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
     ).to(device)
     optimizer = make_optimizer(model, cfg.train)
     run_dir = Path(cfg.out_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    state = Progress(task_rng=random.Random(cfg.seed).getstate())
+    state = Progress(task_rng=random.Random(cfg.seed).getstate(), world_size=world.size,
+                     accumulate=cfg.train.accumulate)  # fmt: skip
+    if world.rank:
+        torch.manual_seed(cfg.seed + world.rank)  # its own dropout masks; weights come from 0
     if resume:
-        state = Progress(**restore_train_state(run_dir / LAST, model, optimizer))
-        log.info("resuming %s at step %d", run_dir, state.step)
-    (run_dir / "config.yaml").write_text(dump_config(cfg))
-    loop = _Loop(cfg, model, optimizer, text, state, run_dir, device)
+        state = _resume(run_dir, model, optimizer, world, cfg.train.accumulate, device)
+    if world.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(dump_config(cfg))
+    loop = _Loop(cfg, model, optimizer, text, state, run_dir, world, device)
     seconds = loop.run(progress)
     best = run_dir / WEIGHTS
     if best.is_file() and text.valid:
         model.load_state_dict(load_weights(best))
     model.eval()
-    return TrainResult(
-        run_dir, model, text.src_vocab, text.tgt_vocab, loop.steps, loop.losses, seconds,
-        loop.evals,
-    )  # fmt: skip
+    record = loop.log or _NoLog()
+    return TrainResult(run_dir, model, text.src_vocab, text.tgt_vocab, record.steps,
+                       record.losses, seconds, record.evals, loop.stopped_by, state.step,
+                       world.main)  # fmt: skip
+
+
+@dataclass
+class _NoLog:
+    steps: list = field(default_factory=list)
+    losses: list = field(default_factory=list)
+    evals: list = field(default_factory=list)
+
+
+def _prepare_in_turn(cfg: Config, world: World, progress: bool | None) -> Text:
+    """Rank 0 prepares the data first (building the token cache if there is none); the
+    others then find it ready instead of all building it at once."""
+    text = prepare_text(cfg.data, cfg.seed, progress=progress) if world.main else None
+    world.barrier()
+    return text or prepare_text(cfg.data, cfg.seed, progress=False)
+
+
+def _resume(run_dir: Path, model: Seq2Seq, optimizer: torch.optim.Optimizer, world: World,
+            accumulate: int, device: torch.device) -> Progress:  # fmt: skip
+    saved, rngs = restore_train_state(run_dir / LAST, model, optimizer)
+    check_resume(saved, world, accumulate, str(run_dir))
+    if world.rank < len(rngs):
+        set_rng_states(rngs[world.rank], device)
+    log.info("resuming %s at step %d", run_dir, saved["step"])
+    return Progress(**{**saved, "world_size": world.size, "accumulate": accumulate})
 
 
 class _Loop:
     """The training loop and its bookkeeping, split into short methods."""
 
-    def __init__(self, cfg, model, optimizer, text, state, run_dir, device) -> None:
+    def __init__(self, cfg, model, optimizer, text, state, run_dir, world, device) -> None:
         self.cfg, self.model, self.optimizer, self.text = cfg, model, optimizer, text
-        self.state, self.run_dir, self.device = state, run_dir, device
-        self.steps, self.losses, self.evals = _history(run_dir / "metrics.jsonl", state.step)
-        _drop_stale_snapshots(run_dir, state.step)
-        self.board = _tensorboard(run_dir) if cfg.train.tensorboard else None
+        self.state, self.run_dir, self.world, self.device = state, run_dir, world, device
+        self.objective = wrap(model, world)
+        self.log = RunLog(run_dir, state.step, tensorboard=cfg.train.tensorboard) if world.main \
+            else None  # fmt: skip
+        if world.main:
+            _drop_stale_snapshots(run_dir, state.step)
+        self.stopped_by: str | None = None
 
     def run(self, progress: bool | None) -> float:
         cfg, state = self.cfg.train, self.state
-        show = sys.stderr.isatty() if progress is None else progress
+        show = self.world.main and (sys.stderr.isatty() if progress is None else progress)
         bar = tqdm(total=cfg.steps, initial=state.step, desc=f"train {self.run_dir.name}",
                    disable=not show, file=sys.stderr)  # fmt: skip
         interval, start = [], time.perf_counter()
-        self.start = start - self.state.seconds
-        batches = self._batches()
-        with (self.run_dir / "metrics.jsonl").open("a") as self.metrics:
+        self.start = start - state.seconds
+        updates = steps(self.text, self.cfg.data, cfg, self.cfg.seed, state, self.world)
+        with Interrupts() as interrupts:
             if state.step == 0:
                 self._snapshot()  # the untrained weights: where a look at training starts
-            last = state.step >= cfg.steps or self._out_of_time()
+            last = state.step >= cfg.steps or self._must_stop(interrupts)
             while not last:
                 self._set_lr()
-                interval.append(train_step(self.model, next(batches).to(self.device),
-                                           self.optimizer, cfg))  # fmt: skip
+                interval.append(self._update(next(updates)))
                 state.step += 1
                 bar.update()
                 if cfg.snapshot_every and state.step % cfg.snapshot_every == 0:
                     self._snapshot()
-                last = state.step >= cfg.steps or self._out_of_time()
+                last = state.step >= cfg.steps or self._must_stop(interrupts)
                 if state.step % cfg.log_every == 0 or last:
-                    bar.set_postfix(loss=f"{self._log(interval):.4f}")
+                    bar.set_postfix(loss=self._log_interval(interval))
                     interval.clear()
+                if self.stopped_by:
+                    self._save_last()
+                    break
                 due = last or (cfg.eval_every and state.step % cfg.eval_every == 0)
                 if due and self._evaluate_and_save():
                     break  # early stop
         bar.close()
-        self._snapshot()  # the last step, wherever the steps, the clock or early stopping ended
-        if not self.text.valid:
-            self._save(self.run_dir / WEIGHTS, with_state=False)
-        plot_curves(self.run_dir / "curves.png", self.steps, self.losses, self.evals)
+        self._finish()
         return time.perf_counter() - start
 
-    def _batches(self) -> Iterator[Batch]:
-        if self.text.train:
-            return corpus_batches(self.text, self.cfg.train, self.cfg.seed, self.state)
-        rng = random.Random()
-        rng.setstate(as_tuples(self.state.task_rng))
-        return task_batches(self.cfg.data, self.text.src_vocab, self.cfg.train.batch_size, rng,
-                            self.state)  # fmt: skip
+    def _update(self, step: Step) -> Tensor | None:
+        """One update on this process's share of `step`; its part of the update's loss, or
+        None when the update was skipped for a non-finite loss or gradient."""
+        state = self.state
+        state.tokens += step.tokens
+        batches = [batch.to(self.device) for batch in step.batches]
+        with talking_to_peers(self.world):
+            loss, finite = train_step(self.objective, batches, step.tokens, self.optimizer,
+                                      self.cfg.train, self.world.size)  # fmt: skip
+        if finite:
+            state.bad_steps = 0
+            return loss
+        state.bad_steps += 1
+        state.skipped += 1
+        log.warning("step %d: non-finite loss or gradient, update skipped (%d in a row)",
+                    state.step + 1, state.bad_steps)  # fmt: skip
+        if state.bad_steps >= self.cfg.train.max_bad_steps:
+            raise TrainingError(
+                f"{state.bad_steps} updates in a row had a non-finite loss or gradient "
+                f"(train.max_bad_steps={self.cfg.train.max_bad_steps}), the last at step "
+                f"{state.step + 1}; none was applied, and {self.run_dir / LAST} holds the last "
+                "checkpoint. Try a lower train.lr, train.clip_norm or train.precision=float32."
+            )
+        return None
 
     def _elapsed(self) -> float:
         """Seconds of training so far, across resumptions."""
         return time.perf_counter() - self.start
 
-    def _out_of_time(self) -> bool:
-        return 0 < 60 * self.cfg.train.minutes <= self._elapsed()
+    def _must_stop(self, interrupts: Interrupts) -> bool:
+        """Whether any process was told to stop or ran out of time: one answer for all."""
+        out_of_time = 0 < 60 * self.cfg.train.minutes <= self._elapsed()
+        if not self.world.any(out_of_time or interrupts.caught is not None):
+            return False
+        if self.world.any(interrupts.caught is not None):
+            self.stopped_by = interrupts.caught or "a signal to another process"
+        return True
 
     def _set_lr(self) -> None:
         factor = lr_factor(self.cfg.train)(self.state.step, self._elapsed()) * self.state.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = self.cfg.train.lr * factor
 
-    def _log(self, interval: list[Tensor]) -> float:
-        loss = torch.stack(interval).mean().item()  # the only host sync of the interval
-        self.steps.append(self.state.step)
-        self.losses.append(loss)
-        lr = self.optimizer.param_groups[0]["lr"]
-        self.state.seconds = round(self._elapsed(), 3)
-        self._record({"step": self.state.step, "loss": loss, "lr": lr, "epoch": self.state.epoch,
-                      "seconds": self.state.seconds})  # fmt: skip
-        log.info("step %d loss %.4f", self.state.step, loss)
-        return loss
-
-    def _record(self, record: dict[str, Any]) -> None:
-        self.metrics.write(json.dumps(record) + "\n")
-        self.metrics.flush()
-        for key, value in record.items():
-            if self.board and key not in ("step", "seconds", "epoch"):
-                self.board.add_scalar(key, value, record["step"])
+    def _log_interval(self, interval: list[Tensor | None]) -> str:
+        """Record the interval's mean loss over every process's tokens; return it as text."""
+        done = [loss for loss in interval if loss is not None]
+        # the only host sync of the interval; every process skipped the same updates
+        total = self.world.sum(torch.stack(done).sum() if done else torch.zeros(()))
+        loss = total / len(done) if done else None
+        state = self.state
+        state.seconds = round(self._elapsed(), 3)
+        if self.log:
+            self.log.interval({
+                "step": state.step, "loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
+                "epoch": state.epoch, "seconds": state.seconds, "tokens": state.tokens,
+                "skipped": state.skipped,
+            })  # fmt: skip
+        log.info("step %d loss %s", state.step, loss)
+        return "skipped" if loss is None else f"{loss:.4f}"
 
     def _evaluate_and_save(self) -> bool:
-        """Evaluate (corpus only), keep the best model and the last state; True: stop early."""
+        """Evaluate (corpus only) on rank 0, keep the best model and the last state; True:
+        stop early, decided by rank 0 for all."""
         stop = False
-        if self.text.valid:
+        if self.text.valid and self.world.main:
             record = validate(self.model, self.text, self.cfg)
             record["step"] = self.state.step
             record["seconds"] = round(self._elapsed(), 3)
-            self.evals.append(record)
-            self._record(record)
+            self.log.evaluation(record)
             log.info("step %d valid %s", self.state.step, record)
             if self._improved(record):
                 self._save(self.run_dir / WEIGHTS, with_state=False)
             stop = 0 < self.cfg.train.early_stop <= self.state.bad_evals
-        self._save(self.run_dir / LAST, with_state=True)
-        return stop
+        self._save_last()
+        return self.world.broadcast(stop)
 
     def _improved(self, record: dict[str, float]) -> bool:
         cfg, state = self.cfg.train, self.state
@@ -233,16 +306,33 @@ class _Loop:
             state.lr_scale *= 0.5
         return False
 
+    def _finish(self) -> None:
+        """The last snapshot and model, and the curves; all on rank 0."""
+        if not self.world.main:
+            return
+        if not self.stopped_by:
+            self._snapshot()  # the last step, wherever the steps, clock or early stop ended
+        if not self.text.valid:
+            self._save(self.run_dir / WEIGHTS, with_state=False)
+        self.log.close()
+
     def _snapshot(self) -> None:
         """Keep this step's weights as a model-only checkpoint, unless it is already kept."""
         path = snapshot_path(self.run_dir, self.state.step)
-        if self.cfg.train.snapshot_every and not path.is_file():
+        if self.world.main and self.cfg.train.snapshot_every and not path.is_file():
             self._save(path, with_state=False)
 
-    def _save(self, path: Path, *, with_state: bool) -> None:
+    def _save_last(self) -> None:
+        """The resumable checkpoint; every process hands rank 0 its generator states."""
+        rngs = self.world.gather(rng_states(self.device))
+        if self.world.main:
+            self._save(self.run_dir / LAST, with_state=True, rngs=rngs)
+
+    def _save(self, path: Path, *, with_state: bool, rngs: list | None = None) -> None:
         self.model.eval()
         text = self.text
-        train_state = capture_train_state(self.optimizer, vars(self.state)) if with_state else None
+        train_state = (capture_train_state(self.optimizer, asdict(self.state), rngs)
+                       if with_state else None)  # fmt: skip
         save_checkpoint(path, self.model, self.cfg, text.src_vocab, text.tgt_vocab,
                         self.state.step, tokenizers=text.tokenizers,
                         train_state=train_state)  # fmt: skip
@@ -255,18 +345,44 @@ def make_optimizer(model: Seq2Seq, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 
 def train_step(
-    model: Seq2Seq, batch: Batch, optimizer: torch.optim.Optimizer, cfg: TrainConfig
-) -> Tensor:
-    """One update on `batch`; returns the loss before the update, detached, left on the
-    device so that a GPU need not wait for it."""
-    model.train()
-    loss = model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, cfg.label_smoothing)
+    objective: nn.Module,
+    batches: list,
+    tokens: int,
+    optimizer: torch.optim.Optimizer,
+    cfg: TrainConfig,
+    world_size: int = 1,
+) -> tuple[Tensor, bool]:
+    """One update on micro-batches `batches`, unless its gradient is not finite.
+
+    Args:
+        objective: the loss module (`distributed.wrap`; DDP averages gradients over ranks).
+        batches: this process's micro-batches, on the model's device.
+        tokens: target tokens of the update's micro-batches on all processes together.
+        optimizer: steps only when the gradient norm is finite; after DDP's all-reduce it is
+            the same on every rank, so all skip the same updates.
+        cfg: clip_norm and label_smoothing.
+        world_size: processes; undoes DDP's averaging, since each loss is already weighted.
+
+    Returns:
+        This process's share of the update's mean loss (detached, left on the device so
+        that a GPU need not wait for it), and whether the update was applied.
+    """
+    objective.train()
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if cfg.clip_norm > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm, foreach=True)
-    optimizer.step()
-    return loss.detach()
+    share = torch.zeros((), device=batches[0].src.device)
+    for i, batch in enumerate(batches):
+        weight = batch.num_tgt_tokens / tokens
+        with no_sync(objective, last=i == len(batches) - 1):
+            with autocast(batch.src.device, cfg.precision):  # the forward pass only
+                loss = loss_of(objective, batch, cfg.label_smoothing)
+            (loss * (weight * world_size)).backward()
+        share += loss.detach().float() * weight
+    params = [p for p in objective.parameters() if p.grad is not None]
+    norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip_norm or math.inf, foreach=True)
+    finite = bool(torch.isfinite(norm))
+    if finite:
+        optimizer.step()
+    return share, finite
 
 
 def lr_factor(cfg: TrainConfig):
@@ -290,42 +406,6 @@ def lr_factor(cfg: TrainConfig):
     return factor
 
 
-# --- Batches ------------------------------------------------------------------------------
-
-
-def corpus_batches(text: Text, cfg: TrainConfig, seed: int, state: Progress) -> Iterator[Batch]:
-    """Length-bucketed batches, epoch after epoch, from where `state` says the run is.
-
-    Each epoch's order depends only on (seed, epoch), so a resumed run skips the batches
-    it has done and continues with exactly the ones an uninterrupted run would see.
-    """
-    lengths = [(len(s), len(t)) for s, t in text.train]
-    while True:
-        rng = random.Random(f"{seed}/epoch {state.epoch}")
-        order = bucket_batches(lengths, batch_size=cfg.batch_size,
-                               batch_tokens=cfg.batch_tokens, rng=rng)  # fmt: skip
-        while state.batch < len(order):
-            rows = order[state.batch]
-            state.batch += 1
-            yield make_batch([text.train[i] for i in rows], text.src_vocab, text.tgt_vocab)
-        state.epoch, state.batch = state.epoch + 1, 0
-
-
-def task_batches(
-    cfg: DataConfig, vocab: Vocab, batch_size: int, rng: random.Random, state: Progress
-) -> Iterator[Batch]:
-    """An endless stream of fresh synthetic batches (the task is never short of data); the
-    generator's state is copied into `state` before each batch, for resuming."""
-    while True:
-        pairs = tasks.sample_pairs(cfg.task, rng, batch_size, cfg.min_len, cfg.max_len)
-        batch = make_batch([(vocab.encode(s), vocab.encode(t)) for s, t in pairs], vocab, vocab)
-        state.task_rng = rng.getstate()
-        yield batch
-
-
-# --- Validation ---------------------------------------------------------------------------
-
-
 @torch.no_grad()
 def validate(model: Seq2Seq, text: Text, cfg: Config, batch_size: int = 64) -> dict[str, float]:
     """Validation loss (teacher-forced, no smoothing) and BLEU of greedy translations."""
@@ -340,28 +420,11 @@ def validate(model: Seq2Seq, text: Text, cfg: Config, batch_size: int = 64) -> d
         tokens += batch.num_tgt_tokens
     greedy = replace(cfg.search, beam_size=1)
     translator = Translator(model, tokenizers=text.tokenizers,
-                            vocabs=(text.src_vocab, text.tgt_vocab), search=greedy)  # fmt: skip
+                            vocabs=(text.src_vocab, text.tgt_vocab), search=greedy,
+                            precision=cfg.train.precision)  # fmt: skip
     hyps = [t[0].text for t in translator.translate([p.src for p in text.valid], warn=False)]
     bleu = corpus_scores(hyps, [p.tgt for p in text.valid], lowercase=cfg.data.lowercase).bleu
     return {"valid_loss": total / tokens, "bleu": bleu}
-
-
-def _history(path: Path, step: int) -> tuple[list[int], list[float], list[dict]]:
-    """The records a resumed run keeps: those up to `step` (later ones are redone)."""
-    steps, losses, evals, kept = [], [], [], []
-    if step and path.is_file():
-        for line in path.read_text().splitlines():
-            record = json.loads(line)
-            if record["step"] > step:
-                continue
-            kept.append(line)
-            if "valid_loss" in record:
-                evals.append(record)
-            else:
-                steps.append(record["step"])
-                losses.append(record["loss"])
-    path.write_text("".join(line + "\n" for line in kept))
-    return steps, losses, evals
 
 
 def _drop_stale_snapshots(run_dir: Path, step: int) -> None:
@@ -372,33 +435,6 @@ def _drop_stale_snapshots(run_dir: Path, step: int) -> None:
             snapshot_path(run_dir, kept).unlink()
 
 
-def _tensorboard(run_dir: Path):
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError as err:  # torch imports it lazily; the package is optional
-        raise ValueError(
-            "train.tensorboard=true needs the tensorboard package: pip install tensorboard"
-        ) from err
-    return SummaryWriter(str(run_dir / "tensorboard"))
-
-
-def plot_curves(path: Path, steps, losses, evals) -> None:
-    curves = {"train": (steps, losses)}
-    if evals:
-        curves["valid"] = ([e["step"] for e in evals], [e["valid_loss"] for e in evals])
-    if steps:
-        save_png(loss_curves(curves, title=path.parent.name), path)
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
-
-
-def pick_device(name: str) -> torch.device:
-    """ "auto" takes CUDA when present; asking for CUDA without one is an error, not a fallback."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("train.device=cuda but torch sees no CUDA device; use auto or cpu")
-    return torch.device(name)
