@@ -36,9 +36,10 @@ from alignmt.device import PRECISIONS, autocast, pick_device
 from alignmt.distributed import Objective, World
 from alignmt.evaluate import corpus_scores
 from alignmt.model import Seq2Seq
+from alignmt.optim import make_optimizer, train_step
 from alignmt.prepare import prepare_text
 from alignmt.search import beam_decode_batches, decode_batches
-from alignmt.train import make_optimizer, seed_everything, train_step
+from alignmt.train import seed_everything
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"  # beside the repo
 MAX_OUTPUT = dict(max_len_ratio=0.0, max_len_offset=100)  # "max output length 100"

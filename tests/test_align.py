@@ -230,7 +230,8 @@ def test_word_links_join_the_pieces_of_a_word(monkeypatch):
     token_links = [{(0, 0), (1, 0), (2, 1), (2, 2)}]
     monkeypatch.setattr("alignmt.align.attention_links", lambda *args, **kwargs: token_links)
     translator = Translator.__new__(Translator)
-    translator.model, translator.src_vocab, translator.tgt_vocab = None, Vocab([]), Vocab([])
+    translator.src_vocab, translator.tgt_vocab = Vocab([]), Vocab([])
+    translator.model, translator.precision = torch.nn.Linear(1, 1), "float32"  # a CPU "model"
     assert word_links(translator, [source], [reference]) == [{(0, 0), (1, 1)}]
 
 

@@ -68,7 +68,10 @@ def corpus_config(folder: Path, **train) -> Config:
 
 @pytest.mark.slow
 def test_two_gloo_processes_train_the_weights_one_process_accumulating_two_does(tmp_path):
-    two = corpus_config(tmp_path / "two")
+    # BLEU wavers this early, so the plateau schedule halves the rate now and then: rank 0
+    # decides that, and the other process must follow
+    two = corpus_config(tmp_path / "two", schedule="plateau", plateau_patience=1, eval_every=2,
+                        steps=12)  # fmt: skip
     done = torchrun(_write(two, tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     one = replace(two, out_dir=str(tmp_path / "one"), train=replace(two.train, accumulate=2))
@@ -82,6 +85,7 @@ def test_two_gloo_processes_train_the_weights_one_process_accumulating_two_does(
     two_losses = [r["loss"] for r in records(Path(two.out_dir)) if "loss" in r]
     one_losses = [r["loss"] for r in records(tmp_path / "one") if "loss" in r]
     assert two_losses == pytest.approx(one_losses, rel=1e-5)
+    assert [r["lr"] for r in records(tmp_path / "one") if "lr" in r][-1] < two.train.lr / 2
     assert [r["tokens"] for r in records(tmp_path / "one") if "tokens" in r] == [
         r["tokens"] for r in records(Path(two.out_dir)) if "tokens" in r
     ]
@@ -231,7 +235,7 @@ def test_killing_one_of_two_processes_makes_the_other_exit_with_an_error(tmp_pat
 
 def _poison(monkeypatch, bad_calls: set[int] | None = None) -> None:
     """Make the loss NaN on the given calls (all from the first, when None)."""
-    module = importlib.import_module("alignmt.train")
+    module = importlib.import_module("alignmt.optim")
     real, calls = module.loss_of, [0]
 
     def poisoned(*args):
@@ -254,7 +258,7 @@ def test_a_non_finite_update_is_skipped_and_counted_and_never_applied(tmp_path, 
 def test_too_many_non_finite_updates_in_a_row_stop_the_run_with_an_error(tmp_path, monkeypatch):
     _poison(monkeypatch)
     cfg = reverse_config(tmp_path, steps=50, max_bad_steps=4)
-    with pytest.raises(TrainingError, match=r"4 updates in a row .* train.max_bad_steps=4"):
+    with pytest.raises(TrainingError, match=r"4 updates in a row .*train.max_bad_steps=4"):
         train(cfg, progress=False)
 
 
@@ -262,3 +266,53 @@ def test_progress_is_json_ready_and_resumes_from_an_older_checkpoint_without_new
     old = {"step": 5, "epoch": 1, "batch": 3}
     assert Progress(**old).world_size == 1
     json.dumps(vars(Progress(**old)))
+
+
+def test_a_signal_at_a_step_due_for_evaluation_leaves_it_to_the_resumed_run(tmp_path, monkeypatch):
+    """Stopped by SIGTERM during step 5 of a run that evaluates every 5 steps: the checkpoint
+    is written at once, and resuming evaluates step 5 before going on, so the run ends as
+    an uninterrupted one does (best model, evaluations, weights)."""
+    straight = toy_corpus_config(tmp_path / "straight", steps=10, eval_every=5)
+    train(straight, progress=False)
+    stopped = replace(straight, out_dir=str(tmp_path / "stopped"))
+    module = importlib.import_module("alignmt.train")
+    real, calls = module.train_step, [0]
+
+    def signalled(*args):
+        calls[0] += 1
+        if calls[0] == 5:
+            os.kill(os.getpid(), signal.SIGTERM)  # caught by the loop's handler
+        return real(*args)
+
+    monkeypatch.setattr(module, "train_step", signalled)
+    assert train(stopped, progress=False).stopped_by == "SIGTERM"
+    assert _progress(Path(stopped.out_dir) / "last.safetensors")["eval_pending"] is True
+    assert [r for r in records(Path(stopped.out_dir)) if "bleu" in r] == []
+    monkeypatch.setattr(module, "train_step", real)
+    train(stopped, progress=False, resume=True)
+    for name in ("last.safetensors", "model.safetensors"):
+        a, b = weights(Path(stopped.out_dir) / name), weights(Path(straight.out_dir) / name)
+        assert all(torch.equal(a[k], b[k]) for k in a), name
+    evals = [[r["step"], r["bleu"], r["valid_loss"]] for r in records(Path(stopped.out_dir))
+             if "bleu" in r]  # fmt: skip
+    assert evals == [[r["step"], r["bleu"], r["valid_loss"]]
+                     for r in records(Path(straight.out_dir)) if "bleu" in r]  # fmt: skip
+
+
+def test_a_demo_stopped_by_a_signal_stops_instead_of_comparing_a_half_trained_model(
+    tmp_path, monkeypatch, capsys
+):
+    from alignmt import demo
+    from alignmt.cli import main
+
+    trained = []
+
+    def stopped_at_once(cfg, progress=None):
+        trained.append(cfg.out_dir)
+        return replace(train(replace(cfg, train=replace(cfg.train, steps=1)), progress=False),
+                       stopped_by="SIGINT")  # fmt: skip
+
+    monkeypatch.setattr(demo, "train", stopped_at_once)
+    assert main(["demo", "--steps", "1", "--out", str(tmp_path / "demo")]) == 130
+    assert len(trained) == 1  # the other models were not trained, nor anything compared
+    assert "interrupted (SIGINT" in capsys.readouterr().err

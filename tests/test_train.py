@@ -14,8 +14,9 @@ from alignmt.checkpoint import load_checkpoint, save_checkpoint
 from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig, load_config
 from alignmt.data import Batch, Vocab
 from alignmt.distributed import Objective
+from alignmt.optim import lr_factor, train_step
 from alignmt.tasks import ALPHABET
-from alignmt.train import lr_factor, train, train_step
+from alignmt.train import train
 from tests.conftest import padded_batch, tiny_model, toy_corpus_config, train_killed_at
 
 

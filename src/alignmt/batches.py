@@ -41,6 +41,7 @@ class Progress:
     tokens: int = 0  # target tokens trained on so far, all processes together
     bad_steps: int = 0  # updates skipped in a row for a non-finite loss or gradient
     skipped: int = 0  # updates skipped in all
+    eval_pending: bool = False  # a signal stopped the run at a step due for evaluation
     world_size: int = 1  # processes x micro-batches per update: checked on resume
     accumulate: int = 1
 

@@ -65,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TrainingError, PeerLost) as error:  # training started, then could not go on
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as stop:  # the demo, stopped between its runs
+        print(f"interrupted{f' ({stop})' if str(stop) else ''}", file=sys.stderr)
+        return 130
 
 
 def build_parser() -> argparse.ArgumentParser:

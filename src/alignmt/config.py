@@ -106,7 +106,8 @@ class TrainConfig:
     precision: Literal["float32", "bfloat16"] = "float32"
     threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     # Micro-batches per update and process: N processes x accumulate K x batch B is one update
-    # on N*K*B sentences, so one process with K = N follows an N-process run
+    # on N*K*B sentences, so one process with K = N follows an N-process run (exactly without
+    # dropout; with it, each process draws its own masks)
     accumulate: int = 1
     # Stop with an error after this many updates in a row with a non-finite loss or gradient
     # (each is skipped, not applied, and counted in the log)

@@ -79,7 +79,7 @@ def run_demo(
     """
     configs = demo_configs(cfg)
     aligned = in_distribution(eval_lengths, cfg)
-    runs = {name: train(c, progress=progress) for name, c in configs.items()}
+    runs = {name: _train(c, progress) for name, c in configs.items()}
     scores = {
         name: [
             score_task(run.model, run.src_vocab, cfg.data.task, length, n=samples, seed=EVAL_SEED,
@@ -108,6 +108,15 @@ def run_demo(
     result = DemoResult(table, {name: run.seconds for name, run in runs.items()}, scores,
                         alignment, sharpening, sharpened_at, files={})  # fmt: skip
     result.files = write_outputs(Path(cfg.out_dir), runs, result, aligned, cfg)
+    return result
+
+
+def _train(cfg: Config, progress: bool | None) -> TrainResult:
+    """One of the demo's runs. Ctrl-C or SIGTERM stop training with a checkpoint; the demo
+    then stops too, rather than go on to compare a half-trained model."""
+    result = train(cfg, progress=progress)
+    if result.stopped_by:
+        raise KeyboardInterrupt(f"{result.stopped_by}: {cfg.out_dir} kept step {result.step}")
     return result
 
 

@@ -86,8 +86,8 @@ def autocast(device: torch.device, precision: str) -> AbstractContextManager:
             matmuls, RNNs and their outputs in bfloat16, weights untouched).
 
     Returns:
-        The context manager; enter it around forward passes (and, in training, the
-        backward too), never around the optimizer step.
+        The context manager; enter it around forward passes only: backward runs in the
+        dtypes the forward chose, and the optimizer step stays float32.
 
     Raises:
         ValueError: see `check_precision`.

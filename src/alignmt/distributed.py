@@ -39,6 +39,9 @@ from alignmt.model import Seq2Seq
 log = logging.getLogger(__name__)
 
 
+PATIENCE_HOURS = 12  # how long the other ranks wait for rank 0 to prepare the data
+
+
 class PeerLost(RuntimeError):
     """Another process of a distributed run died or stopped answering."""
 
@@ -50,31 +53,37 @@ class World:
     rank: int = 0
     size: int = 1
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))  # collectives'
+    patient: Any = None  # a gloo group with a long timeout, for waiting on rank 0's data
 
     @property
     def main(self) -> bool:
         """Rank 0 alone validates, logs and writes the run folder."""
         return self.rank == 0
 
-    def any(self, flag: bool) -> bool:
-        """True on every rank when `flag` is True on at least one."""
+    def agree(self, *values: float) -> list[float]:
+        """The maximum over ranks of each value: one all-reduce for several decisions (a
+        flag raised anywhere, the furthest clock)."""
         if self.size == 1:
-            return flag
-        return bool(self._reduce(torch.tensor([float(flag)]), dist.ReduceOp.MAX))
+            return list(values)
+        tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
+        _collective(dist.all_reduce, tensor, op=dist.ReduceOp.MAX)
+        return tensor.tolist()
 
     def sum(self, value: Tensor) -> float:
         """The sum over ranks of a scalar tensor."""
         if self.size == 1:
             return float(value)
-        return self._reduce(value.detach().float().reshape(1), dist.ReduceOp.SUM)
+        tensor = value.detach().to(self.device, torch.float64).reshape(1)
+        _collective(dist.all_reduce, tensor, op=dist.ReduceOp.SUM)
+        return float(tensor.item())
 
-    def broadcast(self, flag: bool) -> bool:
-        """Rank 0's `flag`, on every rank."""
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's `obj` (picklable), on every rank."""
         if self.size == 1:
-            return flag
-        tensor = torch.tensor([float(flag)], device=self.device)
-        _collective(dist.broadcast, tensor, src=0)
-        return bool(tensor.item())
+            return obj
+        box = [obj]
+        _collective(dist.broadcast_object_list, box, src=0)
+        return box[0]
 
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's `obj` (picklable), in rank order, on every rank."""
@@ -84,31 +93,27 @@ class World:
         _collective(dist.all_gather_object, gathered, obj)
         return gathered
 
-    def barrier(self) -> None:
+    def wait_for_main(self) -> None:
+        """A barrier that waits as long as rank 0 needs to build a corpus's cache (hours for
+        the largest), where ordinary collectives give up after `train.wait_minutes`; a rank
+        that dies still breaks it at once."""
         if self.size > 1:
-            _collective(dist.barrier)
-
-    def _reduce(self, tensor: Tensor, op: dist.ReduceOp) -> float:
-        tensor = tensor.to(self.device)
-        _collective(dist.all_reduce, tensor, op=op)
-        return float(tensor.item())
+            _collective(dist.barrier, group=self.patient)
 
 
 def _collective(fn, *args, **kwargs) -> None:
-    try:
+    with talking_to_peers():
         fn(*args, **kwargs)
-    except RuntimeError as err:  # DistBackendError and gloo's errors are RuntimeErrors
-        raise _lost(err) from err
 
 
 @contextmanager
-def talking_to_peers(world: World) -> Iterator[None]:
-    """Around code whose collectives are not ours (DDP's all-reduce in backward): a broken
-    connection becomes `PeerLost`; any other error passes unchanged."""
+def talking_to_peers() -> Iterator[None]:
+    """Around collectives, ours and DDP's (its all-reduce runs inside backward): a broken
+    connection or a timeout becomes `PeerLost`; any other error passes unchanged."""
     try:
         yield
     except RuntimeError as err:
-        if world.size == 1 or not _COMMUNICATION.search(str(err)):
+        if not dist.is_initialized() or not _COMMUNICATION.search(str(err)):
             raise
         raise _lost(err) from err
 
@@ -146,7 +151,8 @@ def join(device_name: str, wait_minutes: float) -> tuple[World, torch.device]:
         torch.cuda.set_device(device)
     backend = "nccl" if device.type == "cuda" else "gloo"
     dist.init_process_group(backend, timeout=timedelta(minutes=wait_minutes))
-    world = World(rank=dist.get_rank(), size=dist.get_world_size(), device=device)
+    patient = dist.new_group(backend="gloo", timeout=timedelta(hours=PATIENCE_HOURS))
+    world = World(dist.get_rank(), dist.get_world_size(), device, patient)
     log.info("rank %d of %d (%s) on %s", world.rank, world.size, backend, device)
     return world, device
 
@@ -218,8 +224,7 @@ class Interrupts:
     def _handle(self, signum: int, frame) -> None:
         if self.caught and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        self.caught = signal.Signals(signum).name
-        log.warning("%s: stopping after this step with a checkpoint", self.caught)
+        self.caught = signal.Signals(signum).name  # the loop logs it: no I/O in a handler
 
 
 def check_resume(saved: dict[str, Any], world: World, accumulate: int, where: str) -> None:

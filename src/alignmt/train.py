@@ -27,15 +27,14 @@ Progress is a tqdm bar on stderr, shown only when stderr is a terminal.
 from __future__ import annotations
 
 import logging
-import math
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 from tqdm import tqdm
 
 from alignmt.batches import Progress, Step, steps
@@ -51,25 +50,22 @@ from alignmt.checkpoint import (
     snapshot_path,
     snapshot_steps,
 )
-from alignmt.config import Config, TrainConfig, dump_config
-from alignmt.data import Vocab, make_batch
-from alignmt.device import autocast
+from alignmt.config import Config, dump_config
+from alignmt.data import Vocab
 from alignmt.distributed import (
     Interrupts,
     World,
     check_resume,
     join,
     leave,
-    loss_of,
-    no_sync,
     talking_to_peers,
     wrap,
 )
-from alignmt.evaluate import corpus_scores
 from alignmt.model import Seq2Seq
+from alignmt.optim import lr_factor, make_optimizer, train_step
 from alignmt.prepare import Text, prepare_text
 from alignmt.runlog import RunLog
-from alignmt.translate import Translator
+from alignmt.validate import validate
 
 log = logging.getLogger(__name__)
 
@@ -156,11 +152,16 @@ class _NoLog:
 
 
 def _prepare_in_turn(cfg: Config, world: World, progress: bool | None) -> Text:
-    """Rank 0 prepares the data first (building the token cache if there is none); the
-    others then find it ready instead of all building it at once."""
-    text = prepare_text(cfg.data, cfg.seed, progress=progress) if world.main else None
-    world.barrier()
-    return text or prepare_text(cfg.data, cfg.seed, progress=False)
+    """With the token cache, rank 0 prepares the data first (building the cache if there is
+    none) and the others then load it, instead of all building it at once; without it,
+    every process prepares its own copy."""
+    if world.main or not cfg.data.cache:
+        text = prepare_text(cfg.data, cfg.seed, progress=progress if world.main else False)
+    if cfg.data.cache:
+        world.wait_for_main()
+        if not world.main:
+            text = prepare_text(cfg.data, cfg.seed, progress=False)
+    return text
 
 
 def _resume(run_dir: Path, model: Seq2Seq, optimizer: torch.optim.Optimizer, world: World,
@@ -193,30 +194,38 @@ class _Loop:
                    disable=not show, file=sys.stderr)  # fmt: skip
         interval, start = [], time.perf_counter()
         self.start = start - state.seconds
+        self.elapsed = state.seconds
         updates = steps(self.text, self.cfg.data, cfg, self.cfg.seed, state, self.world)
-        with Interrupts() as interrupts:
-            if state.step == 0:
-                self._snapshot()  # the untrained weights: where a look at training starts
-            last = state.step >= cfg.steps or self._must_stop(interrupts)
-            while not last:
-                self._set_lr()
-                interval.append(self._update(next(updates)))
-                state.step += 1
-                bar.update()
-                if cfg.snapshot_every and state.step % cfg.snapshot_every == 0:
-                    self._snapshot()
-                last = state.step >= cfg.steps or self._must_stop(interrupts)
-                if state.step % cfg.log_every == 0 or last:
-                    bar.set_postfix(loss=self._log_interval(interval))
-                    interval.clear()
-                if self.stopped_by:
-                    self._save_last()
-                    break
-                due = last or (cfg.eval_every and state.step % cfg.eval_every == 0)
-                if due and self._evaluate_and_save():
-                    break  # early stop
-        bar.close()
-        self._finish()
+        try:
+            with Interrupts() as interrupts:
+                if state.step == 0:
+                    self._snapshot()  # the untrained weights: where a look at training starts
+                last = self._evaluate_pending() or state.step >= cfg.steps
+                last = last or self._must_stop(interrupts)
+                while not last:
+                    self._set_lr()
+                    interval.append(self._update(next(updates)))
+                    state.step += 1
+                    bar.update()
+                    if cfg.snapshot_every and state.step % cfg.snapshot_every == 0:
+                        self._snapshot()
+                    last = state.step >= cfg.steps or self._must_stop(interrupts)
+                    if state.step % cfg.log_every == 0 or last:
+                        bar.set_postfix(loss=self._log_interval(interval))
+                        interval.clear()
+                    periodic = cfg.eval_every and state.step % cfg.eval_every == 0
+                    due = state.step >= cfg.steps or self.out_of_time or periodic
+                    if self.stopped_by:  # checkpoint now; what was due is done on resuming
+                        state.eval_pending = bool(due)
+                        self._save_last()
+                        break
+                    if due and self._evaluate_and_save():
+                        break  # early stop
+            self._finish()
+        finally:
+            bar.close()
+            if self.log:
+                self.log.close()
         return time.perf_counter() - start
 
     def _update(self, step: Step) -> Tensor | None:
@@ -225,7 +234,7 @@ class _Loop:
         state = self.state
         state.tokens += step.tokens
         batches = [batch.to(self.device) for batch in step.batches]
-        with talking_to_peers(self.world):
+        with talking_to_peers():
             loss, finite = train_step(self.objective, batches, step.tokens, self.optimizer,
                                       self.cfg.train, self.world.size)  # fmt: skip
         if finite:
@@ -236,11 +245,13 @@ class _Loop:
         log.warning("step %d: non-finite loss or gradient, update skipped (%d in a row)",
                     state.step + 1, state.bad_steps)  # fmt: skip
         if state.bad_steps >= self.cfg.train.max_bad_steps:
+            last = self.run_dir / LAST
+            kept = f"{last} holds the last checkpoint" if last.is_file() else "no checkpoint yet"
             raise TrainingError(
                 f"{state.bad_steps} updates in a row had a non-finite loss or gradient "
                 f"(train.max_bad_steps={self.cfg.train.max_bad_steps}), the last at step "
-                f"{state.step + 1}; none was applied, and {self.run_dir / LAST} holds the last "
-                "checkpoint. Try a lower train.lr, train.clip_norm or train.precision=float32."
+                f"{state.step + 1}; none was applied ({kept}). Try a lower train.lr or "
+                "train.clip_norm, or train.precision=float32."
             )
         return None
 
@@ -249,23 +260,26 @@ class _Loop:
         return time.perf_counter() - self.start
 
     def _must_stop(self, interrupts: Interrupts) -> bool:
-        """Whether any process was told to stop or ran out of time: one answer for all."""
-        out_of_time = 0 < 60 * self.cfg.train.minutes <= self._elapsed()
-        if not self.world.any(out_of_time or interrupts.caught is not None):
-            return False
-        if self.world.any(interrupts.caught is not None):
+        """Whether any process was told to stop, or the time is up: one answer for all, from
+        one all-reduce that also agrees on the clock (the furthest along), which the
+        learning rate of a time-budgeted cosine then reads on every process alike."""
+        caught, self.elapsed = self.world.agree(interrupts.caught is not None, self._elapsed())
+        if caught and not self.stopped_by:
             self.stopped_by = interrupts.caught or "a signal to another process"
-        return True
+            log.warning("%s: stopping at step %d with a checkpoint", self.stopped_by,
+                        self.state.step)  # fmt: skip
+        self.out_of_time = 0 < 60 * self.cfg.train.minutes <= self.elapsed
+        return bool(caught) or self.out_of_time
 
     def _set_lr(self) -> None:
-        factor = lr_factor(self.cfg.train)(self.state.step, self._elapsed()) * self.state.lr_scale
+        factor = lr_factor(self.cfg.train)(self.state.step, self.elapsed) * self.state.lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = self.cfg.train.lr * factor
 
     def _log_interval(self, interval: list[Tensor | None]) -> str:
         """Record the interval's mean loss over every process's tokens; return it as text."""
         done = [loss for loss in interval if loss is not None]
-        # the only host sync of the interval; every process skipped the same updates
+        # every process skipped the same updates, so len(done) is the same on all
         total = self.world.sum(torch.stack(done).sum() if done else torch.zeros(()))
         loss = total / len(done) if done else None
         state = self.state
@@ -279,21 +293,35 @@ class _Loop:
         log.info("step %d loss %s", state.step, loss)
         return "skipped" if loss is None else f"{loss:.4f}"
 
+    def _evaluate_pending(self) -> bool:
+        """The evaluation due at the step a signal stopped the run; True: stop early."""
+        if not self.state.eval_pending:
+            return False
+        self.state.eval_pending = False
+        return self._evaluate_and_save()
+
     def _evaluate_and_save(self) -> bool:
         """Evaluate (corpus only) on rank 0, keep the best model and the last state; True:
-        stop early, decided by rank 0 for all."""
-        stop = False
-        if self.text.valid and self.world.main:
-            record = validate(self.model, self.text, self.cfg)
-            record["step"] = self.state.step
-            record["seconds"] = round(self._elapsed(), 3)
-            self.log.evaluation(record)
-            log.info("step %d valid %s", self.state.step, record)
-            if self._improved(record):
-                self._save(self.run_dir / WEIGHTS, with_state=False)
-            stop = 0 < self.cfg.train.early_stop <= self.state.bad_evals
+        stop early. Rank 0 decides, and hands the others what the plateau schedule and
+        early stopping now read, so that every process goes on with the same rate."""
+        stop, state = False, self.state
+        if self.text.valid:
+            if self.world.main:
+                stop = self._evaluate()
+            decided = (state.best, state.bad_evals, state.lr_scale, stop)
+            state.best, state.bad_evals, state.lr_scale, stop = self.world.broadcast(decided)
         self._save_last()
-        return self.world.broadcast(stop)
+        return stop
+
+    def _evaluate(self) -> bool:
+        record = validate(self.model, self.text, self.cfg)
+        record["step"] = self.state.step
+        record["seconds"] = round(self._elapsed(), 3)
+        self.log.evaluation(record)
+        log.info("step %d valid %s", self.state.step, record)
+        if self._improved(record):
+            self._save(self.run_dir / WEIGHTS, with_state=False)
+        return 0 < self.cfg.train.early_stop <= self.state.bad_evals
 
     def _improved(self, record: dict[str, float]) -> bool:
         cfg, state = self.cfg.train, self.state
@@ -307,14 +335,13 @@ class _Loop:
         return False
 
     def _finish(self) -> None:
-        """The last snapshot and model, and the curves; all on rank 0."""
+        """The last snapshot and, without validation, the model; on rank 0."""
         if not self.world.main:
             return
         if not self.stopped_by:
             self._snapshot()  # the last step, wherever the steps, clock or early stop ended
         if not self.text.valid:
             self._save(self.run_dir / WEIGHTS, with_state=False)
-        self.log.close()
 
     def _snapshot(self) -> None:
         """Keep this step's weights as a model-only checkpoint, unless it is already kept."""
@@ -336,95 +363,6 @@ class _Loop:
         save_checkpoint(path, self.model, self.cfg, text.src_vocab, text.tgt_vocab,
                         self.state.step, tokenizers=text.tokenizers,
                         train_state=train_state)  # fmt: skip
-
-
-def make_optimizer(model: Seq2Seq, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam at cfg.lr; `fused` updates all parameters in one kernel instead of a dozen ops
-    per tensor, which is 5% of a training step on 2 CPU cores."""
-    return torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=True)
-
-
-def train_step(
-    objective: nn.Module,
-    batches: list,
-    tokens: int,
-    optimizer: torch.optim.Optimizer,
-    cfg: TrainConfig,
-    world_size: int = 1,
-) -> tuple[Tensor, bool]:
-    """One update on micro-batches `batches`, unless its gradient is not finite.
-
-    Args:
-        objective: the loss module (`distributed.wrap`; DDP averages gradients over ranks).
-        batches: this process's micro-batches, on the model's device.
-        tokens: target tokens of the update's micro-batches on all processes together.
-        optimizer: steps only when the gradient norm is finite; after DDP's all-reduce it is
-            the same on every rank, so all skip the same updates.
-        cfg: clip_norm and label_smoothing.
-        world_size: processes; undoes DDP's averaging, since each loss is already weighted.
-
-    Returns:
-        This process's share of the update's mean loss (detached, left on the device so
-        that a GPU need not wait for it), and whether the update was applied.
-    """
-    objective.train()
-    optimizer.zero_grad(set_to_none=True)
-    share = torch.zeros((), device=batches[0].src.device)
-    for i, batch in enumerate(batches):
-        weight = batch.num_tgt_tokens / tokens
-        with no_sync(objective, last=i == len(batches) - 1):
-            with autocast(batch.src.device, cfg.precision):  # the forward pass only
-                loss = loss_of(objective, batch, cfg.label_smoothing)
-            (loss * (weight * world_size)).backward()
-        share += loss.detach().float() * weight
-    params = [p for p in objective.parameters() if p.grad is not None]
-    norm = torch.nn.utils.clip_grad_norm_(params, cfg.clip_norm or math.inf, foreach=True)
-    finite = bool(torch.isfinite(norm))
-    if finite:
-        optimizer.step()
-    return share, finite
-
-
-def lr_factor(cfg: TrainConfig):
-    """The schedule as a multiplier of cfg.lr: linear warm-up, then cosine to zero over the
-    remaining steps ("cosine") or flat ("constant", "plateau": halvings are applied on top).
-
-    With a time budget (`cfg.minutes`) the cosine runs on whichever is further along, steps or
-    seconds, so a run on a slower machine still anneals to zero when its time is up
-    (budgeted training, Li et al. 2020)."""
-
-    def factor(step: int, seconds: float = 0.0) -> float:
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        if cfg.schedule != "cosine":
-            return 1.0
-        progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
-        if cfg.minutes > 0:
-            progress = max(progress, seconds / (60 * cfg.minutes))
-        return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-    return factor
-
-
-@torch.no_grad()
-def validate(model: Seq2Seq, text: Text, cfg: Config, batch_size: int = 64) -> dict[str, float]:
-    """Validation loss (teacher-forced, no smoothing) and BLEU of greedy translations."""
-    model.eval()
-    device = next(model.parameters()).device
-    total, tokens = 0.0, 0
-    for start in range(0, len(text.valid_ids), batch_size):
-        batch = make_batch(text.valid_ids[start : start + batch_size], text.src_vocab,
-                           text.tgt_vocab).to(device)  # fmt: skip
-        loss = model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out)
-        total += float(loss) * batch.num_tgt_tokens
-        tokens += batch.num_tgt_tokens
-    greedy = replace(cfg.search, beam_size=1)
-    translator = Translator(model, tokenizers=text.tokenizers,
-                            vocabs=(text.src_vocab, text.tgt_vocab), search=greedy,
-                            precision=cfg.train.precision)  # fmt: skip
-    hyps = [t[0].text for t in translator.translate([p.src for p in text.valid], warn=False)]
-    bleu = corpus_scores(hyps, [p.tgt for p in text.valid], lowercase=cfg.data.lowercase).bleu
-    return {"valid_loss": total / tokens, "bleu": bleu}
 
 
 def _drop_stale_snapshots(run_dir: Path, step: int) -> None:
