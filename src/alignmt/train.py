@@ -138,17 +138,10 @@ def _train(cfg: Config, world: World, device: torch.device, progress: bool | Non
     if best.is_file() and text.valid:
         model.load_state_dict(load_weights(best))
     model.eval()
-    record = loop.log or _NoLog()
-    return TrainResult(run_dir, model, text.src_vocab, text.tgt_vocab, record.steps,
-                       record.losses, seconds, record.evals, loop.stopped_by, state.step,
-                       world.main)  # fmt: skip
-
-
-@dataclass
-class _NoLog:
-    steps: list = field(default_factory=list)
-    losses: list = field(default_factory=list)
-    evals: list = field(default_factory=list)
+    kept = loop.log  # rank 0's record; the other ranks keep none
+    logged, losses, evals = (kept.steps, kept.losses, kept.evals) if kept else ([], [], [])
+    return TrainResult(run_dir, model, text.src_vocab, text.tgt_vocab, logged, losses, seconds,
+                       evals, loop.stopped_by, state.step, world.main)  # fmt: skip
 
 
 def _prepare_in_turn(cfg: Config, world: World, progress: bool | None) -> Text:
@@ -194,7 +187,7 @@ class _Loop:
                    disable=not show, file=sys.stderr)  # fmt: skip
         interval, start = [], time.perf_counter()
         self.start = start - state.seconds
-        self.elapsed = state.seconds
+        self.elapsed, self.out_of_time = state.seconds, False
         updates = steps(self.text, self.cfg.data, cfg, self.cfg.seed, state, self.world)
         try:
             with Interrupts() as interrupts:
