@@ -20,6 +20,11 @@ TINY = [
 ]
 
 
+def stdin(text: str | bytes) -> io.TextIOWrapper:
+    """A standard input holding `text`, with the binary `.buffer` that translate reads."""
+    return io.TextIOWrapper(io.BytesIO(text.encode() if isinstance(text, str) else text))
+
+
 def test_print_config_shows_the_file_with_overrides_applied(capsys):
     assert main(["train", "configs/reverse_vanilla.yaml", "train.lr=5e-4", "--print-config"]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
@@ -43,13 +48,27 @@ def test_a_trained_run_folder_translates_stdin_line_by_line(tmp_path, capsys, mo
     run = tmp_path / "run"
     assert main(["train", "configs/reverse.yaml", f"out_dir={run}", *TINY]) == 0
     assert "final loss" in capsys.readouterr().out
-    monkeypatch.setattr("sys.stdin", io.StringIO("abc\nbad\n\nXyz\n"))
+    monkeypatch.setattr("sys.stdin", stdin("abc\nbad\n\nXyz\n"))
     assert main(["translate", str(run)]) == 0
     captured = capsys.readouterr()
     lines = captured.out.split("\n")[:-1]
     assert len(lines) == 4  # one output per input line, the empty one included
     assert lines[:2] == ["cba", "dab"]
     assert "not in the vocabulary, read as <unk>: line 4: 'X'" in caplog.text
+    # Text from the wild: a byte order mark, CRLF, invalid UTF-8, no final newline. Each line
+    # still gets exactly one output line, the bad one with a warning that names it.
+    monkeypatch.setattr("sys.stdin", stdin(b"\xef\xbb\xbfabc\r\nab\xffc\r\n\r\nbad"))
+    assert main(["translate", str(run)]) == 0
+    lines = capsys.readouterr().out.split("\n")[:-1]
+    assert len(lines) == 4
+    assert lines[0] == "cba" and lines[3] == "dab"  # no BOM token, no "\r" reversed in front
+    assert "stdin:2: invalid UTF-8 (byte 0xff at column 3)" in caplog.text
+    for flag in ("--batch-size", "--beam", "--nbest"):
+        for bad in ("-1", "0", "x"):
+            with pytest.raises(SystemExit) as usage:  # argparse: before any work starts
+                main(["translate", str(run), flag, bad])
+            assert usage.value.code == 2
+            assert f"argument {flag}" in capsys.readouterr().err
 
 
 def test_translating_a_folder_without_a_model_names_it(tmp_path, capsys):
@@ -74,7 +93,7 @@ def _toy_test_set(folder):
 
 
 def test_translate_prints_nbest_tab_joined_and_keeps_blank_lines(toy_run, capsys, monkeypatch):
-    monkeypatch.setattr("sys.stdin", io.StringIO("a dog runs\n\nthe cat\n"))
+    monkeypatch.setattr("sys.stdin", stdin("a dog runs\n\nthe cat\n"))
     assert main(["translate", str(toy_run), "--beam", "3", "--nbest", "2"]) == 0
     lines = capsys.readouterr().out.split("\n")[:-1]
     assert len(lines) == 3 and lines[1] == "\t"
@@ -87,7 +106,7 @@ def test_translate_alignment_prints_the_apis_pharaoh_pairs_after_a_tab(
     from alignmt.checkpoint import load_checkpoint
     from alignmt.translate import Translator
 
-    monkeypatch.setattr("sys.stdin", io.StringIO("a dog runs\n\nthe big cat sleeps\n"))
+    monkeypatch.setattr("sys.stdin", stdin("a dog runs\n\nthe big cat sleeps\n"))
     assert main(["translate", str(toy_run), "--beam", "1", "--alignment"]) == 0
     lines = [line.split("\t") for line in capsys.readouterr().out.split("\n")[:-1]]
     ckpt = load_checkpoint(toy_run)
@@ -122,7 +141,7 @@ def test_serve_refuses_impossible_limits_and_missing_folders(tmp_path, capsys):
 
 
 def test_nbest_larger_than_the_beam_is_an_error(toy_run, capsys, monkeypatch):
-    monkeypatch.setattr("sys.stdin", io.StringIO("a dog\n"))
+    monkeypatch.setattr("sys.stdin", stdin("a dog\n"))
     assert main(["translate", str(toy_run), "--beam", "2", "--nbest", "3"]) == 2
     assert "--nbest" in capsys.readouterr().err
 
@@ -145,6 +164,19 @@ def test_evaluate_scores_buckets_plots_heatmaps_and_dumps_attention(toy_run, tmp
     assert rows[0]["source"] == ["a", "red", "dog", "runs", "</s>"]
     assert len(rows[0]["attention"]) == len(rows[0]["output"])
     assert len(rows[0]["attention"][0]) == 5
+
+
+def test_bad_heatmap_lines_are_refused_before_the_test_set_is_translated(
+    toy_run, tmp_path, capsys, monkeypatch
+):
+    src, ref = _toy_test_set(tmp_path)
+    argv = ["evaluate", str(toy_run), "--src", src, "--ref", ref, "--heatmaps"]
+    with pytest.raises(SystemExit) as usage:
+        main([*argv, "abc"])
+    assert usage.value.code == 2 and "argument --heatmaps" in capsys.readouterr().err
+    monkeypatch.setattr("alignmt.cli._evaluate", lambda *args: pytest.fail("translated"))
+    assert main([*argv, "2,9"]) == 2
+    assert "--heatmaps: the test set has 4 lines, not 9" in capsys.readouterr().err
 
 
 def test_evaluate_names_both_files_when_their_line_counts_differ(toy_run, tmp_path, capsys):
@@ -197,7 +229,7 @@ no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU
 def test_cuda_without_a_gpu_is_a_one_line_error_before_any_work(
     command, toy_run, tmp_path, capsys, monkeypatch
 ):
-    monkeypatch.setattr("sys.stdin", io.StringIO("a dog\n"))
+    monkeypatch.setattr("sys.stdin", stdin("a dog\n"))
     src, ref = _toy_test_set(tmp_path)
     extra = {
         "evaluate": ["--src", src, "--ref", ref, "--out", str(tmp_path / "eval")],
@@ -236,7 +268,7 @@ def test_bfloat16_translates_on_the_cpu_as_float32_does_on_the_toy_run(
     lines = "a red dog runs\nthe small cat sleeps now\n\nbig cat\n"
     outputs = {}
     for precision in ("float32", "bfloat16"):
-        monkeypatch.setattr("sys.stdin", io.StringIO(lines))
+        monkeypatch.setattr("sys.stdin", stdin(lines))
         argv = ["translate", str(toy_run), "--device", "cpu", "--precision", precision]
         assert main(argv) == 0
         outputs[precision] = capsys.readouterr().out
@@ -249,3 +281,20 @@ def test_an_unknown_precision_is_a_usage_error(toy_run, capsys):
         main(["translate", str(toy_run), "--precision", "float16"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'float16'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "garbage"])
+def test_a_damaged_model_file_is_named_not_a_traceback(toy_run, tmp_path, capsys, damage):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run)
+    weights = run / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(
+        {"truncated": data[: len(data) // 2], "empty": b"", "garbage": b"x" * 99}[damage]
+    )
+    for argv in (["translate", str(run)], ["evaluate", str(run)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{weights}: not a readable checkpoint" in err and "Traceback" not in err

@@ -17,13 +17,15 @@ import json
 import os
 import random
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
@@ -98,7 +100,7 @@ def load_checkpoint(path: str | Path, *, device: torch.device | str = "cpu") -> 
     path = _weights_path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no checkpoint here (expected a file written by training)")
-    with safe_open(str(path), framework="pt") as f:
+    with _readable(path), safe_open(str(path), framework="pt") as f:
         meta = f.metadata() or {}
         names = [name for name in f.keys() if not name.startswith(_TRAIN)]  # noqa: SIM118
         tensors = {name: f.get_tensor(name) for name in names}
@@ -169,7 +171,7 @@ def load_snapshot(
 def load_train_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """The training state `save_checkpoint` stored at `path`: (tensors, JSON values)."""
     path = Path(path)
-    with safe_open(str(path), framework="pt") as f:
+    with _readable(path), safe_open(str(path), framework="pt") as f:
         meta = f.metadata() or {}
         if "train_state" not in meta:
             raise ValueError(f"{path}: holds no training state to resume from")
@@ -185,7 +187,20 @@ def _weights_path(path: str | Path) -> Path:
 
 def load_weights(path: str | Path) -> dict[str, Tensor]:
     """The model tensors of the checkpoint file `path`, without any training state."""
-    return {k: v for k, v in load_file(str(path)).items() if not k.startswith(_TRAIN)}
+    with _readable(Path(path)):
+        return {k: v for k, v in load_file(str(path)).items() if not k.startswith(_TRAIN)}
+
+
+@contextmanager
+def _readable(path: Path) -> Iterator[None]:
+    """A truncated, empty or foreign file becomes an error that says so, not a traceback."""
+    try:
+        yield
+    except SafetensorError as err:
+        raise ValueError(
+            f"{path}: not a readable checkpoint ({err}); the file is truncated or damaged, or "
+            "was not written by alignmt"
+        ) from None
 
 
 def rng_states(device: torch.device) -> dict[str, Tensor]:

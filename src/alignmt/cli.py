@@ -30,7 +30,7 @@ from alignmt.align import (
 from alignmt.allocator import keep_freed_memory
 from alignmt.checkpoint import load_checkpoint
 from alignmt.config import ConfigError, apply_overrides, dump_config, load_config
-from alignmt.corpus import CorpusError, read_lines
+from alignmt.corpus import CorpusError, input_lines, read_lines
 from alignmt.data import EOS, read_split
 from alignmt.demo import run_demo
 from alignmt.device import DEVICES, PRECISIONS, pick_device
@@ -89,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--eval-lengths", default="3,5,7,10,15,20", metavar="N,N,...", help="lengths to score"
     )
-    demo.add_argument("--samples", type=int, default=500, help="strings scored per length")
-    demo.add_argument("--steps", type=int, help="training steps per model (default 2000)")
+    demo.add_argument("--samples", type=_positive, default=500, help="strings scored per length")
+    demo.add_argument("--steps", type=_positive, help="training steps per model (default 2000)")
     demo.add_argument("--attention", choices=["additive", "dot", "general", "concat", "scaled_dot"])
     demo.add_argument("--cell", choices=["gru", "lstm"], help="recurrent cell (default gru)")
     demo.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
@@ -116,7 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     translate = commands.add_parser("translate", help="translate stdin line by line to stdout")
     _add_run_options(translate)
-    translate.add_argument("--nbest", type=int, default=1, help="hypotheses per line, tab-joined")
+    translate.add_argument(
+        "--nbest", type=_positive, default=1, help="hypotheses per line, tab-joined"
+    )
     translate.add_argument(
         "--alignment", action="store_true",
         help="after each hypothesis, a tab and its hard alignment (Pharaoh source-output pairs)",
@@ -130,7 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_test_options(evaluate)
     evaluate.add_argument("--attention", metavar="FILE", help="write every alignment as JSON")
     evaluate.add_argument(
-        "--heatmaps", default="", metavar="N,N,...", help="source line numbers to draw (1-based)"
+        "--heatmaps",
+        type=_line_numbers,
+        default=[],
+        metavar="N,N,...",
+        help="source line numbers to draw (1-based)",
     )
     evaluate.add_argument(
         "--sentence-bleu", action="store_true",
@@ -150,8 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare = commands.add_parser("compare", help="score several runs on one test set, with plots")
     compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    compare.add_argument("--beam", type=int, help="beam size (default: each run's config)")
-    compare.add_argument("--batch-size", type=int, default=64)
+    compare.add_argument("--beam", type=_positive, help="beam size (default: each run's config)")
+    compare.add_argument("--batch-size", type=_positive, default=64)
     compare.add_argument("--replace-unk", action="store_true", help=_REPLACE_UNK)
     _add_test_options(compare)
     _add_device_options(compare)
@@ -183,8 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     explore.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="several: side by side")
     explore.add_argument("--input", required=True, metavar="FILE", help="one sentence per line")
     explore.add_argument("--out", required=True, metavar="PAGE.html", help="the page to write")
-    explore.add_argument("--beam", type=int, help="beam size of the beam tree (default: run's)")
-    explore.add_argument("--top-k", type=int, default=5, help="candidates per step (default 5)")
+    explore.add_argument(
+        "--beam", type=_positive, help="beam size of the beam tree (default: run's)"
+    )
+    explore.add_argument(
+        "--top-k", type=_positive, default=5, help="candidates per step (default 5)"
+    )
     _add_device_options(explore)
     explore.set_defaults(run=run_explore_command)
     return parser
@@ -195,9 +205,11 @@ _REPLACE_UNK = "copy the most-attended source word into each output <unk>"
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", help="a run folder (or a .safetensors checkpoint)")
-    parser.add_argument("--beam", type=int, help="beam size, 1 = greedy (default: run config)")
     parser.add_argument(
-        "--batch-size", type=int, default=64, help="the most sentences decoded at once"
+        "--beam", type=_positive, help="beam size, 1 = greedy (default: run config)"
+    )
+    parser.add_argument(
+        "--batch-size", type=_positive, default=64, help="the most sentences decoded at once"
     )
     parser.add_argument("--replace-unk", action="store_true", help=_REPLACE_UNK)
     _add_device_options(parser)
@@ -218,6 +230,22 @@ def _add_test_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--src", help="source sentences, one per line (default: data.test)")
     parser.add_argument("--ref", help="reference translations, line-aligned with --src")
     parser.add_argument("--out", help="folder for translations, scores and plots")
+
+
+def _positive(text: str) -> int:
+    """argparse type of a count or size: an integer of at least 1, checked before any work."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _line_numbers(text: str) -> list[int]:
+    """argparse type of `--heatmaps`: comma-separated line numbers, each at least 1."""
+    return [_positive(part) for part in text.split(",") if part.strip()]
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
@@ -298,7 +326,7 @@ def run_translate_command(args: argparse.Namespace) -> int:
     translator = _translator(args.run_dir, args)
     if not 1 <= args.nbest <= translator.search.beam_size:
         raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
-    lines = [line.rstrip("\n") for line in sys.stdin]
+    lines = input_lines(sys.stdin.buffer)
     results = translator.translate(lines, nbest=args.nbest, batch_size=args.batch_size)
     for hyps in results:
         if args.alignment:
@@ -393,6 +421,9 @@ def run_evaluate_command(args: argparse.Namespace) -> int:
         return run_alignment_evaluation(args)
     translator = _translator(args.run_dir, args)
     src, ref, lang = _test_set(args, args.run_dir)
+    beyond = [number for number in args.heatmaps if number > len(src)]
+    if beyond:  # said before translating the whole test set, not after
+        raise ValueError(f"--heatmaps: the test set has {len(src)} lines, not {beyond[0]}")
     name = Path(args.run_dir).name
     result, best = _evaluate(name, translator, src, ref, lang, args.batch_size)
     out = Path(args.out or Path(args.run_dir) / "eval")
@@ -401,8 +432,8 @@ def run_evaluate_command(args: argparse.Namespace) -> int:
     (out / "scores.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
     _print_scores({name: result}, translator.search.beam_size)
     files = _write_plots({name: result}, out)
-    for number in (int(n) for n in args.heatmaps.split(",") if n.strip()):
-        if not 1 <= number <= len(src) or best[number - 1].attention is None:
+    for number in args.heatmaps:
+        if best[number - 1].attention is None:
             raise ValueError(f"--heatmaps: line {number} has no attention to draw")
         t = best[number - 1]
         fig = attention_heatmap(t.attention, t.src_tokens, t.tokens, title=f"line {number}")

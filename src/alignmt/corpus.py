@@ -16,6 +16,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,30 @@ def _decode(raw: bytes, path: Path, lineno: int) -> str:
         bad = raw[exc.start]
         msg = f"{path}:{lineno}: invalid UTF-8 (byte 0x{bad:02x} at column {column})"
         raise CorpusError(msg) from None
+
+
+def input_lines(stream: BinaryIO, name: str = "stdin") -> list[str]:
+    """The lines of text to translate, read as `iter_lines` reads a file ("\n" or "\r\n"
+    endings, a leading byte order mark dropped), except that a line of invalid UTF-8 is kept:
+    its bad bytes become U+FFFD and a warning names it, since every input line must get its
+    output line.
+
+    Args:
+        stream: a binary stream (`sys.stdin.buffer`).
+        name: what to call it in warnings.
+
+    Returns:
+        The lines in order; a final newline makes no extra empty line.
+    """
+    lines = []
+    for lineno, raw in enumerate(stream, 1):
+        try:
+            line = _decode(raw, Path(name), lineno)
+        except CorpusError as bad:
+            logger.warning("%s; translating it with U+FFFD in place of the bad bytes", bad)
+            line = raw.removesuffix(b"\n").removesuffix(b"\r").decode("utf-8", "replace")
+        lines.append(line.removeprefix(_BOM) if lineno == 1 else line)
+    return lines
 
 
 Row = tuple[int, str, str]  # (1-based line, source, target)
