@@ -211,8 +211,20 @@ def test_train_resume_continues_a_run_to_its_last_step(tmp_path, capsys):
     first = ["train", "configs/reverse.yaml", f"out_dir={run}", *TINY[1:], "train.steps=20",
              "train.eval_every=10"]  # fmt: skip
     assert main(first) == 0
+    before = (run / "metrics.jsonl").read_text()
     assert main([*first[:-2], "train.steps=40", "train.eval_every=10", "--resume"]) == 0
     assert "trained to step 40" in capsys.readouterr().out
+    # Continued, not retrained: the first 20 steps ran on a 20-step cosine, and their record
+    # stays; a fresh 40-step run logs another loss at step 20.
+    after = (run / "metrics.jsonl").read_text()
+    assert after.startswith(before) and len(after.splitlines()) == len(before.splitlines()) + 1
+    fresh = tmp_path / "fresh"
+    assert (
+        main(["train", "configs/reverse.yaml", f"out_dir={fresh}", *TINY[1:], "train.steps=40"])
+        == 0
+    )
+    first_fresh = (fresh / "metrics.jsonl").read_text().splitlines()[0]
+    assert json.loads(first_fresh)["loss"] != json.loads(before.splitlines()[0])["loss"]
 
 
 # --- devices and precisions -----------------------------------------------------------------

@@ -22,16 +22,22 @@ needs_mkl = pytest.mark.skipif(not mkl_packing_available(), reason="PyTorch buil
 def test_a_packed_linear_computes_what_the_plain_one_does_and_is_restored_after():
     torch.manual_seed(0)
     linear = nn.Linear(40, 300)
-    x = torch.randn(8, 3, 40)
+    x = torch.randn(8, 40)  # the 8 rows packed for: MKL's packed GEMM, not a fallback
     with torch.no_grad():
         plain = linear(x)
         with packed_linears(linear, rows=8):
             assert "forward" in vars(linear)  # the packed path is in place
             inside = linear(x)
-            rows = linear(x[:5, 0])  # fewer rows than packed for
+            weight = linear.weight.clone()
+            linear.weight.zero_()  # the packed copy is what 8 rows read; other counts fall back
+            packed_copy, fallback = linear(x), linear(x[:5])
+            linear.weight.copy_(weight)
+            rows = linear(x[:5])  # fewer rows than packed for
         assert "forward" not in vars(linear)
     torch.testing.assert_close(inside, plain, rtol=1e-6, atol=1e-5)
-    torch.testing.assert_close(rows, plain[:5, 0], rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(packed_copy, plain, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(fallback, linear.bias.detach().expand(5, -1))
+    torch.testing.assert_close(rows, plain[:5], rtol=1e-6, atol=1e-5)
 
 
 def test_nothing_is_packed_where_gradients_flow_or_weights_are_not_float32():

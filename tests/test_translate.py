@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from alignmt.checkpoint import load_checkpoint
+from alignmt.search import length_penalty
 from alignmt.translate import Translator, hard_alignment, replace_unknown
 from tests.conftest import LEXICON
 
@@ -47,6 +48,14 @@ def test_nbest_returns_distinct_hypotheses_best_first(toy_run):
     hyps = _translator(toy_run, beam_size=4).translate(["the big dog sleeps"], nbest=3)[0]
     assert len(hyps) == 3
     assert len({tuple(h.tokens) for h in hyps}) == 3
+    # best first: in the order beam search ranks them, score over GNMT's length penalty
+    alpha = _translator(toy_run).search.length_penalty
+    ranked = [h.score / length_penalty(len(h.tokens), alpha) for h in hyps]
+    assert ranked == sorted(ranked, reverse=True)
+    assert (
+        hyps[0].text
+        == _translator(toy_run, beam_size=4).translate(["the big dog sleeps"])[0][0].text
+    )
 
 
 def test_attention_has_a_row_per_output_token_and_a_column_per_source_token(toy_run):

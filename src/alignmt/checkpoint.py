@@ -90,8 +90,18 @@ def save_checkpoint(
         metadata["train_state"] = json.dumps(train_state[1])
     tmp = path.with_name(path.name + ".tmp")
     save_file(tensors, str(tmp), metadata=metadata)
+    _fsync(tmp)  # on disk before it takes the name: a power cut leaves the old file or the new
     os.replace(tmp, path)
+    _fsync(path.parent)  # and the rename itself
     return path
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load_checkpoint(path: str | Path, *, device: torch.device | str = "cpu") -> Checkpoint:
