@@ -14,7 +14,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -92,15 +92,6 @@ class TokenArrays:
             (self.src_ids[src[r] : src[r + 1]].tolist(), self.tgt_ids[tgt[r] : tgt[r + 1]].tolist())
             for r in rows
         ]
-
-    def __getitem__(self, row: int) -> IdPair:
-        if not -len(self) <= row < len(self):
-            raise IndexError(f"row {row} of {len(self)} pairs")
-        return self.pairs([row % len(self)])[0]
-
-    def __iter__(self) -> Iterator[IdPair]:
-        for start in range(0, len(self), 4096):
-            yield from self.pairs(range(start, min(start + 4096, len(self))))
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The four arrays by file name stem (`ARRAYS`)."""
