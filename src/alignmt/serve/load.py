@@ -15,13 +15,14 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 @dataclass
@@ -122,25 +123,32 @@ def local_server(
     run_dirs: Sequence[str], port: int, *flags: str, start_seconds: float = 120.0
 ) -> Iterator[subprocess.Popen]:
     """`alignmt serve RUN_DIRS --port PORT FLAGS` in a subprocess on 127.0.0.1, once it
-    answers /healthz; stopped (SIGTERM) on leaving the block."""
-    server = subprocess.Popen(
-        [sys.executable, "-m", "alignmt", "serve", *map(str, run_dirs), "--port", str(port),
-         *flags],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        _wait_until_up(server, port, start_seconds)
-        yield server
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    answers /healthz; stopped (SIGTERM) on leaving the block. If it exits at start-up, the
+    error says why, from the end of its standard error."""
+    with tempfile.TemporaryFile() as stderr:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "alignmt", "serve", *map(str, run_dirs), "--port",
+             str(port), *flags],
+            stdout=subprocess.DEVNULL, stderr=stderr,
+        )  # fmt: skip
+        try:
+            _wait_until_up(server, port, start_seconds, stderr)
+            yield server
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
 
 
-def _wait_until_up(server: subprocess.Popen, port: int, seconds: float) -> None:
+def _wait_until_up(server: subprocess.Popen, port: int, seconds: float, stderr: IO[bytes]) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise RuntimeError(f"the server exited at start-up with status {server.returncode}")
+            stderr.seek(0)
+            said = stderr.read().decode(errors="replace").strip().splitlines()[-5:]
+            raise RuntimeError(
+                f"the server exited at start-up with status {server.returncode}: "
+                + " / ".join(said)
+            )
         try:
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
             connection.request("GET", "/healthz")
