@@ -344,5 +344,5 @@ def test_a_server_that_cannot_start_is_reported_not_waited_for(tmp_path):
     from alignmt.serve.load import local_server
 
     server = local_server([tmp_path / "no_run"], _free_port())
-    with pytest.raises(RuntimeError, match="exited at start-up with status 2: .*no_run"), server:
+    with pytest.raises(RuntimeError, match=r"exited at start-up with status 2: .*no_run"), server:
         pass

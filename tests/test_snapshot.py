@@ -88,9 +88,9 @@ def test_a_negative_snapshot_interval_is_a_config_error():
         load_config(overrides=["train.snapshot_every=-1"])
 
 
-def test_a_fresh_run_keeps_no_snapshot_of_an_earlier_run_in_its_folder(tmp_path):
+def test_a_run_started_over_an_earlier_one_keeps_none_of_its_snapshots(tmp_path):
     train(tiny_config(tmp_path, steps=10), progress=False)
-    run_dir = train(tiny_config(tmp_path, steps=4), progress=False).run_dir
+    run_dir = train(tiny_config(tmp_path, steps=4), progress=False, overwrite=True).run_dir
     assert snapshot_steps(run_dir) == [0, 4]
 
 

@@ -1,6 +1,8 @@
 """alignmt: attention-based RNN encoder-decoders (Bahdanau et al. 2015, Luong et al. 2015)
 to train, translate with, evaluate and look inside."""
 
+__version__ = "0.1.0"  # first: checkpoint.py records it, and is imported below
+
 from alignmt.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from alignmt.config import Config, ModelConfig, load_config
 from alignmt.evaluate import corpus_scores
@@ -25,4 +27,3 @@ __all__ = [
     "save_checkpoint",
     "train",
 ]
-__version__ = "0.1.0"

@@ -14,25 +14,29 @@ so serving never imports training code.
 from __future__ import annotations
 
 import json
-import os
+import logging
 import random
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import Tensor
 
-from alignmt.config import Config, config_from_dict, dump_config
+from alignmt import __version__
+from alignmt.config import Config, ConfigError, config_from_dict, dump_config
 from alignmt.data import Vocab
 from alignmt.model import Seq2Seq
+from alignmt.rundir import publish
 from alignmt.tokenize import CharTokenizer, Tokenizer, tokenizer_from_json
+
+log = logging.getLogger(__name__)
 
 WEIGHTS = "model.safetensors"
 LAST = "last.safetensors"
@@ -65,8 +69,8 @@ def save_checkpoint(
 ) -> Path:
     """Write `path` (a run directory, or a .safetensors file) atomically; return the file.
 
-    The file is written next to its final name and renamed into place, so a run killed
-    mid-write leaves the previous checkpoint intact.
+    The file is written next to its final name and renamed into place (`rundir.publish`), so
+    a run killed mid-write, or a write that fails, leaves the previous checkpoint intact.
 
     Args:
         tokenizers: (source, target); None: characters, as the synthetic tasks use.
@@ -78,6 +82,7 @@ def save_checkpoint(
     # clone: safetensors refuses tensors that share memory, as tied embeddings do
     tensors = {name: t.detach().cpu().clone() for name, t in model.state_dict().items()}
     metadata = {
+        "alignmt": __version__,
         "config": dump_config(cfg),
         "src_vocab": src_vocab.to_json(),
         "tgt_vocab": tgt_vocab.to_json(),
@@ -88,50 +93,114 @@ def save_checkpoint(
     if train_state is not None:
         tensors |= {_TRAIN + name: t.detach().cpu().clone() for name, t in train_state[0].items()}
         metadata["train_state"] = json.dumps(train_state[1])
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata=metadata)
-    _fsync(tmp)  # on disk before it takes the name: a power cut leaves the old file or the new
-    os.replace(tmp, path)
-    _fsync(path.parent)  # and the rename itself
-    return path
+    # bytes written by Python, so that a full disk raises OSError, which `publish` reports
+    data = save(tensors, metadata=metadata)
+    return publish(path, lambda tmp: tmp.write_bytes(data))
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+@dataclass
+class Header:
+    """What a checkpoint says of itself, read without building the model."""
+
+    config: Config
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    step: int
+    src_tokenizer: Tokenizer
+    tgt_tokenizer: Tokenizer
 
 
 def load_checkpoint(path: str | Path, *, device: torch.device | str = "cpu") -> Checkpoint:
-    """Rebuild the model stored at `path` (a run directory or a .safetensors file) on
+    """Rebuild the model stored at `path` (a .safetensors file, or a run directory: its
+    model.safetensors, or last.safetensors while training has written no model yet) on
     `device`."""
-    path = _weights_path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no checkpoint here (expected a file written by training)")
+    path = _stored_path(path)
     with _readable(path), safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
+        header = _header(path, f.metadata() or {})
         names = [name for name in f.keys() if not name.startswith(_TRAIN)]  # noqa: SIM118
         tensors = {name: f.get_tensor(name) for name in names}
+    vocab = header.tgt_vocab
+    model = Seq2Seq.from_config(
+        header.config.model,
+        src_vocab=len(header.src_vocab),
+        tgt_vocab=len(vocab),
+        pad_id=vocab.pad_id,
+        bos_id=vocab.bos_id,
+        eos_id=vocab.eos_id,
+    )
+    try:
+        model.load_state_dict(tensors)
+    except RuntimeError as err:  # missing, extra or misshapen tensors
+        problem = str(err).splitlines()[1].strip() if "\n" in str(err) else str(err)
+        raise ValueError(
+            f"{path}: its weights do not fit the model its config and vocabularies describe "
+            f"({problem}); the file was damaged or edited"
+        ) from None
+    model = model.to(device).eval()
+    return Checkpoint(model, header.config, header.src_vocab, vocab, header.step,
+                      header.src_tokenizer, header.tgt_tokenizer)  # fmt: skip
+
+
+def load_header(path: str | Path) -> Header:
+    """The config, vocabularies, tokenizers and step stored at `path`, without the weights."""
+    path = _stored_path(path)
+    with _readable(path), safe_open(str(path), framework="pt") as f:
+        return _header(path, f.metadata() or {})
+
+
+def _header(path: Path, meta: dict[str, str]) -> Header:
+    """The checkpoint's metadata parsed, or a ValueError naming the file and the field."""
     missing = {"config", "src_vocab", "tgt_vocab", "step"} - meta.keys()
     if missing:
         raise ValueError(f"{path}: not an alignmt checkpoint (metadata lacks {sorted(missing)})")
-    cfg = config_from_dict(yaml.safe_load(meta["config"]), source=f"{path} (stored config)")
-    src_vocab, tgt_vocab = Vocab.from_json(meta["src_vocab"]), Vocab.from_json(meta["tgt_vocab"])
-    model = Seq2Seq.from_config(
-        cfg.model,
-        src_vocab=len(src_vocab),
-        tgt_vocab=len(tgt_vocab),
-        pad_id=tgt_vocab.pad_id,
-        bos_id=tgt_vocab.bos_id,
-        eos_id=tgt_vocab.eos_id,
-    )
-    model.load_state_dict(tensors)
+    written = meta.get("alignmt", "a version before 0.1.0")
+    try:
+        cfg = config_from_dict(yaml.safe_load(meta["config"]), source=f"{path} (stored config)")
+    except (ConfigError, yaml.YAMLError) as err:
+        raise ValueError(f"{err}; it was written by alignmt {written}, this is alignmt "
+                         f"{__version__}: a newer alignmt may read it") from None  # fmt: skip
     char = CharTokenizer().to_json()
-    tokenizers = [tokenizer_from_json(meta.get(f"{s}_tokenizer", char)) for s in ("src", "tgt")]
-    model = model.to(device).eval()
-    return Checkpoint(model, cfg, src_vocab, tgt_vocab, int(meta["step"]), *tokenizers)
+    fields = {}
+    for name, parse, default in [
+        ("src_vocab", Vocab.from_json, None), ("tgt_vocab", Vocab.from_json, None),
+        ("step", int, None), ("src_tokenizer", tokenizer_from_json, char),
+        ("tgt_tokenizer", tokenizer_from_json, char),
+    ]:  # fmt: skip
+        try:
+            fields[name] = parse(meta.get(name, default))
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{path}: its {name} is unreadable ({err})") from None
+    return Header(cfg, **fields)
+
+
+def check_same_model(path: Path, cfg: Config, src_vocab: Vocab, tgt_vocab: Vocab) -> None:
+    """Refuse to resume the checkpoint at `path` into a different model: another
+    architecture, or vocabularies built from other data or settings, would load wrongly or
+    not at all."""
+    if not path.is_file():
+        return  # restore_train_state says so
+    header = load_header(path)
+    stored, asked = asdict(header.config.model), asdict(cfg.model)
+    changed = [f"model.{k}: {stored[k]!r} there, {asked[k]!r} now" for k in stored
+               if stored[k] != asked[k]]  # fmt: skip
+    for side, there, now in (("source", header.src_vocab, src_vocab),
+                             ("target", header.tgt_vocab, tgt_vocab)):  # fmt: skip
+        if there != now:
+            changed.append(f"the {side} vocabulary: {len(there)} entries there, {len(now)} "
+                           f"built now{_first_difference(there, now)}")  # fmt: skip
+    if changed:
+        raise ValueError(
+            f"{path}: cannot resume this checkpoint under the config given, which differs "
+            f"in {'; '.join(changed)}. Resume with the run's own config.yaml and data, or "
+            "start a new run"
+        )
+
+
+def _first_difference(there: Vocab, now: Vocab) -> str:
+    for i, (a, b) in enumerate(zip(there.itos, now.itos, strict=False)):
+        if a != b:
+            return f" (entry {i} is {a!r} there, {b!r} now)"
+    return ""
 
 
 def snapshot_path(run_dir: str | Path, step: int) -> Path:
@@ -191,8 +260,21 @@ def load_train_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any
 
 
 def _weights_path(path: str | Path) -> Path:
+    """Where to save `path`: itself, or a run directory's model."""
     path = Path(path)
     return path if path.suffix == ".safetensors" else path / WEIGHTS
+
+
+def _stored_path(path: str | Path) -> Path:
+    """The checkpoint file to load for `path`: itself, or a run directory's model (or its
+    last checkpoint while training has written no model yet, as after an early kill)."""
+    found = _weights_path(path)
+    if not found.is_file() and (found.parent / LAST).is_file() and found.name == WEIGHTS:
+        found = found.parent / LAST
+        log.warning("%s has no %s yet: using %s", path, WEIGHTS, LAST)
+    if not found.is_file():
+        raise FileNotFoundError(f"{found}: no checkpoint here (expected a file training wrote)")
+    return found
 
 
 def load_weights(path: str | Path) -> dict[str, Tensor]:

@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, CorpusError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except (TrainingError, PeerLost) as error:  # training started, then could not go on
+    except (TrainingError, PeerLost, OSError) as error:  # started, then could not go on
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as stop:  # the demo, stopped between its runs
@@ -109,9 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     train_cmd.add_argument(
         "--print-config", action="store_true", help="print the resolved config and stop"
     )
-    train_cmd.add_argument(
+    start = train_cmd.add_mutually_exclusive_group()
+    start.add_argument(
         "--resume", action="store_true", help="continue the run in out_dir from last.safetensors"
     )
+    start.add_argument(
+        "--overwrite", action="store_true",
+        help="start afresh in an out_dir that holds a run, deleting its checkpoints and logs",
+    )  # fmt: skip
     train_cmd.set_defaults(run=run_train_command)
 
     translate = commands.add_parser("translate", help="translate stdin line by line to stdout")
@@ -290,7 +295,7 @@ def run_train_command(args: argparse.Namespace) -> int:
     if args.print_config:
         print(dump_config(cfg), end="")
         return 0
-    result = train(cfg, resume=args.resume)
+    result = train(cfg, resume=args.resume, overwrite=args.overwrite)
     if not result.main:  # a rank > 0 of a torchrun run: rank 0 reports
         return 0
     if result.stopped_by:

@@ -118,6 +118,9 @@ class TrainConfig:
     # >0: keep the weights at step 0, every N steps and the last in snapshots/ (what attention
     # looked like as it trained); 0: none
     snapshot_every: int = 0
+    # Steps between resumable checkpoints (last.safetensors), besides the one written at every
+    # evaluation, on a signal and at the end; 0: only those
+    save_every: int = 500
 
 
 @dataclass
@@ -151,7 +154,7 @@ _COUNTS = (
 )  # fmt: skip
 _NON_NEGATIVE = (
     "warmup_steps", "batch_tokens", "eval_every", "early_stop", "threads", "limit", "minutes",
-    "snapshot_every", "data.max_len_ratio", "spm_sample", "workers",
+    "snapshot_every", "save_every", "data.max_len_ratio", "spm_sample", "workers",
 )  # fmt: skip
 _PROBABILITIES = ("model.dropout", "model.state_dropout", "train.label_smoothing")
 
@@ -232,7 +235,9 @@ def _merge(obj: Any, data: Any, source: str, prefix: str = "") -> Any:
 def _check_ranges(cfg: Config, source: str) -> None:
     for key in _KEYS:
         value = reduce(getattr, key.split("."), cfg)
-        if key.endswith(_NON_NEGATIVE) and value < 0:
+        if isinstance(value, float) and not math.isfinite(value):  # YAML's .nan and .inf
+            problem = "must be a finite number"
+        elif key.endswith(_NON_NEGATIVE) and value < 0:
             problem = "must not be negative"
         elif key.endswith(_COUNTS) and not key.endswith(_NON_NEGATIVE) and value < 1:
             problem = "must be at least 1"

@@ -112,9 +112,10 @@ def run_demo(
 
 
 def _train(cfg: Config, progress: bool | None) -> TrainResult:
-    """One of the demo's runs. Ctrl-C or SIGTERM stop training with a checkpoint; the demo
-    then stops too, rather than go on to compare a half-trained model."""
-    result = train(cfg, progress=progress)
+    """One of the demo's runs, started afresh over an earlier demo's. Ctrl-C or SIGTERM stop
+    training with a checkpoint; the demo then stops too, rather than go on to compare a
+    half-trained model."""
+    result = train(cfg, progress=progress, overwrite=True)
     if result.stopped_by:
         raise KeyboardInterrupt(f"{result.stopped_by}: {cfg.out_dir} kept step {result.step}")
     return result

@@ -1,8 +1,9 @@
 """A run's record of itself: `metrics.jsonl`, TensorBoard events and `curves.png`.
 
 One JSON record per logged interval (step, loss, lr, epoch, seconds, tokens, skipped) and
-per evaluation (step, valid_loss, bleu, seconds). A resumed run keeps the records up to the
-step it resumes from and redoes the later ones, so the file reads as one uninterrupted run.
+per evaluation (step, valid_loss, bleu, seconds), each flushed as it is written. A resumed
+run keeps the records up to the step it resumes from and redoes the later ones, so the file
+reads as one uninterrupted run.
 Only rank 0 of a distributed run writes here.
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from alignmt.plot import loss_curves, save_png
+from alignmt.rundir import write_text
 
 METRICS = "metrics.jsonl"
 
@@ -52,20 +54,27 @@ class RunLog:
 
 
 def _history(path: Path, step: int) -> tuple[list[int], list[float], list[dict]]:
-    """The records a resumed run keeps: those up to `step` (later ones are redone)."""
+    """The records a resumed run keeps: those up to `step` (later ones are redone). The file
+    is rewritten with just those, atomically; a last line cut short by a kill is dropped."""
     steps, losses, evals, kept = [], [], [], []
-    if step and path.is_file():
-        for line in path.read_text().splitlines():
+    lines = path.read_text().splitlines() if step and path.is_file() else []
+    for number, line in enumerate(lines, 1):
+        try:
             record = json.loads(line)
-            if record["step"] > step:
-                continue
-            kept.append(line)
-            if "valid_loss" in record:
-                evals.append(record)
-            elif record["loss"] is not None:
-                steps.append(record["step"])
-                losses.append(record["loss"])
-    path.write_text("".join(line + "\n" for line in kept))
+        except ValueError:
+            if number == len(lines):  # written after the checkpoint, when the run was killed
+                break
+            raise ValueError(f"{path}:{number}: not a JSON record; the file was damaged or "
+                             "edited (delete the line to resume)") from None  # fmt: skip
+        if record["step"] > step:
+            continue
+        kept.append(line)
+        if "valid_loss" in record:
+            evals.append(record)
+        elif record["loss"] is not None:
+            steps.append(record["step"])
+            losses.append(record["loss"])
+    write_text(path, "".join(line + "\n" for line in kept))
     return steps, losses, evals
 
 

@@ -42,6 +42,7 @@ from alignmt.checkpoint import (
     LAST,
     WEIGHTS,
     capture_train_state,
+    check_same_model,
     load_weights,
     restore_train_state,
     rng_states,
@@ -64,6 +65,7 @@ from alignmt.distributed import (
 from alignmt.model import Seq2Seq
 from alignmt.optim import lr_factor, make_optimizer, train_step
 from alignmt.prepare import Text, prepare_text
+from alignmt.rundir import RunFolderError, check_new_run, clear_run, write_text
 from alignmt.runlog import RunLog
 from alignmt.validate import validate
 
@@ -89,7 +91,8 @@ class TrainResult:
     main: bool = True  # False on the ranks > 0 of a distributed run, which record nothing
 
 
-def train(cfg: Config, *, progress: bool | None = None, resume: bool = False) -> TrainResult:
+def train(cfg: Config, *, progress: bool | None = None, resume: bool = False,
+          overwrite: bool = False) -> TrainResult:  # fmt: skip
     """Train the model `cfg` describes and save it to `cfg.out_dir`.
 
     Under torchrun, this process is one rank of a distributed run (see `distributed`).
@@ -97,7 +100,10 @@ def train(cfg: Config, *, progress: bool | None = None, resume: bool = False) ->
     Args:
         cfg: the resolved configuration.
         progress: draw progress bars; None draws them when stderr is a terminal.
-        resume: continue from `cfg.out_dir`/last.safetensors instead of starting afresh.
+        resume: continue from `cfg.out_dir`/last.safetensors instead of starting afresh (from
+            step 0 when the run was stopped before it wrote one).
+        overwrite: start afresh in a folder that holds an earlier run, deleting its files;
+            without it (or `resume`) such a folder is refused with `RunFolderError`.
 
     Returns:
         The trained model, its vocabularies, the loss curve and the training time (on ranks
@@ -105,15 +111,17 @@ def train(cfg: Config, *, progress: bool | None = None, resume: bool = False) ->
     """
     world, device = join(cfg.train.device, cfg.train.wait_minutes)
     try:
-        return _train(cfg, world, device, progress, resume)
+        return _train(cfg, world, device, progress, resume, overwrite)
     finally:
         leave(world)
 
 
 def _train(cfg: Config, world: World, device: torch.device, progress: bool | None,
-           resume: bool) -> TrainResult:  # fmt: skip
+           resume: bool, overwrite: bool) -> TrainResult:  # fmt: skip
     if not world.main:  # one voice: the others speak only of problems
         logging.getLogger("alignmt").setLevel(logging.WARNING)
+    run_dir = Path(cfg.out_dir)
+    resume = _claim(run_dir, world, resume, overwrite)
     seed_everything(cfg.seed)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
@@ -122,16 +130,15 @@ def _train(cfg: Config, world: World, device: torch.device, progress: bool | Non
         cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
     ).to(device)
     optimizer = make_optimizer(model, cfg.train)
-    run_dir = Path(cfg.out_dir)
     state = Progress(task_rng=random.Random(cfg.seed).getstate(), world_size=world.size,
                      accumulate=cfg.train.accumulate)  # fmt: skip
     if world.rank:
         torch.manual_seed(cfg.seed + world.rank)  # its own dropout masks; weights come from 0
     if resume:
-        state = _resume(run_dir, model, optimizer, world, cfg.train.accumulate, device)
+        state = _resume(run_dir, model, optimizer, world, cfg, text, device)
     if world.main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(dump_config(cfg))
+        write_text(run_dir / "config.yaml", dump_config(cfg))
     loop = _Loop(cfg, model, optimizer, text, state, run_dir, world, device)
     seconds = loop.run(progress)
     best = run_dir / WEIGHTS
@@ -157,14 +164,31 @@ def _prepare_in_turn(cfg: Config, world: World, progress: bool | None) -> Text:
     return text
 
 
+def _claim(run_dir: Path, world: World, resume: bool, overwrite: bool) -> bool:
+    """Refuse a new run in a folder that holds another (on every process alike), or clear
+    it to overwrite; return whether there is a run to resume."""
+    problem = check_new_run(run_dir, resume=resume, overwrite=overwrite) if world.main else None
+    problem = world.broadcast(problem)
+    if problem:
+        raise RunFolderError(problem)
+    if overwrite and world.main:
+        clear_run(run_dir)
+    if resume and not (run_dir / LAST).is_file():
+        log.warning("%s holds no %s (stopped before its first checkpoint): starting from "
+                    "step 0", run_dir, LAST)  # fmt: skip
+        return False
+    return resume
+
+
 def _resume(run_dir: Path, model: Seq2Seq, optimizer: torch.optim.Optimizer, world: World,
-            accumulate: int, device: torch.device) -> Progress:  # fmt: skip
+            cfg: Config, text: Text, device: torch.device) -> Progress:  # fmt: skip
+    check_same_model(run_dir / LAST, cfg, text.src_vocab, text.tgt_vocab)
     saved, rngs = restore_train_state(run_dir / LAST, model, optimizer)
-    check_resume(saved, world, accumulate, str(run_dir))
+    check_resume(saved, world, cfg.train.accumulate, str(run_dir))
     if world.rank < len(rngs):
         set_rng_states(rngs[world.rank], device)
     log.info("resuming %s at step %d", run_dir, saved["step"])
-    return Progress(**{**saved, "world_size": world.size, "accumulate": accumulate})
+    return Progress(**{**saved, "world_size": world.size, "accumulate": cfg.train.accumulate})
 
 
 class _Loop:
@@ -214,6 +238,8 @@ class _Loop:
                         break
                     if due and self._evaluate_and_save():
                         break  # early stop
+                    if not due and cfg.save_every and state.step % cfg.save_every == 0:
+                        self._save_last()
             self._finish()
         finally:
             bar.close()
@@ -344,6 +370,7 @@ class _Loop:
 
     def _save_last(self) -> None:
         """The resumable checkpoint; every process hands rank 0 its generator states."""
+        self.state.seconds = round(self._elapsed(), 3)  # validation time included
         rngs = self.world.gather(rng_states(self.device))
         if self.world.main:
             self._save(self.run_dir / LAST, with_state=True, rngs=rngs)
@@ -359,10 +386,10 @@ class _Loop:
 
 
 def _drop_stale_snapshots(run_dir: Path, step: int) -> None:
-    """A fresh run (step 0) keeps no snapshot of an earlier run in its folder; a resumed one
-    drops those the killed run kept after its last checkpoint, which it redoes."""
+    """A resumed run drops the snapshots the killed run kept after its last checkpoint,
+    which it redoes."""
     for kept in snapshot_steps(run_dir):
-        if kept > step or step == 0:
+        if kept > step:
             snapshot_path(run_dir, kept).unlink()
 
 
