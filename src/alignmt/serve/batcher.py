@@ -10,11 +10,17 @@ without this, 32 clients settled into alternating batches of 30 and 2). Inside t
 search's continuous batching keeps the steps full. Because only this thread touches a
 model, nothing that packs or patches weights for decoding speed (packed.py) can race with
 another request, and the event loop only ever awaits a future.
+
+A call still running when all of its jobs are past their deadline is stopped: its clients
+have had their 504, and a request at the limits (64 sentences of 200 tokens, beam 16) would
+otherwise keep the thread long after that while every other request waits (see
+`stop_past_deadline`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections import deque
@@ -36,7 +42,22 @@ class Job:
     run: RunFn
     payload: Any
     sentences: int  # what the job adds to the queue and to a batch
+    deadline: float = math.inf  # time.monotonic() past which its client has had a 504
     future: Future = field(default_factory=Future)
+
+
+# The latest deadline of the jobs in the call the decoding thread is running; None between
+# calls, and on every other thread.
+_running = threading.local()
+
+
+def stop_past_deadline(*_: Any) -> None:
+    """Raise a 504 if the call being run is past all of its jobs' deadlines, and otherwise
+    do nothing. registry.py hooks it before each decoder step of the served models (its
+    arguments, a module's, are unused), so a call stops within a step of its deadline."""
+    deadline = getattr(_running, "deadline", None)
+    if deadline is not None and time.monotonic() > deadline:
+        raise RequestError(504, "timeout", "stopped at the deadline: no client waits for it")
 
 
 class Batcher:
@@ -79,7 +100,7 @@ class Batcher:
                 deadline, or whatever `run` returned as this job's exception.
         """
         limits = self.limits
-        job = Job(key, run, payload, sentences)
+        job = Job(key, run, payload, sentences, time.monotonic() + limits.deadline)
         with self._changed:
             if self._stopping:
                 raise RequestError(503, "busy", "the server is stopping")
@@ -157,12 +178,15 @@ class Batcher:
     @staticmethod
     def _run(jobs: list[Job]) -> None:
         """Run one call; whatever goes wrong, every job gets an answer and the thread lives."""
+        _running.deadline = max(job.deadline for job in jobs)
         try:
             results = jobs[0].run([job.payload for job in jobs])
             if len(results) != len(jobs):
                 raise RuntimeError(f"{len(jobs)} jobs got {len(results)} results")
-        except Exception as error:  # a bug, not the client's: every job of the call fails
+        except Exception as error:  # a bug or the deadline, not the client: every job fails
             results = [error] * len(jobs)
+        finally:
+            _running.deadline = None
         for job, result in zip(jobs, results, strict=True):
             if isinstance(result, BaseException):
                 job.future.set_exception(result)

@@ -37,8 +37,9 @@ class Limits:
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
-            if value <= 0:
-                raise ValueError(f"serve limit {name} must be positive, got {value}")
+            # NaN passes `value <= 0`, and an infinite deadline or wait never ends
+            if (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
+                raise ValueError(f"serve limit {name} must be positive and finite, got {value}")
         if self.max_queue < self.max_sentences:
             raise ValueError(
                 f"max_queue ({self.max_queue}) must hold one full request "

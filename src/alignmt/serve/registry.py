@@ -1,7 +1,8 @@
 """The models a server holds: each run folder given at start-up, loaded once, named by the
 folder's name. Requests name a model, never a file. The weights a run kept during training
 (its snapshots) are loaded when first asked for, on the decoding thread, and kept. Every
-model and snapshot of a server sits on one device and decodes at one precision."""
+model and snapshot of a server sits on one device and decodes at one precision. Each stops
+decoding at the deadline of the call it serves (see `batcher.stop_past_deadline`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 
 from alignmt.checkpoint import Checkpoint, load_checkpoint, load_snapshot, snapshot_steps
 from alignmt.device import Precision
+from alignmt.serve.batcher import stop_past_deadline
 from alignmt.serve.schemas import ModelInfo
 from alignmt.translate import Translator
 
@@ -31,8 +33,8 @@ class ServedModel:
         if step not in self._snapshots:
             served = self.translator
             ckpt = load_snapshot(self.folder, step, device=served.device)
-            self._snapshots[step] = Translator.from_checkpoint(
-                ckpt, served.search, precision=served.precision
+            self._snapshots[step] = stoppable(
+                Translator.from_checkpoint(ckpt, served.search, precision=served.precision)
             )
         return self._snapshots[step]
 
@@ -63,9 +65,16 @@ def load_models(
             raise ValueError(f"two models would be named {name!r}: give folders distinct names")
         ckpt = load_checkpoint(run, device=device)
         folder = run.parent if run.suffix == ".safetensors" else run
-        translator = Translator.from_checkpoint(ckpt, precision=precision)
+        translator = stoppable(Translator.from_checkpoint(ckpt, precision=precision))
         models[name] = ServedModel(name, translator, model_info(name, ckpt, folder), folder)
     return models
+
+
+def stoppable(translator: Translator) -> Translator:
+    """`translator`, checking the deadline before each decoder step: the decoder embeds the
+    previous token once a step, whatever the architecture, so that is where it looks."""
+    translator.model.decoder.embed.register_forward_pre_hook(stop_past_deadline)
+    return translator
 
 
 def model_info(name: str, ckpt: Checkpoint, folder: Path) -> ModelInfo:
