@@ -39,9 +39,15 @@ def test_a_misspelt_key_is_an_error_that_suggests_the_right_one(capsys):
     assert "unknown key 'train.learnign_rate'" in err and "did you mean 'train.lr'" in err
 
 
-def test_demo_flags_are_validated_like_config_values(capsys):
-    assert main(["demo", "--lengths", "9-3"]) == 2
-    assert "min_len" in capsys.readouterr().err
+def test_demo_flags_are_validated_before_any_work(capsys):
+    for flags, said in ((["--lengths", "9-3"], "MIN must not exceed MAX"),
+                        (["--lengths", "x-4"], "expected an integer"),
+                        (["--eval-lengths", "3,0"], "must be at least 1")):  # fmt: skip
+        with pytest.raises(SystemExit) as stop:
+            main(["demo", *flags])
+        assert stop.value.code == 2 and said in capsys.readouterr().err
+    assert main(["demo", "model.dropout=2"]) == 2  # overrides go through the config's checks
+    assert "model.dropout: must be in [0, 1)" in capsys.readouterr().err
 
 
 def test_a_trained_run_folder_translates_stdin_line_by_line(tmp_path, capsys, monkeypatch, caplog):
@@ -134,8 +140,14 @@ def test_serve_has_a_flag_for_every_limit(capsys):
 
 
 def test_serve_refuses_impossible_limits_and_missing_folders(tmp_path, capsys):
-    assert main(["serve", str(tmp_path), "--max-beam", "0"]) == 2
-    assert "max_beam must be positive" in capsys.readouterr().err
+    for flag, value, said in (("--max-beam", "0", "must be at least 1"),
+                              ("--deadline", "nan", "must be a finite number above 0"),
+                              ("--port", "70000", "at most 65535")):  # fmt: skip
+        with pytest.raises(SystemExit) as stop:
+            main(["serve", str(tmp_path), flag, value])
+        assert stop.value.code == 2 and said in capsys.readouterr().err
+    assert main(["serve", str(tmp_path), "--max-queue", "8"]) == 2  # under max_sentences
+    assert "max_queue (8) must hold one full request" in capsys.readouterr().err
     assert main(["serve", str(tmp_path / "none")]) == 2
     assert "no checkpoint" in capsys.readouterr().err
 

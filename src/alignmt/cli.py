@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -85,10 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
         "accuracy by length, and write heatmaps, loss curves and the attention checkpoint.",
     )
     demo.add_argument("--task", choices=["reverse", "copy", "sort"], help="default: reverse")
-    demo.add_argument("--lengths", metavar="MIN-MAX", help="training string lengths (default 3-10)")
     demo.add_argument(
-        "--eval-lengths", default="3,5,7,10,15,20", metavar="N,N,...", help="lengths to score"
-    )
+        "--lengths", type=_length_range, metavar="MIN-MAX",
+        help="training string lengths (default 3-10)",
+    )  # fmt: skip
+    demo.add_argument(
+        "--eval-lengths", type=_positive_list, default=[3, 5, 7, 10, 15, 20], metavar="N,N,...",
+        help="lengths to score",
+    )  # fmt: skip
     demo.add_argument("--samples", type=_positive, default=500, help="strings scored per length")
     demo.add_argument("--steps", type=_positive, help="training steps per model (default 2000)")
     demo.add_argument("--attention", choices=["additive", "dot", "general", "concat", "scaled_dot"])
@@ -138,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--attention", metavar="FILE", help="write every alignment as JSON")
     evaluate.add_argument(
         "--heatmaps",
-        type=_line_numbers,
+        type=_positive_list,
         default=[],
         metavar="N,N,...",
         help="source line numbers to draw (1-based)",
@@ -175,10 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     serve.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="the first is the default")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="default 8000")
+    serve.add_argument("--port", type=_port, default=8000, help="default 8000")
     for limit in fields(Limits):
         serve.add_argument(
-            "--" + limit.name.replace("_", "-"), type=type(limit.default), default=limit.default,
+            "--" + limit.name.replace("_", "-"), default=limit.default,
+            type=_seconds if isinstance(limit.default, float) else _positive,
             metavar="SECONDS" if isinstance(limit.default, float) else "N",
             help=f"{limit.metadata['help']} (default {limit.default})",
         )  # fmt: skip
@@ -248,14 +254,45 @@ def _positive(text: str) -> int:
     return value
 
 
-def _line_numbers(text: str) -> list[int]:
-    """argparse type of `--heatmaps`: comma-separated line numbers, each at least 1."""
-    return [_positive(part) for part in text.split(",") if part.strip()]
+def _positive_list(text: str) -> list[int]:
+    """argparse type of `--heatmaps` and `--eval-lengths`: comma-separated integers >= 1."""
+    numbers = [_positive(part) for part in text.split(",") if part.strip()]
+    if not numbers:
+        raise argparse.ArgumentTypeError(f"expected N,N,... (at least one), got {text!r}")
+    return numbers
+
+
+def _length_range(text: str) -> tuple[int, int]:
+    """argparse type of `--lengths`: MIN-MAX (or one length), 1 <= MIN <= MAX."""
+    low, _, high = text.partition("-")
+    low, high = _positive(low), _positive(high or low)
+    if low > high:
+        raise argparse.ArgumentTypeError(f"MIN must not exceed MAX, got {text!r}")
+    return low, high
+
+
+def _seconds(text: str) -> float:
+    """argparse type of a time limit: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    """argparse type of `--port`: 1 to 65535."""
+    value = _positive(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a TCP port is at most 65535, got {value}")
+    return value
 
 
 def run_demo_command(args: argparse.Namespace) -> int:
     cfg = apply_overrides(load_config(), demo_overrides(args) + list(args.overrides))
-    eval_lengths = tuple(int(n) for n in args.eval_lengths.split(","))
+    eval_lengths = tuple(args.eval_lengths)
     flag = "--device" if args.device else "train.device"
     hardware = _hardware(pick_device(cfg.train.device, flag=flag))  # fails before any training
     print(f"Training vanilla, attention and Luong-order attention models on "
@@ -277,8 +314,8 @@ def demo_overrides(args: argparse.Namespace) -> list[str]:
     """The demo's flags as config overrides, so they go through the same validation."""
     overrides = [f"out_dir={args.out}"]
     if args.lengths:
-        low, _, high = args.lengths.partition("-")
-        overrides += [f"data.min_len={low}", f"data.max_len={high or low}"]
+        low, high = args.lengths
+        overrides += [f"data.min_len={low}", f"data.max_len={high}"]
     flags = {
         "data.task": args.task,
         "train.steps": args.steps,
@@ -333,6 +370,9 @@ def run_translate_command(args: argparse.Namespace) -> int:
         raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
     lines = input_lines(sys.stdin.buffer)
     results = translator.translate(lines, nbest=args.nbest, batch_size=args.batch_size)
+    # Input is read as UTF-8 whatever the locale, so output is written as UTF-8 too: in an
+    # ASCII or cp1252 locale the first line it could not hold would end the output there.
+    sys.stdout.reconfigure(encoding="utf-8")
     for hyps in results:
         if args.alignment:
             print("\t".join(f"{h.text}\t{h.alignment or ''}" for h in hyps))

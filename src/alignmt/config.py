@@ -54,7 +54,8 @@ class DataConfig:
     min_len: int = 3  # shortest training string (synthetic tasks)
     max_len: int = 10  # longest training string (synthetic tasks)
     # A corpus is PREFIX (PREFIX.{src_lang} + PREFIX.{tgt_lang}, each optionally .gz) or a
-    # .tsv file of source<TAB>target[<TAB>attribution] lines; relative to the working directory
+    # .tsv (or .tsv.gz) file of source<TAB>target[<TAB>attribution] lines; relative to the
+    # working directory
     train: str = ""  # training pairs
     valid: str = ""  # validation pairs for loss, BLEU and early stopping; "" for none
     test: str = ""  # held-out pairs for `alignmt evaluate` without --src/--ref

@@ -13,14 +13,14 @@ from __future__ import annotations
 import gzip
 import itertools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 logger = logging.getLogger(__name__)
 
-_BOM = "\ufeff"
+_BOM = b"\xef\xbb\xbf"  # the UTF-8 byte order mark
 _SHOWN_DROPS = 3  # locations named in a one-line summary
 
 
@@ -65,18 +65,23 @@ def iter_lines(path: str | Path) -> Iterator[str]:
     Lines are split on "\\n" only (a preceding "\\r" is dropped too), never on the other
     characters `str.splitlines` treats as breaks ("\\x85", "\\u2028", ...): those occur
     inside real sentences and splitting on them would shift every later line number.
+    A "\\r" anywhere else is refused rather than guessed at: read as a line end it would
+    shift every later line number away from what `wc -l`, `sed -n` and the other file of a
+    pair count; read as text it would make a file with classic Mac line ends one line (a
+    TSV's first pair, the rest ignored as extra columns). A NUL byte is refused too: text
+    has none, and a UTF-16 file read as UTF-8 has one in every other byte.
 
     Args:
         path: a text file; read with gzip when its name ends in `.gz`.
 
     Yields:
-        The lines in order, a leading UTF-8 byte order mark removed. A final newline does
-        not make an extra empty line.
+        The lines in order, a leading UTF-8 byte order mark removed (a file of the mark
+        alone has no lines). A final newline does not make an extra empty line.
 
     Raises:
-        CorpusError: the file is missing, a directory, unreadable, or not valid UTF-8
-            (the message gives the line and column of the first bad byte), when the reading
-            gets there.
+        CorpusError: the file is missing, a directory, unreadable, not valid UTF-8, or
+            holds a NUL byte or a "\\r" that ends no line (the message gives the line and
+            column of the first), when the reading gets there.
     """
     path = Path(path)
     if path.is_dir():
@@ -85,9 +90,8 @@ def iter_lines(path: str | Path) -> Iterator[str]:
     try:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as file:
             # Binary iteration splits on b"\n" alone; decoding line by line keeps errors exact.
-            for lineno, raw in enumerate(file, 1):
-                line = _decode(raw, path, lineno)
-                yield line.removeprefix(_BOM) if lineno == 1 else line
+            for lineno, raw in _numbered(file):
+                yield _check_text(_decode(raw, path, lineno), path, lineno)
     except FileNotFoundError as exc:
         raise CorpusError(f"{path}: no such file") from exc
     except (OSError, EOFError) as exc:
@@ -97,6 +101,17 @@ def iter_lines(path: str | Path) -> Iterator[str]:
 def read_lines(path: str | Path) -> list[str]:
     """Every line of a UTF-8 text file: `iter_lines` as a list (same arguments and errors)."""
     return list(iter_lines(path))
+
+
+def _numbered(file: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """The lines of a binary file numbered from 1, a leading UTF-8 byte order mark removed.
+
+    A file of the mark alone gives no line: it is what an editor saves for an empty file.
+    """
+    for lineno, raw in enumerate(file, 1):
+        raw = raw.removeprefix(_BOM) if lineno == 1 else raw
+        if raw:  # empty only when the mark was the whole file
+            yield lineno, raw
 
 
 def _decode(raw: bytes, path: Path, lineno: int) -> str:
@@ -111,11 +126,29 @@ def _decode(raw: bytes, path: Path, lineno: int) -> str:
         raise CorpusError(msg) from None
 
 
+# What a corpus line may not hold: (what it is, what to do about it).
+_NOT_TEXT = {
+    "\0": ("a NUL byte", "is it a binary or UTF-16 file? corpora are read as UTF-8"),
+    "\r": ("a carriage return that ends no line", "lines end in \\n or \\r\\n: for classic "
+           "Mac line ends, tr '\\r' '\\n'; for stray ones, tr -d '\\r'"),
+}  # fmt: skip
+
+
+def _check_text(line: str, path: Path, lineno: int) -> str:
+    """`line`, or a CorpusError naming the first NUL or lone "\\r" in it and its column."""
+    if "\0" in line or "\r" in line:
+        column, char = min((line.find(c) + 1, c) for c in _NOT_TEXT if c in line)
+        what, hint = _NOT_TEXT[char]
+        raise CorpusError(f"{path}:{lineno}: {what} at column {column} ({hint})")
+    return line
+
+
 def input_lines(stream: BinaryIO, name: str = "stdin") -> list[str]:
-    """The lines of text to translate, read as `iter_lines` reads a file ("\n" or "\r\n"
-    endings, a leading byte order mark dropped), except that a line of invalid UTF-8 is kept:
-    its bad bytes become U+FFFD and a warning names it, since every input line must get its
-    output line.
+    """The lines of text to translate, split as `iter_lines` splits a file ("\\n" or "\\r\\n"
+    endings, a leading byte order mark dropped), except that nothing is refused, since every
+    input line must get its output line: a line of invalid UTF-8 is kept with U+FFFD for its
+    bad bytes and a warning that names it, and NUL bytes and lone "\\r" stay in the text
+    (tokenizers read them as they read other control characters).
 
     Args:
         stream: a binary stream (`sys.stdin.buffer`).
@@ -125,13 +158,13 @@ def input_lines(stream: BinaryIO, name: str = "stdin") -> list[str]:
         The lines in order; a final newline makes no extra empty line.
     """
     lines = []
-    for lineno, raw in enumerate(stream, 1):
+    for lineno, raw in _numbered(stream):
         try:
             line = _decode(raw, Path(name), lineno)
         except CorpusError as bad:
             logger.warning("%s; translating it with U+FFFD in place of the bad bytes", bad)
             line = raw.removesuffix(b"\n").removesuffix(b"\r").decode("utf-8", "replace")
-        lines.append(line.removeprefix(_BOM) if lineno == 1 else line)
+        lines.append(line)
     return lines
 
 
@@ -230,9 +263,15 @@ def stream_tsv(path: str | Path, *, src_column: int = 0, tgt_column: int = 1) ->
 
 
 def _tsv_rows(path: Path, src_column: int, tgt_column: int, report: ReadReport) -> Iterator[Row]:
+    first: tuple[int, int] | None = None  # (line, fields) of the first non-blank line
     for lineno, line in enumerate(iter_lines(path), 1):
         report.read = lineno
-        row = _keep(lineno, *_columns(line, path, lineno, src_column, tgt_column), path, report)
+        src = tgt = ""  # a blank line is a pair with empty sides: dropped and counted
+        if line.strip():
+            fields = _fields(line, path, lineno, (src_column, tgt_column), first)
+            first = first or (lineno, len(fields))
+            src, tgt = fields[src_column], fields[tgt_column]
+        row = _keep(lineno, src, tgt, path, report)
         if row:
             yield row
 
@@ -253,28 +292,36 @@ def read_tsv(
 
     Raises:
         ValueError: the columns are negative or equal.
-        CorpusError: the file cannot be read, or a non-blank line has no tab or fewer
-            fields than the requested columns need.
+        CorpusError: the file cannot be read, or a non-blank line has no tab, fewer
+            fields than the requested columns need, or not as many fields as the first
+            non-blank line.
     """
     return read_stream(stream_tsv(path, src_column=src_column, tgt_column=tgt_column))
 
 
-def _columns(
-    line: str, path: str | Path, lineno: int, src_column: int, tgt_column: int
-) -> tuple[str, str]:
-    if not line.strip():
-        return "", ""
+def _fields(
+    line: str, path: Path, lineno: int, columns: tuple[int, int], first: tuple[int, int] | None
+) -> list[str]:
+    """The fields of a non-blank TSV line, or a CorpusError: no tab, too few fields for
+    `columns`, or not as many as `first` = (line, fields) of the file's first non-blank line
+    (TSV rows have one width, so an extra field is a tab inside a sentence that would cut
+    it short unnoticed, and a missing one a sentence or attribution lost)."""
     fields = line.split("\t")
     if len(fields) < 2:
         raise CorpusError(
             f"{path}:{lineno}: expected source<TAB>target[<TAB>...], found 1 field (no tab)"
         )
-    if max(src_column, tgt_column) >= len(fields):
+    if max(columns) >= len(fields):
         raise CorpusError(
-            f"{path}:{lineno}: columns {src_column} and {tgt_column} asked for, "
+            f"{path}:{lineno}: columns {columns[0]} and {columns[1]} asked for, "
             f"found {len(fields)} fields"
         )
-    return fields[src_column], fields[tgt_column]
+    if first and len(fields) != first[1]:
+        raise CorpusError(
+            f"{path}:{lineno}: {len(fields)} fields where line {first[0]} has {first[1]} "
+            "(a tab inside a sentence, or a field missing?)"
+        )
+    return fields
 
 
 def read_stream(stream: PairStream) -> tuple[list[Pair], ReadReport]:

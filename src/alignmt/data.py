@@ -180,7 +180,7 @@ def stream_split(spec: str, *, src_lang: str, tgt_lang: str, swap: bool, what: s
     """The sentence pairs of one corpus split, streamed: `read_split` for corpora too big
     to hold in memory (same arguments). The files must exist; they are read as the stream
     is iterated over."""
-    if spec.endswith(".tsv"):
+    if spec.endswith((".tsv", ".tsv.gz")):
         if not Path(spec).is_file():
             raise CorpusError(f"{what}: {spec} does not exist{_DATA_HINT}")
         return stream_tsv(spec, src_column=int(swap), tgt_column=int(not swap))

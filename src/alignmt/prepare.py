@@ -41,7 +41,7 @@ from alignmt.cache import (
     write_cache,
 )
 from alignmt.config import DataConfig
-from alignmt.corpus import Pair, PairStream, locations
+from alignmt.corpus import Pair, PairStream, ReadReport, locations
 from alignmt.data import Vocab, read_split, stream_split
 from alignmt.parts import Part, Seen
 from alignmt.tokenize import (
@@ -52,6 +52,8 @@ from alignmt.tokenize import (
 )
 
 log = logging.getLogger(__name__)
+
+_SPM_MAX_BYTES = 4192  # SentencePiece's max_sentence_length, left at its default
 
 
 @dataclass
@@ -190,11 +192,7 @@ def _build(cfg: DataConfig, seed: int, folder: Path | None, show: bool) -> Cache
     dropped = dict(empty=dict(count=len(report.empty), first=empty),
                    **{kind: parts.dropped(done, kind) for kind in ("long", "ratio")})  # fmt: skip
     if not any(part.kept for part in done):
-        counts = ", ".join(f"{d['count']} {kind}" for kind, d in dropped.items())
-        raise ValueError(
-            f"data.train: no pair is left to train on of the {report.read} "
-            f"lines read ({counts}): see data.max_tokens, data.max_len_ratio"
-        )
+        raise _nothing_left(report, {kind: d["count"] for kind, d in dropped.items()})
     vocabs = tuple(side.vocab(cfg.min_freq) for side in seen)
     arrays = parts.assemble(done, seen, vocabs, folder)
     meta = dict(
@@ -206,6 +204,15 @@ def _build(cfg: DataConfig, seed: int, folder: Path | None, show: bool) -> Cache
     log.info("data.train: tokenised %d pairs in %.1f s with %d worker(s)", len(arrays),
              time.perf_counter() - start, workers)  # fmt: skip
     return Cached(arrays, tokenizers, vocabs, meta)
+
+
+def _nothing_left(report: ReadReport, dropped: dict[str, int]) -> ValueError:
+    """The error for a training split that leaves no pair, naming its files."""
+    counts = ", ".join(f"{count} {kind}" for kind, count in dropped.items())
+    return ValueError(
+        f"data.train: {report.path}: no pair is left to train on of the {report.read} "
+        f"lines read ({counts}): see data.max_tokens, data.max_len_ratio"
+    )
 
 
 def _cpus() -> int:
@@ -241,17 +248,28 @@ def _tokenizers(
     log.info("data.train: training SentencePiece on %d sentences a side", len(sample[0]))
     options = dict(vocab_size=cfg.spm_vocab_size, model_type=cfg.spm_model_type,
                    lowercase=cfg.lowercase, seed=seed)  # fmt: skip
+    sides = [f"data.train: {_stream(cfg).report.path}, the {lang} side" for lang in langs]
     if workers > 1 and len(sample[0]) >= parts.CHUNK_PAIRS:  # worth two processes' start-up
         with parts.processes(2) as pool:
-            futures = [pool.submit(_train_spm, sentences, options) for sentences in sample]
+            futures = [
+                pool.submit(_train_spm, *args, options) for args in zip(sample, sides, strict=True)
+            ]
             models = [future.result() for future in futures]
     else:
-        models = [_train_spm(sentences, options) for sentences in sample]
+        models = [_train_spm(*args, options) for args in zip(sample, sides, strict=True)]
     return tuple(SentencePieceTokenizer(model=m, lowercase=cfg.lowercase) for m in models)
 
 
-def _train_spm(sentences: list[str], options: dict[str, Any]) -> bytes:
-    return SentencePieceTokenizer.train(sentences, **options).model
+def _train_spm(sentences: list[str], side: str, options: dict[str, Any]) -> bytes:
+    """The SentencePiece model of one side's sentences; where SentencePiece cannot train
+    (its error, a failed internal check, names no file), a ValueError naming `side`."""
+    try:
+        return SentencePieceTokenizer.train(sentences, **options).model
+    except RuntimeError as error:
+        raise ValueError(
+            f"{side}: SentencePiece cannot learn from it ({error}); it skips sentences over "
+            f"{_SPM_MAX_BYTES} bytes, and normalises some characters away (zero-width spaces)"
+        ) from None
 
 
 def _spm_sample(cfg: DataConfig, seed: int, show: bool) -> tuple[list[str], list[str]]:
@@ -261,7 +279,7 @@ def _spm_sample(cfg: DataConfig, seed: int, show: bool) -> tuple[list[str], list
     rng = random.Random(f"{seed}/sentencepiece sample")
     sample: list[tuple[str, str]] = []
     index: list[int] = []
-    rows, _ = _rows(cfg)
+    rows, stream = _rows(cfg)
     with tqdm(desc="sampling for SentencePiece", unit=" pairs", disable=not show,
               file=sys.stderr) as bar:  # fmt: skip
         for i, (_, src, tgt) in enumerate(rows):
@@ -272,6 +290,8 @@ def _spm_sample(cfg: DataConfig, seed: int, show: bool) -> tuple[list[str], list
                 sample[j], index[j] = (src, tgt), i
             if i % 8192 == 0:
                 bar.update(i - bar.n)
+    if not sample:  # SentencePiece would fail with an internal error that names no file
+        raise _nothing_left(stream.report, dict(empty=len(stream.report.empty), long=0, ratio=0))
     order = sorted(range(len(sample)), key=index.__getitem__)
     return [sample[i][0] for i in order], [sample[i][1] for i in order]
 

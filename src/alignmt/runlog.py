@@ -10,11 +10,14 @@ Only rank 0 of a distributed run writes here.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from alignmt.plot import loss_curves, save_png
-from alignmt.rundir import write_text
+from alignmt.rundir import WriteError, write_text
+
+log = logging.getLogger(__name__)
 
 METRICS = "metrics.jsonl"
 
@@ -27,6 +30,7 @@ class RunLog:
         self.steps, self.losses, self.evals = _history(run_dir / METRICS, step)
         self.board = _tensorboard(run_dir) if tensorboard else None
         self._file = (run_dir / METRICS).open("a")
+        self._failed = False
 
     def interval(self, record: dict[str, Any]) -> None:
         """A training interval's record; its loss is None when every update was skipped."""
@@ -40,14 +44,30 @@ class RunLog:
         self._write(record)
 
     def close(self) -> None:
-        self._file.close()
+        """Close the files and draw the curves; after a failed write (a full disk), only
+        what can still be done, so that the error that stopped the run is the one reported."""
+        try:
+            self._file.close()
+        except OSError:
+            if not self._failed:
+                raise
         if self.board:
             self.board.close()
-        plot_curves(self.run_dir / "curves.png", self.steps, self.losses, self.evals)
+        try:
+            plot_curves(self.run_dir / "curves.png", self.steps, self.losses, self.evals)
+        except OSError as err:  # drawn again from metrics.jsonl by the next run or resume
+            log.warning("could not draw %s: %s", self.run_dir / "curves.png", err)
 
     def _write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+        except OSError as err:
+            self._failed = True
+            raise WriteError(
+                f"cannot write {METRICS} in {self.run_dir}: {err.strerror or err}; it holds "
+                "the records up to the last one written"
+            ) from err
         for key, value in record.items():
             if self.board and value is not None and key not in ("step", "seconds", "epoch"):
                 self.board.add_scalar(key, value, record["step"])

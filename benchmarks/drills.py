@@ -1,0 +1,101 @@
+"""Reliability drills: faults sent at alignmt, many times each, and whether its promises held.
+
+    python benchmarks/drills.py                  # every drill at full count (about 30 minutes)
+    python benchmarks/drills.py --only kills     # one drill (see DRILLS)
+    python benchmarks/drills.py --scale 0.1      # a tenth of each count
+
+Each drill sends its faults, checks what alignmt promises after each, and reports how many
+were tried and how many held; the table it prints is docs/reliability.md's. The drills
+themselves live in drill_runs.py (kills, signals, disks, non-finite updates), drill_args.py
+(bad run folders and arguments), drill_inputs.py (corpora and translate input from the wild)
+and drill_server.py (the server under attack); tests/ runs each with a few faults. Every
+process a drill starts is bounded in time. Run from the repository root, with nothing else
+using the CPU (the kills draw their moments from the time an uninterrupted run takes).
+Needs root for the full-tmpfs case of `disks` (it is skipped otherwise, and says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import drill_args
+import drill_inputs
+import drill_runs
+import drill_server
+
+from alignmt.train import train
+
+
+def drills(scale: float, workdir: Path, run_dir: Path) -> dict[str, tuple[str, Callable]]:
+    """Name -> (what it sends, the call), at `scale` times the full counts."""
+
+    def n(full: int) -> int:
+        return max(1, round(full * scale))
+
+    return {
+        "kills": (f"{n(20)} SIGKILLs, reversal task",
+                  lambda: drill_runs.kills(workdir / "kills", n(20))),
+        "kills_corpus": (f"{n(20)} SIGKILLs, corpus with validation",
+                         lambda: drill_runs.kills(workdir / "kills_corpus", n(20), corpus=True)),
+        "kills_torchrun": (f"{n(10)} SIGKILLs of one of 2 torchrun processes",
+                           lambda: drill_runs.kills(workdir / "kills_ddp", n(10), nproc=2,
+                                                    corpus=True)),
+        "signals": (f"{n(10)} SIGTERM / SIGINT",
+                    lambda: drill_runs.signals(workdir / "signals", n(10))),
+        "disks": ("checkpoint writes into /dev/full, a full tmpfs, a read-only folder",
+                  lambda: drill_runs.disks(workdir / "disks")),
+        "nonfinite": (f"{n(20)} NaN / inf losses and gradients, and a streak",
+                      lambda: drill_runs.nonfinite(workdir / "nonfinite", n(20))),
+        "corpora": (f"{n(200)} fuzzed corpora",
+                    lambda: drill_inputs.corpora(workdir / "corpora", n(200))),
+        "translate": (f"translate {n(10_000):,} fuzzed lines",
+                      lambda: drill_inputs.translations(run_dir, workdir / "translate",
+                                                        n(10_000))),
+        "bad_inputs": ("damaged checkpoints x 4 commands, resume mismatches, bad flags",
+                       lambda: drill_args.bad_inputs(workdir / "bad_inputs", run_dir)),
+        "server": (f"{n(10_000):,} fuzzed requests, {n(20)} slow clients",
+                   lambda: drill_server.server(run_dir, n(10_000), n(20))),
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="these drills only")
+    parser.add_argument("--scale", type=float, default=1.0, help="share of the full counts")
+    parser.add_argument("--out", default="runs/drills.json", help="results as JSON")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="alignmt-drills-"))
+    try:
+        cfg = drill_runs.corpus_config(workdir / "model", steps=300)
+        run_dir = train(cfg, progress=False).run_dir  # what translate, serve and args use
+        table = drills(args.scale, workdir, run_dir)
+        results = {}
+        for name in args.only or table:
+            what, call = table[name]
+            began = time.monotonic()
+            result = call()
+            results[name] = {"what": what, "seconds": round(time.monotonic() - began, 1),
+                             **result}  # fmt: skip
+            print(f"{name}: {result['held']} of {result['tried']} held "
+                  f"({results[name]['seconds']} s)", flush=True)  # fmt: skip
+            for failure in result["failures"]:
+                print(f"  {failure}", flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=1))
+    print(
+        "\n| drill | what was sent | tried | held | seconds |\n| --- | --- | ---: | ---: | ---: |"
+    )
+    for name, r in results.items():
+        print(f"| {name} | {r['what']} | {r['tried']:,} | {r['held']:,} | {r['seconds']} |")
+
+
+if __name__ == "__main__":
+    main()
