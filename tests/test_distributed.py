@@ -307,10 +307,10 @@ def test_a_demo_stopped_by_a_signal_stops_instead_of_comparing_a_half_trained_mo
 
     trained = []
 
-    def stopped_at_once(cfg, progress=None):
+    def stopped_at_once(cfg, progress=None, overwrite=False):
         trained.append(cfg.out_dir)
-        return replace(train(replace(cfg, train=replace(cfg.train, steps=1)), progress=False),
-                       stopped_by="SIGINT")  # fmt: skip
+        one_step = replace(cfg, train=replace(cfg.train, steps=1))
+        return replace(train(one_step, progress=False, overwrite=overwrite), stopped_by="SIGINT")
 
     monkeypatch.setattr(demo, "train", stopped_at_once)
     assert main(["demo", "--steps", "1", "--out", str(tmp_path / "demo")]) == 130
