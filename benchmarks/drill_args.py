@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import io
 import random
 import shutil
@@ -28,6 +27,7 @@ import struct
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from unittest import mock
 
 import yaml
 from safetensors import safe_open
@@ -100,13 +100,15 @@ def run_cli(argv: list[str], stdin: str = "", *, tripwires: bool = False) -> tup
     with contextlib.ExitStack() as stack:
         stack.enter_context(contextlib.redirect_stderr(err))
         stack.enter_context(contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO())))
-        stack.enter_context(_patched(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode()))))
-        stack.enter_context(_patched_module("uvicorn", "run", _trip))
+        stack.enter_context(
+            mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+        )
+        stack.enter_context(mock.patch("uvicorn.run", _trip))
         if tripwires:
             for owner, name in (("alignmt.cli", "load_checkpoint"), ("alignmt.cli", "train"),
                                 ("alignmt.cli", "run_demo"),
                                 ("alignmt.serve.registry", "load_models")):  # fmt: skip
-                stack.enter_context(_patched_module(owner, name, _trip))
+                stack.enter_context(mock.patch(f"{owner}.{name}", _trip))
         try:
             status = cli.main(argv)
         except SystemExit as stop:
@@ -116,20 +118,6 @@ def run_cli(argv: list[str], stdin: str = "", *, tripwires: bool = False) -> tup
 
 def _trip(*args, **kwargs):
     raise WorkStarted
-
-
-@contextlib.contextmanager
-def _patched(owner: object, name: str, value: object) -> Iterator[None]:
-    real = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, real)
-
-
-def _patched_module(module: str, name: str, value: object):
-    return _patched(importlib.import_module(module), name, value)
 
 
 def refused(argv: list[str], named: str, stdin: str = "", *, tripwires: bool = False) -> list[str]:

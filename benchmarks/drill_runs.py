@@ -38,6 +38,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from unittest import mock
 
 import torch
 from safetensors import safe_open
@@ -45,6 +46,7 @@ from safetensors.torch import load_file
 
 from alignmt.checkpoint import load_checkpoint
 from alignmt.config import Config, DataConfig, ModelConfig, SearchConfig, TrainConfig, dump_config
+from alignmt.rundir import RUN_FILES
 from alignmt.train import TrainingError, train
 from alignmt.translate import Translator
 
@@ -233,9 +235,10 @@ def _kill_until_done(cfg: Config, rng: random.Random, seconds: float, kills: tup
     while True:
         made = kills[0] + len(found)
         process = start(config, *flags, nproc=nproc)
-        if made < kills[1] and _kill_at_random(process, run_dir, rng, seconds, made % 3 == 2):
+        if made < kills[1] and _kill_at_random(process, run_dir, rng, seconds, made % 3 == 2,
+                                               nproc):  # fmt: skip
             finish(process, timeout=120)  # under torchrun, the other rank stops too
-            torn += _writing(run_dir)  # its .tmp is left behind
+            torn += _writing(run_dir)  # its .tmp was left behind
             found.append(translates(run_dir, sentence))
             flags = ["--resume"]
             continue
@@ -247,25 +250,51 @@ def _kill_until_done(cfg: Config, rng: random.Random, seconds: float, kills: tup
 
 
 def _kill_at_random(process: subprocess.Popen, run_dir: Path, rng: random.Random,
-                    seconds: float, mid_write: bool) -> bool:  # fmt: skip
-    """SIGKILL a training process of `process` at a random moment within `seconds`, or as
-    soon as a file of the run is being written (`mid_write`); False if it ended first."""
+                    seconds: float, mid_write: bool, nproc: int) -> bool:  # fmt: skip
+    """SIGKILL a training process of `process` (one of torchrun's workers when `nproc` > 1)
+    at a random moment within `seconds`, or (`mid_write`) while a file of the run is being
+    written; False if it ended first."""
     deadline = time.monotonic() + (seconds if mid_write else rng.uniform(0.2, 0.9) * seconds)
     while time.monotonic() < deadline and process.poll() is None:
-        if mid_write and _writing(run_dir):
+        if mid_write and _caught_writing(process, run_dir, nproc):
             break
-        time.sleep(0.0005 if mid_write else 0.01)
+        time.sleep(0.0002 if mid_write else 0.01)
     if process.poll() is not None:
         return False
-    workers = _children(process.pid) or [process.pid]  # torchrun's workers, or the process
+    workers = _workers(process, nproc)
     with contextlib.suppress(ProcessLookupError):
         os.kill(rng.choice(workers), signal.SIGKILL)
+        for pid in workers:  # those _caught_writing stopped and the kill spared
+            os.kill(pid, signal.SIGCONT)
     return True
 
 
+def _caught_writing(process: subprocess.Popen, run_dir: Path, nproc: int) -> bool:
+    """Whether the training processes are stopped (SIGSTOP) in the middle of writing a file
+    of the run: a write takes a millisecond or two, so a .tmp seen may be gone by the time a
+    kill lands, and stopping first makes sure the kill cuts the write short."""
+    if not _writing(run_dir):
+        return False
+    workers = _workers(process, nproc)
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    if _writing(run_dir):
+        return True
+    for pid in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    return False
+
+
+def _workers(process: subprocess.Popen, nproc: int) -> list[int]:
+    """The training processes: `process`, or torchrun's workers, its children."""
+    return (_children(process.pid) or [process.pid]) if nproc > 1 else [process.pid]
+
+
 def _writing(run_dir: Path) -> bool:
-    """A file of the run is being written (its .tmp beside it exists)."""
-    return any(run_dir.glob("*.tmp")) if run_dir.is_dir() else False
+    """A file of the run is being written: its .tmp beside it exists."""
+    return any((run_dir / f"{name}.tmp").exists() for name in (*RUN_FILES, "config.yaml"))
 
 
 def _children(pid: int) -> list[int]:
@@ -433,7 +462,7 @@ def _read_only(folder: Path) -> list[str]:
             raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
         return real(path, data)
 
-    with _patched(Path, "write_bytes", refused), _kept_threads():
+    with mock.patch.object(Path, "write_bytes", refused), _kept_threads():
         status, err = _main(main, ["train", str(config)])
         good = (run_dir / "last.safetensors").read_bytes()
     problems = []
@@ -457,16 +486,6 @@ def _main(main: Callable[[list[str]], int], argv: list[str]) -> tuple[int, str]:
         except SystemExit as stop:
             status = stop.code if isinstance(stop.code, int) else 1
     return status, err.getvalue()
-
-
-@contextlib.contextmanager
-def _patched(owner: object, name: str, value: object) -> Iterator[None]:
-    real = getattr(owner, name)
-    setattr(owner, name, value)
-    try:
-        yield
-    finally:
-        setattr(owner, name, real)
 
 
 @contextlib.contextmanager
@@ -515,7 +534,7 @@ def poisoned(at: dict[int, str]) -> Iterator[None]:
         loss = real(*args)
         return POISONS[at[calls[0]]](loss) if calls[0] in at else loss
 
-    with _patched(module, "loss_of", loss_of), _kept_threads():
+    with mock.patch.object(module, "loss_of", loss_of), _kept_threads():
         yield
 
 
@@ -549,9 +568,9 @@ def _streak(folder: Path, rng: random.Random) -> list[str]:
         said = str(err)
     last = Path(cfg.out_dir) / "last.safetensors"
     problems = [] if "5 updates in a row" in said else [f"{folder}: said {said!r}"]
-    # the last checkpoint before the error; one written amid the streak holds the weights of
-    # the last applied update, since skipped updates change nothing
-    if last_step(last) != (first + 4) // 10 * 10:
+    # the last checkpoint before the error at step first + 4 (which writes none): one written
+    # amid the streak holds the weights of the last applied update, as skipping changes nothing
+    if last_step(last) != (first + 3) // 10 * 10:
         problems.append(f"{folder}: kept step {last_step(last)}, not the last checkpoint")
     if not all(torch.isfinite(t).all() for t in load_file(str(last)).values()
                if t.is_floating_point()):  # fmt: skip
