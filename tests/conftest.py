@@ -190,3 +190,16 @@ def train_killed_at(cfg, step: int, monkeypatch) -> None:
     with pytest.raises(Killed):
         module.train(cfg, progress=False)
     monkeypatch.setattr(module, "train_step", real_step)
+
+
+def write_file(path: Path, data: str | bytes) -> Path:
+    """`data` (text as UTF-8) at `path`, gzipped when its name ends in .gz."""
+    import gzip
+
+    data = data.encode() if isinstance(data, str) else data
+    if path.suffix == ".gz":
+        with gzip.open(path, "wb") as file:
+            file.write(data)
+    else:
+        path.write_bytes(data)
+    return path

@@ -3,7 +3,6 @@ bugs they found: each focused test fails without its fix."""
 
 from __future__ import annotations
 
-import gzip
 import io
 from pathlib import Path
 
@@ -16,17 +15,7 @@ from alignmt.config import DataConfig
 from alignmt.corpus import CorpusError, input_lines, read_lines, read_parallel, read_tsv
 from alignmt.prepare import prepare_text
 from alignmt.translate import Translator
-
-
-def write(path: Path, data: str | bytes) -> Path:
-    data = data.encode() if isinstance(data, str) else data
-    if path.suffix == ".gz":
-        with gzip.open(path, "wb") as file:
-            file.write(data)
-    else:
-        path.write_bytes(data)
-    return path
-
+from tests.conftest import write_file
 
 # --- The drills -----------------------------------------------------------------------------
 
@@ -48,29 +37,29 @@ def test_translate_gives_each_fuzzed_input_line_its_output_line_in_order(toy_run
 
 @pytest.mark.parametrize("name", ["a.en", "a.en.gz"])
 def test_a_nul_byte_is_refused_naming_file_line_and_column(tmp_path, name):
-    path = write(tmp_path / name, "fine\nal\0so fine\n")
+    path = write_file(tmp_path / name, "fine\nal\0so fine\n")
     with pytest.raises(CorpusError, match=rf"{name}:2: a NUL byte at column 3 \(.*UTF-16"):
         read_lines(path)
 
 
 def test_a_utf16_file_is_refused_at_its_first_line(tmp_path):
     # Without its BOM UTF-16 is valid UTF-8: ASCII with a NUL after every character.
-    path = write(tmp_path / "a.en", "Hello\nworld\n".encode("utf-16-le"))
+    path = write_file(tmp_path / "a.en", "Hello\nworld\n".encode("utf-16-le"))
     with pytest.raises(CorpusError, match=r"a\.en:1: a NUL byte at column 2"):
         read_lines(path)
 
 
 def test_a_carriage_return_that_ends_no_line_is_refused_naming_file_line_and_column(tmp_path):
     # Classic Mac line ends: read as text, this TSV would be one pair, "Hi." silently lost.
-    mac = write(tmp_path / "mac.tsv", "Go.\tVa !\rHi.\tSalut !\r")
+    mac = write_file(tmp_path / "mac.tsv", "Go.\tVa !\rHi.\tSalut !\r")
     with pytest.raises(CorpusError, match=r"mac\.tsv:1: a carriage return that ends no line "
                                           r"at column 9"):  # fmt: skip
         read_tsv(mac)
-    stray = write(tmp_path / "a.en", "one\r\ntw\ro\r\n")
+    stray = write_file(tmp_path / "a.en", "one\r\ntw\ro\r\n")
     with pytest.raises(CorpusError, match=r"a\.en:2: a carriage return .* at column 3"):
         read_lines(stray)
     # CRLF, and a CR that ends the file's last line, are line ends.
-    assert read_lines(write(tmp_path / "b.en", "one\r\ntwo\r")) == ["one", "two"]
+    assert read_lines(write_file(tmp_path / "b.en", "one\r\ntwo\r")) == ["one", "two"]
 
 
 def test_stdin_to_translate_keeps_nul_bytes_and_lone_carriage_returns():
@@ -79,10 +68,10 @@ def test_stdin_to_translate_keeps_nul_bytes_and_lone_carriage_returns():
 
 def test_a_file_of_a_byte_order_mark_alone_has_no_lines(tmp_path):
     # What an editor saves for an empty file "with BOM": its partner, empty, has no line either.
-    pairs, report = read_parallel(write(tmp_path / "a.en", b"\xef\xbb\xbf"),
-                                  write(tmp_path / "a.de.gz", b""))  # fmt: skip
+    pairs, report = read_parallel(write_file(tmp_path / "a.en", b"\xef\xbb\xbf"),
+                                  write_file(tmp_path / "a.de.gz", b""))  # fmt: skip
     assert (pairs, report.read) == ([], 0)
-    assert read_lines(write(tmp_path / "b.en", b"\xef\xbb\xbf\n")) == [""]
+    assert read_lines(write_file(tmp_path / "b.en", b"\xef\xbb\xbf\n")) == [""]
     assert input_lines(io.BytesIO(b"\xef\xbb\xbf")) == []
 
 
@@ -97,7 +86,7 @@ def test_a_file_of_a_byte_order_mark_alone_has_no_lines(tmp_path):
 def test_a_tsv_line_with_more_or_fewer_fields_than_the_first_is_refused(
     tmp_path, text, line, found, first
 ):
-    path = write(tmp_path / "a.tsv", text)
+    path = write_file(tmp_path / "a.tsv", text)
     with pytest.raises(CorpusError, match=rf"a\.tsv:{line}: {found} fields where line {first} has"):
         read_tsv(path)
 
@@ -113,7 +102,7 @@ def _config(prefix: Path, tokenizer: str) -> DataConfig:
 @pytest.mark.parametrize("tokenizer", ["moses", "sentencepiece"])
 def test_a_corpus_without_a_pair_is_refused_naming_its_files(tmp_path, tokenizer):
     # SentencePiece used to fail with an internal error that named no file.
-    src, tgt = write(tmp_path / "c.en", " \n\n"), write(tmp_path / "c.de", "ein Hund\n\n")
+    src, tgt = write_file(tmp_path / "c.en", " \n\n"), write_file(tmp_path / "c.de", "ein Hund\n\n")
     with pytest.raises(ValueError) as info:
         prepare_text(_config(tmp_path / "c", tokenizer), seed=0, progress=False)
     assert f"{src} + {tgt}: no pair is left to train on of the 2 lines read (2 empty" in str(
@@ -130,7 +119,7 @@ def test_a_corpus_without_a_pair_is_refused_naming_its_files(tmp_path, tokenizer
 )
 def test_a_side_sentencepiece_cannot_learn_is_refused_naming_the_corpus(tmp_path, english, german):
     # It used to fail with SentencePiece's internal error, a RuntimeError naming no file.
-    src, tgt = write(tmp_path / "c.en", english), write(tmp_path / "c.de", german)
+    src, tgt = write_file(tmp_path / "c.en", english), write_file(tmp_path / "c.de", german)
     with pytest.raises(ValueError) as info:
         prepare_text(_config(tmp_path / "c", "sentencepiece"), seed=0, progress=False)
     assert f"{src} + {tgt}, the de side: SentencePiece cannot learn from it" in str(info.value)

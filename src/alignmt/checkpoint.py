@@ -46,14 +46,22 @@ _TRAIN = "_train."  # prefix of training-state tensors; no parameter name starts
 
 
 @dataclass
-class Checkpoint:
-    model: Seq2Seq  # in eval mode, on the device it was loaded to (the CPU by default)
+class Header:
+    """What a checkpoint says of itself, read without building the model."""
+
     config: Config
     src_vocab: Vocab
     tgt_vocab: Vocab
     step: int
     src_tokenizer: Tokenizer
     tgt_tokenizer: Tokenizer
+
+
+@dataclass
+class Checkpoint(Header):
+    """A checkpoint's header and the model it describes, with its weights."""
+
+    model: Seq2Seq  # in eval mode, on the device it was loaded to (the CPU by default)
 
 
 def save_checkpoint(
@@ -98,18 +106,6 @@ def save_checkpoint(
     return publish(path, lambda tmp: tmp.write_bytes(data))
 
 
-@dataclass
-class Header:
-    """What a checkpoint says of itself, read without building the model."""
-
-    config: Config
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    step: int
-    src_tokenizer: Tokenizer
-    tgt_tokenizer: Tokenizer
-
-
 def load_checkpoint(path: str | Path, *, device: torch.device | str = "cpu") -> Checkpoint:
     """Rebuild the model stored at `path` (a .safetensors file, or a run directory: its
     model.safetensors, or last.safetensors while training has written no model yet) on
@@ -137,8 +133,7 @@ def load_checkpoint(path: str | Path, *, device: torch.device | str = "cpu") -> 
             f"({problem}); the file was damaged or edited"
         ) from None
     model = model.to(device).eval()
-    return Checkpoint(model, header.config, header.src_vocab, vocab, header.step,
-                      header.src_tokenizer, header.tgt_tokenizer)  # fmt: skip
+    return Checkpoint(**vars(header), model=model)
 
 
 def load_header(path: str | Path) -> Header:
