@@ -57,13 +57,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from alignmt.checkpoint import load_checkpoint
+from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import DataConfig
-from alignmt.corpus import CorpusError, read_parallel, read_tsv
-from alignmt.data import SPECIALS
-from alignmt.prepare import Text, prepare_text
-from alignmt.tokenize import SentencePieceTokenizer, Tokenizer, build_tokenizer
-from alignmt.translate import Translator
+from alignmt.decoding.translator import Translator
+from alignmt.text.corpus import CorpusError, read_parallel, read_tsv
+from alignmt.text.prepare import Text, prepare_text
+from alignmt.text.tokenize import SentencePieceTokenizer, Tokenizer, build_tokenizer
+from alignmt.text.vocab import SPECIALS
 
 MAX_FAILURES = 20  # failure lines kept in a result
 BOM = b"\xef\xbb\xbf"
@@ -354,7 +354,7 @@ def check_read(corpus: Corpus, cfg: DataConfig) -> list[str]:
     `prepare`'s)."""
     expected = expected_error(corpus)
     try:
-        with logged("alignmt.corpus") as messages:
+        with logged("alignmt.text.corpus") as messages:
             if corpus.tsv:
                 src, tgt = corpus.columns
                 pairs, report = read_tsv(corpus.paths[0], src_column=src, tgt_column=tgt)
@@ -391,7 +391,7 @@ def check_prepared(corpus: Corpus, cfg: DataConfig) -> list[str]:
     """What `prepare.prepare_text` got wrong about the corpus."""
     expected = expected_error(corpus)
     try:
-        with logged("alignmt.prepare") as messages:
+        with logged("alignmt.text.prepare") as messages:
             text = prepare_text(cfg, seed=0, progress=False)
     except (CorpusError, ValueError) as error:
         if expected:

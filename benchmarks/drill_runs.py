@@ -44,11 +44,11 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from alignmt.checkpoint import load_checkpoint
+from alignmt.checkpoint.rundir import RUN_FILES
+from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import Config, DataConfig, ModelConfig, SearchConfig, TrainConfig, dump_config
-from alignmt.rundir import RUN_FILES
-from alignmt.train import TrainingError, train
-from alignmt.translate import Translator
+from alignmt.decoding.translator import Translator
+from alignmt.training.loop import TrainingError, train
 
 WORDS = dict(cat="katze", dog="hund", red="rot", big="gross", the="die", sees="sieht",
              small="klein", house="haus", runs="rennt")  # fmt: skip
@@ -526,7 +526,7 @@ POISONS = {
 @contextlib.contextmanager
 def poisoned(at: dict[int, str]) -> Iterator[None]:
     """Training's loss poisoned (`POISONS`) at the given calls, counted from 1."""
-    module = importlib.import_module("alignmt.optim")
+    module = importlib.import_module("alignmt.training.optim")
     real, calls = module.loss_of, [0]
 
     def loss_of(*args):

@@ -57,8 +57,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.load import local_server
+
 from alignmt.serve.limits import Limits
-from alignmt.serve.load import local_server
 
 SENTENCE = "the big dog sleeps now"
 FUZZ_CLIENTS = 8

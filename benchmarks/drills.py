@@ -29,7 +29,7 @@ import drill_inputs
 import drill_runs
 import drill_server
 
-from alignmt.train import train
+from alignmt.training.loop import train
 
 
 def drills(scale: float, workdir: Path, run_dir: Path) -> dict[str, tuple[str, Callable]]:

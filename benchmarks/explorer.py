@@ -22,11 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.browser import Explorer, start_chromium
+from benchmarks.load import local_server
+
 from alignmt.cli import main as alignmt
-from alignmt.corpus import read_lines
-from alignmt.device import DEVICES, PRECISIONS
-from alignmt.serve.browser import Explorer, start_chromium
-from alignmt.serve.load import local_server
+from alignmt.model.device import DEVICES, PRECISIONS
+from alignmt.text.corpus import read_lines
 
 FLICKR = Path(__file__).resolve().parents[2] / "shared/data/multi30k/test_2016_flickr.en.gz"
 TARGET_MS = 200.0

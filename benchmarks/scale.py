@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from alignmt.data import read_split
+from alignmt.text.split import read_split
 
 REPO = Path(__file__).resolve().parents[1]
 MULTI30K = REPO.parent / "shared/data/multi30k"
@@ -41,7 +41,7 @@ CONFIG = REPO / "configs/multi30k_en_de.yaml"
 PREPARE = """
 import json, resource, sys, time
 from alignmt.config import load_config
-from alignmt.prepare import prepare_text
+from alignmt.text.prepare import prepare_text
 cfg = load_config(sys.argv[1], sys.argv[2:])
 start = time.perf_counter()
 text = prepare_text(cfg.data, cfg.seed, progress=False)

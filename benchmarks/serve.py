@@ -26,12 +26,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from benchmarks.load import LoadResult, local_server, run_load
 
-from alignmt.checkpoint import load_checkpoint
-from alignmt.corpus import read_lines
-from alignmt.device import DEVICES, PRECISIONS, pick_device
-from alignmt.serve.load import LoadResult, local_server, run_load
-from alignmt.translate import Translator
+from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.decoding.translator import Translator
+from alignmt.model.device import DEVICES, PRECISIONS, pick_device
+from alignmt.text.corpus import read_lines
 
 FLICKR = Path(__file__).resolve().parents[2] / "shared/data/multi30k/test_2016_flickr.en.gz"
 

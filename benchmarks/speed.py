@@ -28,18 +28,19 @@ import torch
 from torch import nn
 
 import alignmt
-from alignmt.allocator import keep_freed_memory
-from alignmt.batches import Progress, steps
+from alignmt.analysis.scores import corpus_scores
 from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
-from alignmt.data import read_split, source_batch
-from alignmt.device import PRECISIONS, autocast, pick_device
-from alignmt.distributed import Objective, World
-from alignmt.evaluate import corpus_scores
-from alignmt.model import Seq2Seq
-from alignmt.optim import make_optimizer, train_step
-from alignmt.prepare import prepare_text
-from alignmt.search import beam_decode_batches, decode_batches
-from alignmt.train import seed_everything
+from alignmt.decoding.search import beam_decode_batches, decode_batches
+from alignmt.model.allocator import keep_freed_memory
+from alignmt.model.batch import source_batch
+from alignmt.model.device import PRECISIONS, autocast, pick_device
+from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.prepare import prepare_text
+from alignmt.text.split import read_split
+from alignmt.training.batches import Progress, steps
+from alignmt.training.distributed import Objective, World
+from alignmt.training.loop import seed_everything
+from alignmt.training.optim import make_optimizer, train_step
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"  # beside the repo
 MAX_OUTPUT = dict(max_len_ratio=0.0, max_len_offset=100)  # "max output length 100"

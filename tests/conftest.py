@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from alignmt.config import ModelConfig
-from alignmt.model import Seq2Seq
+from alignmt.model.seq2seq import Seq2Seq
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 VOCAB = 13  # 4 specials + 9 symbols
@@ -144,7 +144,7 @@ def toy_corpus_config(folder: Path, **train):
 @pytest.fixture(scope="session")
 def toy_run(tmp_path_factory) -> Path:
     """A run folder trained until it translates the toy corpus (a few seconds)."""
-    from alignmt.train import train
+    from alignmt.training.loop import train
 
     folder = tmp_path_factory.mktemp("toy")
     train(toy_corpus_config(folder, steps=300, eval_every=100), progress=False)
@@ -156,7 +156,7 @@ def vanilla_twin(run: Path, folder: Path) -> Path:
     the run folder `folder`."""
     from dataclasses import replace
 
-    from alignmt.checkpoint import load_checkpoint, save_checkpoint
+    from alignmt.checkpoint.torch_io import load_checkpoint, save_checkpoint
 
     ckpt = load_checkpoint(run)
     cfg = replace(ckpt.config, model=replace(ckpt.config.model, attention="none"))
@@ -177,7 +177,9 @@ def train_killed_at(cfg, step: int, monkeypatch) -> None:
     put the real training step back, so that the caller can resume."""
     import importlib
 
-    module = importlib.import_module("alignmt.train")  # the package re-exports train() as .train
+    module = importlib.import_module(
+        "alignmt.training.loop"
+    )  # the package re-exports train() as .train
     real_step, calls = module.train_step, [0]
 
     def dies(*args, **kwargs):

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from alignmt.align import (
+from alignmt.analysis.align import (
     Words,
     alignment_error_rate,
     argmax_links,
@@ -20,15 +20,17 @@ from alignmt.align import (
     sentence_words,
     word_links,
 )
-from alignmt.checkpoint import load_checkpoint
+from alignmt.analysis.task_scores import score_task
+from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
 from alignmt.config import load_config
-from alignmt.corpus import CorpusError, read_lines
-from alignmt.data import Vocab, make_batch
-from alignmt.model import Seq2Seq
-from alignmt.tasks import ALPHABET, eval_set, score_task
-from alignmt.tokenize import MosesTokenizer, SentencePieceTokenizer
-from alignmt.translate import Translator
+from alignmt.decoding.translator import Translator
+from alignmt.model.batch import make_batch
+from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.corpus import CorpusError, read_lines
+from alignmt.text.tasks import ALPHABET, eval_set
+from alignmt.text.tokenize import MosesTokenizer, SentencePieceTokenizer
+from alignmt.text.vocab import Vocab
 from tests.conftest import LEXICON, tiny_model, write_toy_corpus
 
 # --- AER by hand --------------------------------------------------------------------------
@@ -161,7 +163,7 @@ def test_a_model_without_attention_cannot_align():
 @pytest.fixture(scope="module")
 def reversal_models(tmp_path_factory):
     """An untrained and a briefly trained attention model for string reversal (seconds)."""
-    from alignmt.train import train
+    from alignmt.training.loop import train
 
     run = tmp_path_factory.mktemp("reverse")
     cfg = load_config(
@@ -228,7 +230,9 @@ def test_word_links_join_the_pieces_of_a_word(monkeypatch):
     source = Words(["▁a", "b", "▁c"], ["ab", "c"], [0, 0, 1])
     reference = Words(["▁x", "▁y", "z"], ["x", "yz"], [0, 1, 1])
     token_links = [{(0, 0), (1, 0), (2, 1), (2, 2)}]
-    monkeypatch.setattr("alignmt.align.attention_links", lambda *args, **kwargs: token_links)
+    monkeypatch.setattr(
+        "alignmt.analysis.align.attention_links", lambda *args, **kwargs: token_links
+    )
     translator = Translator.__new__(Translator)
     translator.src_vocab, translator.tgt_vocab = Vocab([]), Vocab([])
     translator.model, translator.precision = torch.nn.Linear(1, 1), "float32"  # a CPU "model"

@@ -10,7 +10,7 @@ glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 # how much resident memory a freed, touched 64 MiB tensor leaves behind.
 _KEPT_AFTER_FREE = """
 import resource, sys, torch
-from alignmt.allocator import keep_freed_memory
+from alignmt.model.allocator import keep_freed_memory
 def rss_mib():
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * resource.getpagesize() / 2**20

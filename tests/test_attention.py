@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from alignmt import reference as ref
-from alignmt.attention import (
+from alignmt.model.attention import (
     AdditiveAttention,
     ConcatAttention,
     DotAttention,

@@ -13,14 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import alignmt.parts as parts_module
-import alignmt.prepare as prepare_module
-from alignmt.cache import META, CacheError, TokenArrays, cache_root, publish
+import alignmt.text.parts as parts_module
+import alignmt.text.prepare as prepare_module
 from alignmt.config import ConfigError, DataConfig, load_config
-from alignmt.data import Vocab, bucket_batches, read_split
-from alignmt.parts import Seen
-from alignmt.prepare import prepare_text
-from alignmt.tokenize import SentencePieceTokenizer, build_tokenizer
+from alignmt.text.cache import META, CacheError, TokenArrays, cache_root, publish
+from alignmt.text.parts import Seen
+from alignmt.text.prepare import prepare_text
+from alignmt.text.split import bucket_batches, read_split
+from alignmt.text.tokenize import SentencePieceTokenizer, build_tokenizer
+from alignmt.text.vocab import Vocab
 from tests.conftest import SHARED, needs_shared_data, write_toy_corpus
 
 ARRAY_FILES = ("src_ids.npy", "src_offsets.npy", "tgt_ids.npy", "tgt_offsets.npy")

@@ -109,8 +109,8 @@ def test_translate_prints_nbest_tab_joined_and_keeps_blank_lines(toy_run, capsys
 def test_translate_alignment_prints_the_apis_pharaoh_pairs_after_a_tab(
     toy_run, capsys, monkeypatch
 ):
-    from alignmt.checkpoint import load_checkpoint
-    from alignmt.translate import Translator
+    from alignmt.checkpoint.torch_io import load_checkpoint
+    from alignmt.decoding.translator import Translator
 
     monkeypatch.setattr("sys.stdin", stdin("a dog runs\n\nthe big cat sleeps\n"))
     assert main(["translate", str(toy_run), "--beam", "1", "--alignment"]) == 0

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from alignmt.checkpoint import load_checkpoint
+from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import load_config
-from alignmt.corpus import CorpusError
-from alignmt.train import train
+from alignmt.text.corpus import CorpusError
+from alignmt.training.loop import train
 from tests.conftest import needs_shared_data
 
 TINY = ["model.emb_dim=16", "model.enc_hidden=16", "model.dec_hidden=32", "model.attn_dim=16",

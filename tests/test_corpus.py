@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from alignmt.corpus import (
+from alignmt.text.corpus import (
     CorpusError,
     Pair,
     ReadReport,
@@ -104,7 +104,7 @@ def test_mismatched_counts_name_both_files_counts_and_first_unpartnered_line(
 def test_pairs_with_an_empty_side_are_dropped_and_located(tmp_path, caplog):
     src = write_file(tmp_path / "a.en", "one\n\nthree\nfour\n  \nsix\n")
     tgt = write_file(tmp_path / "a.de", "eins\nzwei\ndrei\n\t\nfünf\nsechs\n")
-    with caplog.at_level(logging.WARNING, logger="alignmt.corpus"):
+    with caplog.at_level(logging.WARNING, logger="alignmt.text.corpus"):
         pairs, report = read_parallel(src, tgt)
     assert [(p.src, p.where) for p in pairs] == [
         ("one", f"{src}:1"),
@@ -126,7 +126,7 @@ def test_summary_names_only_the_first_three_drops():
 
 def test_nothing_dropped_logs_no_warning(tmp_path, caplog):
     src, tgt = write_file(tmp_path / "a.en", "a\n"), write_file(tmp_path / "a.de", "b\n")
-    with caplog.at_level(logging.WARNING, logger="alignmt.corpus"):
+    with caplog.at_level(logging.WARNING, logger="alignmt.text.corpus"):
         read_parallel(src, tgt)
     assert caplog.records == []
 

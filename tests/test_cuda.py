@@ -14,12 +14,13 @@ from dataclasses import replace
 
 import pytest
 import torch
+from benchmarks.load import local_server
 
-from alignmt.checkpoint import load_checkpoint, snapshot_steps
+from alignmt.checkpoint.format import snapshot_steps
+from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
-from alignmt.serve.load import local_server
-from alignmt.train import train
-from alignmt.translate import Translator
+from alignmt.decoding.translator import Translator
+from alignmt.training.loop import train
 from tests.conftest import LEXICON
 
 pytestmark = [

@@ -8,22 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from alignmt.corpus import CorpusError
-from alignmt.data import (
-    BOS,
-    EOS,
-    PAD,
-    UNK,
-    Batch,
-    Vocab,
-    bucket_batches,
-    char_detokenize,
-    char_tokenize,
-    make_batch,
-    pad_sequences,
-    read_split,
-    source_batch,
-)
+from alignmt.model.batch import Batch, make_batch, pad_sequences, source_batch
+from alignmt.text.corpus import CorpusError
+from alignmt.text.split import bucket_batches, read_split
+from alignmt.text.vocab import BOS, EOS, PAD, UNK, Vocab
 
 
 @pytest.fixture
@@ -56,7 +44,7 @@ def test_tokens_follow_the_specials_in_the_order_given():
 
 
 def test_encode_then_decode_gives_back_the_tokens(vocab):
-    tokens = char_tokenize("attention")
+    tokens = list("attention")
     assert vocab.decode(vocab.encode(tokens)) == tokens
     assert vocab.decode(vocab.encode(tokens, add_eos=True)) == tokens
 
@@ -133,14 +121,6 @@ def test_from_json_rejects_a_vocab_without_the_specials_first():
 def test_constructor_rejects_duplicates_and_specials(tokens):
     with pytest.raises(ValueError, match="duplicates or special"):
         Vocab(tokens)
-
-
-# --- Tokenisation -------------------------------------------------------------------------
-
-
-def test_char_tokenize_splits_into_characters_and_detokenize_joins():
-    assert char_tokenize("a b") == ["a", " ", "b"]
-    assert char_detokenize(char_tokenize("attention")) == "attention"
 
 
 # --- Batching -----------------------------------------------------------------------------

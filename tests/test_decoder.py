@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from alignmt import reference as ref
-from alignmt.decoder import BahdanauDecoder, LuongDecoder, StackedCell, VanillaDecoder
+from alignmt.model.decoder import BahdanauDecoder, LuongDecoder, StackedCell, VanillaDecoder
 from tests.conftest import ARCHITECTURES, arch_id, padded_batch, tiny_model
 from tests.test_attention import reference_scores
 

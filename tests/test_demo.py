@@ -9,10 +9,11 @@ import sys
 
 import pytest
 
-from alignmt.checkpoint import load_checkpoint, load_snapshot, snapshot_steps
+from alignmt.analysis.task_scores import score_task
+from alignmt.checkpoint.format import snapshot_steps
+from alignmt.checkpoint.torch_io import load_checkpoint, load_snapshot
 from alignmt.config import load_config
-from alignmt.demo import EVAL_SEED, ORDER_NAME, ORDERS, run_demo
-from alignmt.tasks import score_task
+from alignmt.experiments.demo import EVAL_SEED, ORDER_NAME, ORDERS, run_demo
 
 IN_DISTRIBUTION = (3, 4, 5, 6, 7, 8, 9, 10)
 

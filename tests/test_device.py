@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alignmt.device import autocast, check_precision, pick_device
+from alignmt.model.device import autocast, check_precision, pick_device
 
 no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
 

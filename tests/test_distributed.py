@@ -22,10 +22,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from alignmt.batches import Progress
 from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig, dump_config
-from alignmt.distributed import World, check_resume
-from alignmt.train import TrainingError, train
+from alignmt.training.batches import Progress
+from alignmt.training.distributed import World, check_resume
+from alignmt.training.loop import TrainingError, train
 from tests.conftest import toy_corpus_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -235,7 +235,7 @@ def test_killing_one_of_two_processes_makes_the_other_exit_with_an_error(tmp_pat
 
 def _poison(monkeypatch, bad_calls: set[int] | None = None) -> None:
     """Make the loss NaN on the given calls (all from the first, when None)."""
-    module = importlib.import_module("alignmt.optim")
+    module = importlib.import_module("alignmt.training.optim")
     real, calls = module.loss_of, [0]
 
     def poisoned(*args):
@@ -275,7 +275,7 @@ def test_a_signal_at_a_step_due_for_evaluation_leaves_it_to_the_resumed_run(tmp_
     straight = toy_corpus_config(tmp_path / "straight", steps=10, eval_every=5)
     train(straight, progress=False)
     stopped = replace(straight, out_dir=str(tmp_path / "stopped"))
-    module = importlib.import_module("alignmt.train")
+    module = importlib.import_module("alignmt.training.loop")
     real, calls = module.train_step, [0]
 
     def signalled(*args):
@@ -302,8 +302,8 @@ def test_a_signal_at_a_step_due_for_evaluation_leaves_it_to_the_resumed_run(tmp_
 def test_a_demo_stopped_by_a_signal_stops_instead_of_comparing_a_half_trained_model(
     tmp_path, monkeypatch, capsys
 ):
-    from alignmt import demo
     from alignmt.cli import main
+    from alignmt.experiments import demo
 
     trained = []
 

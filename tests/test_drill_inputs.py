@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from benchmarks.drill_inputs import corpora, translations
 
-from alignmt.checkpoint import load_checkpoint
+from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
 from alignmt.config import DataConfig
-from alignmt.corpus import CorpusError, input_lines, read_lines, read_parallel, read_tsv
-from alignmt.prepare import prepare_text
-from alignmt.translate import Translator
+from alignmt.decoding.translator import Translator
+from alignmt.text.corpus import CorpusError, input_lines, read_lines, read_parallel, read_tsv
+from alignmt.text.prepare import prepare_text
 from tests.conftest import write_file
 
 # --- The drills -----------------------------------------------------------------------------

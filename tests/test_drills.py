@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from benchmarks import drill_args, drill_runs
 
-from alignmt.train import train
+from alignmt.training.loop import train
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from alignmt import reference as ref
-from alignmt.encoder import Encoder
+from alignmt.model.encoder import Encoder
 from tests.conftest import VOCAB, padded_batch
 
 GRID = [(rnn, bi, layers) for rnn in ("gru", "lstm") for bi in (True, False) for layers in (1, 2)]

@@ -14,18 +14,16 @@ import pytest
 import sacrebleu
 from sacrebleu.metrics import BLEU, CHRF
 
-from alignmt.evaluate import (
+from alignmt.analysis.scores import (
     BucketScore,
     CorpusScores,
     bleu_by_length,
     bucket_name,
     bucket_scores,
     corpus_scores,
-    format_bucket_table,
-    format_gap_table,
-    format_scores_table,
     sentence_bleu_d2l,
 )
+from alignmt.analysis.tables import format_bucket_table, format_gap_table, format_scores_table
 
 HYPS = [
     "The cat sat on the mat .",

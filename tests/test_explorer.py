@@ -15,12 +15,13 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from alignmt.checkpoint import load_checkpoint, load_snapshot, snapshot_steps
+from alignmt.checkpoint.format import snapshot_steps
+from alignmt.checkpoint.torch_io import load_checkpoint, load_snapshot
 from alignmt.cli import main
 from alignmt.serve.app import create_app
 from alignmt.serve.page import precompute, self_contained
 from alignmt.serve.registry import load_models
-from alignmt.train import train
+from alignmt.training.loop import train
 from tests.conftest import toy_corpus_config, vanilla_twin
 
 SENTENCE = "the big dog sleeps now"
@@ -185,7 +186,7 @@ def test_explore_writes_one_page_and_names_bad_input_lines(snapshot_run, tmp_pat
 
 @pytest.fixture(scope="module")
 def browser():
-    from alignmt.serve.browser import BrowserUnavailable, start_chromium
+    from benchmarks.browser import BrowserUnavailable, start_chromium
 
     try:
         driver = start_chromium()
@@ -221,8 +222,8 @@ def _report(timings: list[dict], where: str) -> None:
 def test_a_user_steps_forces_overrides_and_opens_the_beam(
     browser, snapshot_run, vanilla_run, tmp_path
 ):
-    from alignmt.serve.browser import Explorer
-    from alignmt.serve.load import local_server
+    from benchmarks.browser import Explorer
+    from benchmarks.load import local_server
 
     port = _free_port()
     with TestClient(create_app(load_models([snapshot_run, vanilla_run]))) as api:
@@ -292,9 +293,8 @@ def test_a_user_steps_forces_overrides_and_opens_the_beam(
 
 @pytest.mark.slow
 def test_the_written_page_steps_offline_from_a_file(browser, snapshot_run, vanilla_run, tmp_path):
+    from benchmarks.browser import Explorer
     from selenium.webdriver.support.ui import WebDriverWait
-
-    from alignmt.serve.browser import Explorer
 
     sentences = tmp_path / "in.txt"
     sentences.write_text(f"{SENTENCE}\n{OTHER}\n")

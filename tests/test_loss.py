@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from alignmt.loss import linear_cross_entropy, sequence_loss
+from alignmt.model.loss import linear_cross_entropy, sequence_loss
 from tests.conftest import padded_batch, tiny_model
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from alignmt.config import ModelConfig
-from alignmt.loss import sequence_loss
-from alignmt.model import Seq2Seq
+from alignmt.model.loss import sequence_loss
+from alignmt.model.seq2seq import Seq2Seq
 from tests.conftest import ARCHITECTURES, VOCAB, arch_id, padded_batch, tiny_model
 
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch import nn
 
-from alignmt import packed
 from alignmt.config import ModelConfig
-from alignmt.model import Seq2Seq
-from alignmt.packed import mkl_packing_available, packed_linears
-from alignmt.search import beam_decode, decode
+from alignmt.decoding import packed
+from alignmt.decoding.packed import mkl_packing_available, packed_linears
+from alignmt.decoding.search import beam_decode, decode
+from alignmt.model.seq2seq import Seq2Seq
 from tests.conftest import VOCAB, padded_batch, tiny_model
 
 needs_mkl = pytest.mark.skipif(not mkl_packing_available(), reason="PyTorch built without MKL")

@@ -15,7 +15,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-import alignmt.plot as plot
+import alignmt.analysis.plot as plot
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -183,7 +183,7 @@ def test_a_fresh_import_and_use_never_import_pyplot_or_touch_rcparams(tmp_path):
     code = (
         "import sys, matplotlib, numpy as np\n"
         "before = matplotlib.rcParams.copy()\n"
-        "import alignmt.plot as p\n"
+        "import alignmt.analysis.plot as p\n"
         "fig = p.attention_heatmap(np.eye(2), ['a', 'b'], ['x', 'y'])\n"
         "p.save_png(fig, sys.argv[1])\n"
         "p.save_png(p.attention_grid([(np.eye(2), ['a', 'b'], ['x', 'y'], 't')]), sys.argv[1])\n"

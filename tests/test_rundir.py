@@ -11,11 +11,12 @@ import yaml
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from alignmt.checkpoint import load_checkpoint, load_header
+from alignmt.checkpoint.format import load_header
+from alignmt.checkpoint.rundir import RunFolderError, WriteError
+from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
 from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
-from alignmt.rundir import RunFolderError, WriteError
-from alignmt.train import train
+from alignmt.training.loop import train
 from tests.conftest import toy_corpus_config
 
 
@@ -100,7 +101,9 @@ def test_a_damaged_metrics_line_before_the_last_is_named(tmp_path):
 def test_the_clock_kept_at_a_checkpoint_counts_the_validation_before_it(tmp_path, monkeypatch):
     import importlib
 
-    module = importlib.import_module("alignmt.train")  # the package re-exports train() as .train
+    module = importlib.import_module(
+        "alignmt.training.loop"
+    )  # the package re-exports train() as .train
     real = module.validate
 
     def slow_validate(*args, **kwargs):

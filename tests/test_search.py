@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from alignmt.search import (
+from alignmt.decoding.search import (
     beam_decode,
     beam_decode_batches,
     beam_search,

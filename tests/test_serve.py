@@ -17,11 +17,11 @@ import torch
 from fastapi.testclient import TestClient
 
 import alignmt
-from alignmt.checkpoint import load_checkpoint
+from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.decoding.translator import Translator
 from alignmt.serve.app import create_app
 from alignmt.serve.limits import Limits
 from alignmt.serve.registry import load_models
-from alignmt.translate import Translator
 from tests.conftest import SHARED, needs_shared_data, vanilla_twin
 
 SENTENCE = "the big dog sleeps now"
@@ -310,8 +310,8 @@ def test_the_service_never_imports_training_code():
                 todo.append(node.module)
             elif isinstance(node, ast.Import):
                 todo += [a.name for a in node.names if a.name.startswith("alignmt.")]
-    assert {"alignmt.checkpoint", "alignmt.search", "alignmt.translate"} <= seen
-    assert "alignmt.train" not in seen
+    assert {"alignmt.checkpoint", "alignmt.decoding.search", "alignmt.decoding.translator"} <= seen
+    assert "alignmt.training.loop" not in seen
 
 
 def _free_port() -> int:
@@ -323,8 +323,9 @@ def _free_port() -> int:
 @pytest.mark.slow
 @needs_shared_data
 def test_a_real_server_under_32_concurrent_clients_answers_all_with_flat_memory(toy_run):
-    from alignmt.corpus import read_lines
-    from alignmt.serve.load import local_server, run_load
+    from benchmarks.load import local_server, run_load
+
+    from alignmt.text.corpus import read_lines
 
     sentences = read_lines(str(SHARED / "data/multi30k/test_2016_flickr.en.gz"))
     port = _free_port()
@@ -341,7 +342,7 @@ def test_a_real_server_under_32_concurrent_clients_answers_all_with_flat_memory(
 
 
 def test_a_server_that_cannot_start_is_reported_not_waited_for(tmp_path):
-    from alignmt.serve.load import local_server
+    from benchmarks.load import local_server
 
     server = local_server([tmp_path / "no_run"], _free_port())
     with pytest.raises(RuntimeError, match=r"exited at start-up with status 2: .*no_run"), server:

@@ -6,12 +6,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from alignmt.checkpoint import load_snapshot, load_weights, snapshot_path, snapshot_steps
+from alignmt.checkpoint.format import snapshot_path, snapshot_steps
+from alignmt.checkpoint.torch_io import load_snapshot, load_weights
 from alignmt.config import Config, ConfigError, DataConfig, ModelConfig, TrainConfig, load_config
-from alignmt.data import Vocab
-from alignmt.model import Seq2Seq
-from alignmt.tasks import ALPHABET
-from alignmt.train import train
+from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.tasks import ALPHABET
+from alignmt.text.vocab import Vocab
+from alignmt.training.loop import train
 from tests.conftest import train_killed_at
 
 

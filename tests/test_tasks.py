@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from alignmt.tasks import ALPHABET, TASKS, eval_set, random_strings, sample_pairs, target_for
+from alignmt.text.tasks import ALPHABET, TASKS, eval_set, random_strings, sample_pairs, target_for
 
 
 @pytest.mark.parametrize(

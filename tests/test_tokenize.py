@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from alignmt.tokenize import (
+from alignmt.text.tokenize import (
     CharTokenizer,
     MosesTokenizer,
     SentencePieceTokenizer,

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from alignmt.search import beam_decode, decode, length_penalty, max_output_len
-from alignmt.trace import beam_trace, step_through
+from alignmt.decoding.search import beam_decode, decode, length_penalty, max_output_len
+from alignmt.decoding.trace import beam_trace, step_through
 from tests.conftest import padded_batch
 from tests.test_search import MIXED, mixed_id, tiny_model
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from alignmt.checkpoint import load_checkpoint
-from alignmt.search import length_penalty
-from alignmt.translate import Translator, hard_alignment, replace_unknown
+from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.decoding.search import length_penalty
+from alignmt.decoding.translator import Translator, hard_alignment, replace_unknown
 from tests.conftest import LEXICON
 
 

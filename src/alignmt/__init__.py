@@ -1,29 +1,91 @@
 """alignmt: attention-based RNN encoder-decoders (Bahdanau et al. 2015, Luong et al. 2015)
-to train, translate with, evaluate and look inside."""
+to train, translate with, evaluate and look inside.
 
-__version__ = "0.1.0"  # first: checkpoint.py records it, and is imported below
+The names below are resolved on first use (PEP 562), so `import alignmt` loads neither
+torch nor matplotlib, and `alignmt.Translator` loads the decoding layer but not training.
+The layers, each importing only those before it:
 
-from alignmt.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from alignmt.config import Config, ModelConfig, load_config
-from alignmt.evaluate import corpus_scores
-from alignmt.model import Seq2Seq
-from alignmt.search import Hypothesis, beam_decode, decode
-from alignmt.train import train
-from alignmt.translate import Translation, Translator
+    config, reference   typed configs; the float64 NumPy equations every model is held to
+    text                corpora, tokenizers, vocabularies, the token cache, synthetic tasks
+    checkpoint          the run-folder format, atomic writes, then the torch loader/saver
+    model               attention, encoder, decoder, Seq2Seq, the loss, batches as tensors
+    decoding            greedy and beam search, tracing, Translator
+    analysis            BLEU/chrF, length buckets, alignments and AER, plots, task scores
+    training            the loop, optimiser, micro-batches, torchrun/DDP, validation, run log
+    experiments         runs that train and then analyse: the reversal demo
+    serve               the HTTP API and the explorer (never imports training)
+    cli                 one module per command
+"""
 
-__all__ = [
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "Config": "alignmt.config",
+    "ModelConfig": "alignmt.config",
+    "load_config": "alignmt.config",
+    "Vocab": "alignmt.text.vocab",
+    "Header": "alignmt.checkpoint.format",
+    "load_header": "alignmt.checkpoint.format",
+    "Checkpoint": "alignmt.checkpoint.torch_io",
+    "load_checkpoint": "alignmt.checkpoint.torch_io",
+    "save_checkpoint": "alignmt.checkpoint.torch_io",
+    "Seq2Seq": "alignmt.model.seq2seq",
+    "Hypothesis": "alignmt.decoding.search",
+    "beam_decode": "alignmt.decoding.search",
+    "decode": "alignmt.decoding.search",
+    "Translation": "alignmt.decoding.translator",
+    "Translator": "alignmt.decoding.translator",
+    "corpus_scores": "alignmt.analysis.scores",
+    "train": "alignmt.training.loop",
+}
+
+__all__ = [  # the names of _EXPORTS, spelt out so that tools read them
+    "__version__",
     "Checkpoint",
     "Config",
+    "Header",
     "Hypothesis",
     "ModelConfig",
     "Seq2Seq",
     "Translation",
     "Translator",
+    "Vocab",
     "beam_decode",
     "corpus_scores",
     "decode",
     "load_checkpoint",
     "load_config",
+    "load_header",
     "save_checkpoint",
     "train",
 ]
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; nothing of this runs
+    from alignmt.analysis.scores import corpus_scores
+    from alignmt.checkpoint.format import Header, load_header
+    from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint, save_checkpoint
+    from alignmt.config import Config, ModelConfig, load_config
+    from alignmt.decoding.search import Hypothesis, beam_decode, decode
+    from alignmt.decoding.translator import Translation, Translator
+    from alignmt.model.seq2seq import Seq2Seq
+    from alignmt.text.vocab import Vocab
+    from alignmt.training.loop import train
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'alignmt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -12,6 +12,7 @@ import math
 
 from torch import Tensor
 
+from alignmt.decoding.translator import Translation, Translator
 from alignmt.serve.limits import Limits, RequestError, invalid, over_limit
 from alignmt.serve.registry import ServedModel
 from alignmt.serve.schemas import (
@@ -30,7 +31,6 @@ from alignmt.serve.schemas import (
     TranslateRequest,
     TranslateResponse,
 )
-from alignmt.translate import Translation, Translator
 
 DECIMALS = 5  # of attention weights and probabilities in responses
 

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import torch
 
-from alignmt.checkpoint import Checkpoint, load_checkpoint, load_snapshot, snapshot_steps
-from alignmt.device import Precision
+from alignmt.checkpoint.format import snapshot_steps
+from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint, load_snapshot
+from alignmt.decoding.translator import Translator
+from alignmt.model.device import Precision
 from alignmt.serve.batcher import stop_past_deadline
 from alignmt.serve.schemas import ModelInfo
-from alignmt.translate import Translator
 
 
 @dataclass

@@ -29,8 +29,9 @@ from typing import Any
 
 from tqdm import tqdm
 
-from alignmt import parts, tasks
-from alignmt.cache import (
+from alignmt.config import DataConfig
+from alignmt.text import parts, tasks
+from alignmt.text.cache import (
     Cached,
     IdPair,
     TokenArrays,
@@ -40,16 +41,16 @@ from alignmt.cache import (
     publish,
     write_cache,
 )
-from alignmt.config import DataConfig
-from alignmt.corpus import Pair, PairStream, ReadReport, locations
-from alignmt.data import Vocab, read_split, stream_split
-from alignmt.parts import Part, Seen
-from alignmt.tokenize import (
+from alignmt.text.corpus import Pair, PairStream, ReadReport, locations
+from alignmt.text.parts import Part, Seen
+from alignmt.text.split import read_split, stream_split
+from alignmt.text.tokenize import (
     CharTokenizer,
     SentencePieceTokenizer,
     Tokenizer,
     build_tokenizer,
 )
+from alignmt.text.vocab import Vocab
 
 log = logging.getLogger(__name__)
 

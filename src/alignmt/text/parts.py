@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from alignmt.cache import SIDES, TokenArrays, id_dtype, new_array
-from alignmt.data import Vocab
-from alignmt.tokenize import Tokenizer, tokenizer_from_json
+from alignmt.text.cache import SIDES, TokenArrays, id_dtype, new_array
+from alignmt.text.tokenize import Tokenizer, tokenizer_from_json
+from alignmt.text.vocab import Vocab
 
 CHUNK_PAIRS = 32_768  # pairs a worker tokenises at a time
 _QUEUED = 2  # chunks in flight per worker: enough to keep each busy, few to hold in memory

@@ -14,9 +14,9 @@ import torch
 from torch import Tensor, nn
 
 from alignmt.config import TrainConfig
-from alignmt.device import autocast
-from alignmt.distributed import loss_of, no_sync
-from alignmt.model import Seq2Seq
+from alignmt.model.device import autocast
+from alignmt.model.seq2seq import Seq2Seq
+from alignmt.training.distributed import loss_of, no_sync
 
 
 def make_optimizer(model: Seq2Seq, cfg: TrainConfig) -> torch.optim.Optimizer:

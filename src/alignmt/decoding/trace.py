@@ -19,10 +19,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from alignmt.decoder import DecoderState, Memory
-from alignmt.model import Seq2Seq
-from alignmt.packed import packed_linears
-from alignmt.search import BeamStep, StepFn, beam_steps, full_precision
+from alignmt.decoding.packed import packed_linears
+from alignmt.decoding.search import BeamStep, StepFn, beam_steps, full_precision
+from alignmt.model.decoder import DecoderState, Memory
+from alignmt.model.seq2seq import Seq2Seq
 
 
 @dataclass

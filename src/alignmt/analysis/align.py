@@ -28,11 +28,13 @@ import torch
 from torch import Tensor
 
 from alignmt.config import DataConfig
-from alignmt.corpus import CorpusError, read_lines
-from alignmt.data import Vocab, make_batch, read_split
-from alignmt.model import Seq2Seq
-from alignmt.tokenize import SPACE, SentencePieceTokenizer, Tokenizer
-from alignmt.translate import Translator
+from alignmt.decoding.translator import Translator
+from alignmt.model.batch import make_batch
+from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.corpus import CorpusError, read_lines
+from alignmt.text.split import read_split
+from alignmt.text.tokenize import SPACE, SentencePieceTokenizer, Tokenizer
+from alignmt.text.vocab import Vocab
 
 Link = tuple[int, int]  # (source index i, target index j), 0-based, Pharaoh order "i-j"
 

@@ -19,9 +19,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from alignmt.model import Seq2Seq
-from alignmt.packed import packed_linears
-from alignmt.rows import Encoded, Pending, Rows, Taken, pad_dim1, put_rows, select_rows
+from alignmt.decoding.packed import packed_linears
+from alignmt.decoding.rows import Encoded, Pending, Rows, Taken, pad_dim1, put_rows, select_rows
+from alignmt.model.seq2seq import Seq2Seq
 
 # step(prev (N,) int64, state, memory) -> (logits (N, V), new state, alpha (N, T_src) or None)
 StepFn = Callable[[Tensor, Any, Any], tuple[Tensor, Any, "Tensor | None"]]

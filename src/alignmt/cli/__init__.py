@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from alignmt.align import (
+from alignmt.analysis.align import (
     Link,
     alignment_error_rate,
     eflomal_reference_links,
@@ -28,27 +28,22 @@ from alignmt.align import (
     sentence_words,
     word_links,
 )
-from alignmt.allocator import keep_freed_memory
-from alignmt.checkpoint import load_checkpoint
+from alignmt.analysis.plot import attention_heatmap, bleu_by_length_plot, bucket_bars, save_png
+from alignmt.analysis.scores import Evaluation, score_translations, sentence_bleu_d2l
+from alignmt.analysis.tables import format_bucket_table, format_gap_table, format_scores_table
+from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import ConfigError, apply_overrides, dump_config, load_config
-from alignmt.corpus import CorpusError, input_lines, read_lines
-from alignmt.data import EOS, read_split
-from alignmt.demo import run_demo
-from alignmt.device import DEVICES, PRECISIONS, pick_device
-from alignmt.distributed import PeerLost
-from alignmt.evaluate import (
-    Evaluation,
-    format_bucket_table,
-    format_gap_table,
-    format_scores_table,
-    score_translations,
-    sentence_bleu_d2l,
-)
-from alignmt.plot import attention_heatmap, bleu_by_length_plot, bucket_bars, save_png
+from alignmt.decoding.translator import Translation, Translator
+from alignmt.experiments.demo import run_demo
+from alignmt.model.allocator import keep_freed_memory
+from alignmt.model.device import DEVICES, PRECISIONS, pick_device
 from alignmt.serve.limits import Limits
-from alignmt.tokenize import MosesTokenizer
-from alignmt.train import TrainingError, train
-from alignmt.translate import Translation, Translator
+from alignmt.text.corpus import CorpusError, input_lines, read_lines
+from alignmt.text.split import read_split
+from alignmt.text.tokenize import MosesTokenizer
+from alignmt.text.vocab import EOS
+from alignmt.training.distributed import PeerLost
+from alignmt.training.loop import TrainingError, train
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,23 +37,22 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from alignmt.batches import Progress, Step, steps
-from alignmt.checkpoint import (
-    LAST,
-    WEIGHTS,
+from alignmt.checkpoint.format import LAST, WEIGHTS, check_same_model, snapshot_path, snapshot_steps
+from alignmt.checkpoint.rundir import RunFolderError, check_new_run, clear_run, write_text
+from alignmt.checkpoint.torch_io import (
     capture_train_state,
-    check_same_model,
     load_weights,
     restore_train_state,
     rng_states,
     save_checkpoint,
     set_rng_states,
-    snapshot_path,
-    snapshot_steps,
 )
 from alignmt.config import Config, dump_config
-from alignmt.data import Vocab
-from alignmt.distributed import (
+from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.prepare import Text, prepare_text
+from alignmt.text.vocab import Vocab
+from alignmt.training.batches import Progress, Step, steps
+from alignmt.training.distributed import (
     Interrupts,
     World,
     check_resume,
@@ -62,12 +61,9 @@ from alignmt.distributed import (
     talking_to_peers,
     wrap,
 )
-from alignmt.model import Seq2Seq
-from alignmt.optim import lr_factor, make_optimizer, train_step
-from alignmt.prepare import Text, prepare_text
-from alignmt.rundir import RunFolderError, check_new_run, clear_run, write_text
-from alignmt.runlog import RunLog
-from alignmt.validate import validate
+from alignmt.training.optim import lr_factor, make_optimizer, train_step
+from alignmt.training.runlog import RunLog
+from alignmt.training.validate import validate
 
 log = logging.getLogger(__name__)
 

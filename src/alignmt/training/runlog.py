@@ -14,8 +14,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from alignmt.plot import loss_curves, save_png
-from alignmt.rundir import WriteError, write_text
+from alignmt.analysis.plot import loss_curves, save_png
+from alignmt.checkpoint.rundir import WriteError, write_text
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from alignmt.config import ModelConfig
-from alignmt.decoder import (
+from alignmt.model.decoder import (
     BahdanauDecoder,
     DecoderOutput,
     DecoderState,
@@ -28,8 +28,8 @@ from alignmt.decoder import (
     Memory,
     VanillaDecoder,
 )
-from alignmt.encoder import Encoder
-from alignmt.loss import linear_cross_entropy
+from alignmt.model.encoder import Encoder
+from alignmt.model.loss import linear_cross_entropy
 
 
 class Seq2Seq(nn.Module):

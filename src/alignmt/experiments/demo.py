@@ -29,15 +29,18 @@ from typing import Any
 import torch
 from matplotlib.figure import Figure
 
-from alignmt.align import AlignmentScore, Link, alignment_error_rate
-from alignmt.checkpoint import SNAPSHOTS, load_snapshot, snapshot_steps
+from alignmt.analysis.align import AlignmentScore, Link, alignment_error_rate
+from alignmt.analysis.plot import attention_grid, loss_curves, save_png
+from alignmt.analysis.task_scores import TaskScores, score_task
+from alignmt.checkpoint.format import SNAPSHOTS, snapshot_steps
+from alignmt.checkpoint.torch_io import load_snapshot
 from alignmt.config import Config
-from alignmt.data import EOS, Vocab, make_batch
-from alignmt.model import Seq2Seq
-from alignmt.plot import attention_grid, loss_curves, save_png
-from alignmt.search import decode
-from alignmt.tasks import ALPHABET, TaskScores, eval_set, score_task, source_positions
-from alignmt.train import TrainResult, train
+from alignmt.decoding.search import decode
+from alignmt.model.batch import make_batch
+from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.tasks import ALPHABET, eval_set, source_positions
+from alignmt.text.vocab import EOS, Vocab
+from alignmt.training.loop import TrainResult, train
 
 # Inputs drawn in the heatmap: the seed's words, and one longer than any training string.
 HEATMAP_WORDS = ("hello", "attention", "bahdanau", "jointlylearning")

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from alignmt.data import Vocab
-from alignmt.tokenize import Tokenizer, tokenizer_from_json
+from alignmt.text.tokenize import Tokenizer, tokenizer_from_json
+from alignmt.text.vocab import Vocab
 
 FORMAT = 1  # bump when the folder's layout or the way it is built changes
 META = "meta.json"

@@ -30,8 +30,8 @@ from typing import Any, Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from alignmt.attention import AttentionKind, make_attention
-from alignmt.encoder import RNNKind
+from alignmt.model.attention import AttentionKind, make_attention
+from alignmt.model.encoder import RNNKind
 
 ReadoutKind = Literal["none", "tanh", "maxout"]
 InitKind = Literal["zeros", "bridge"]

@@ -10,12 +10,12 @@ from dataclasses import replace
 
 import torch
 
+from alignmt.analysis.scores import corpus_scores
 from alignmt.config import Config
-from alignmt.data import make_batch
-from alignmt.evaluate import corpus_scores
-from alignmt.model import Seq2Seq
-from alignmt.prepare import Text
-from alignmt.translate import Translator
+from alignmt.decoding.translator import Translator
+from alignmt.model.batch import make_batch
+from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.prepare import Text
 
 
 @torch.no_grad()

@@ -32,9 +32,9 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from alignmt.data import Batch
-from alignmt.device import pick_device
-from alignmt.model import Seq2Seq
+from alignmt.model.batch import Batch
+from alignmt.model.device import pick_device
+from alignmt.model.seq2seq import Seq2Seq
 
 log = logging.getLogger(__name__)
 

@@ -18,12 +18,14 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from alignmt import tasks
-from alignmt.checkpoint import as_tuples
+from alignmt.checkpoint.format import as_tuples
 from alignmt.config import DataConfig, TrainConfig
-from alignmt.data import Batch, Vocab, bucket_batches, make_batch
-from alignmt.distributed import World
-from alignmt.prepare import Text
+from alignmt.model.batch import Batch, make_batch
+from alignmt.text import tasks
+from alignmt.text.prepare import Text
+from alignmt.text.split import bucket_batches
+from alignmt.text.vocab import Vocab
+from alignmt.training.distributed import World
 
 
 @dataclass

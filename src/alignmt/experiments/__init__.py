@@ -1,0 +1,1 @@
+"""Experiments that train models and then analyse them: the reversal demo."""
