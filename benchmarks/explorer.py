@@ -26,7 +26,7 @@ from benchmarks.browser import Explorer, start_chromium
 from benchmarks.load import local_server
 
 from alignmt.cli import main as alignmt
-from alignmt.model.device import DEVICES, PRECISIONS
+from alignmt.config import DEVICES, PRECISIONS
 from alignmt.text.corpus import read_lines
 
 FLICKR = Path(__file__).resolve().parents[2] / "shared/data/multi30k/test_2016_flickr.en.gz"

@@ -29,8 +29,9 @@ import torch
 from benchmarks.load import LoadResult, local_server, run_load
 
 from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.config import DEVICES, PRECISIONS
 from alignmt.decoding.translator import Translator
-from alignmt.model.device import DEVICES, PRECISIONS, pick_device
+from alignmt.model.device import pick_device
 from alignmt.text.corpus import read_lines
 
 FLICKR = Path(__file__).resolve().parents[2] / "shared/data/multi30k/test_2016_flickr.en.gz"

@@ -29,11 +29,11 @@ from torch import nn
 
 import alignmt
 from alignmt.analysis.scores import corpus_scores
-from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
+from alignmt.config import PRECISIONS, Config, DataConfig, ModelConfig, TrainConfig
 from alignmt.decoding.search import beam_decode_batches, decode_batches
 from alignmt.model.allocator import keep_freed_memory
 from alignmt.model.batch import source_batch
-from alignmt.model.device import PRECISIONS, autocast, pick_device
+from alignmt.model.device import autocast, pick_device
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.prepare import prepare_text
 from alignmt.text.split import read_split

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from functools import reduce
 from pathlib import Path
 
 import pytest
 import yaml
 
 from alignmt.config import (
+    _KEYS,
+    AtLeast,
     Config,
     ConfigError,
+    Count,
     DataConfig,
     ModelConfig,
     TrainConfig,
+    _check_rules,
+    _merge,
+    _rules,
     apply_overrides,
     config_from_dict,
     config_to_dict,
@@ -214,24 +221,130 @@ def test_min_len_above_max_len_is_an_error(write_yaml):
         load_config(path)
 
 
-@pytest.mark.parametrize(
-    ("override", "message"),
-    [
-        ("model.emb_dim=0", "model.emb_dim: must be at least 1, got 0"),
-        ("model.enc_layers=0", "model.enc_layers: must be at least 1"),
-        ("train.steps=-1", "train.steps: must be at least 1"),
-        ("train.batch_size=0", "train.batch_size: must be at least 1"),
-        ("model.dropout=1", "model.dropout: must be in [0, 1)"),
-        ("train.lr=0", "train.lr: must be positive"),
-    ],
-)
-def test_senseless_ranges_are_errors_naming_the_key(override, message):
-    with raises(f"command line: {message}"):
-        load_config(None, [override])
+# Every field with a rule: a value it refuses, one it accepts, and the rule the error names.
+# Grouped by the rule that each used to get from its key's name (a suffix, or the whole key),
+# which each keeps at exactly its old strength.
+RULED = [
+    # Sizes and counts (_dim, hidden, layers, steps, _len, _size, batch_size, log_every,
+    # accumulate), and three named one by one: at least 1
+    ("model.emb_dim", 0, 1, "must be at least 1"),
+    ("model.enc_hidden", 0, 1, "must be at least 1"),
+    ("model.enc_layers", 0, 1, "must be at least 1"),
+    ("model.dec_hidden", 0, 1, "must be at least 1"),
+    ("model.dec_layers", 0, 1, "must be at least 1"),
+    ("model.attn_dim", 0, 1, "must be at least 1"),
+    ("model.readout_dim", 0, 1, "must be at least 1"),
+    ("data.min_len", 0, 1, "must be at least 1"),
+    ("data.spm_vocab_size", 0, 1, "must be at least 1"),
+    ("data.min_freq", 0, 1, "must be at least 1"),
+    ("data.max_tokens", 0, 1, "must be at least 1"),
+    ("train.steps", -1, 1, "must be at least 1"),
+    ("train.max_bad_steps", 0, 1, "must be at least 1"),
+    ("train.batch_size", 0, 1, "must be at least 1"),
+    ("train.log_every", 0, 1, "must be at least 1"),
+    ("train.accumulate", 0, 1, "must be at least 1"),
+    ("train.plateau_patience", 0, 1, "must be at least 1"),
+    ("search.beam_size", 0, 1, "must be at least 1"),
+    # Counts and intervals whose 0 means none, all or off
+    ("data.limit", -1, 0, "must not be negative"),
+    ("data.spm_sample", -1, 0, "must not be negative"),
+    ("data.workers", -1, 0, "must not be negative"),
+    ("train.minutes", -0.5, 0.0, "must not be negative"),
+    ("train.batch_tokens", -1, 0, "must not be negative"),
+    ("train.warmup_steps", -1, 0, "must not be negative"),
+    ("train.eval_every", -1, 0, "must not be negative"),
+    ("train.early_stop", -1, 0, "must not be negative"),
+    ("train.threads", -1, 0, "must not be negative"),
+    ("train.snapshot_every", -1, 0, "must not be negative"),
+    ("train.save_every", -1, 0, "must not be negative"),
+    ("data.max_len_ratio", 0.5, 0.0, "must be 0 (keep all) or at least 1"),
+    ("data.max_len_ratio", -1.0, 1.0, "must be 0 (keep all) or at least 1"),
+    # Probabilities
+    ("model.dropout", 1.0, 0.0, "must be in [0, 1)"),
+    ("model.state_dropout", -0.1, 0.5, "must be in [0, 1)"),
+    ("train.label_smoothing", 1.0, 0.999, "must be in [0, 1)"),
+    # Positive
+    ("train.lr", 0.0, 1e-9, "must be positive"),
+    ("train.wait_minutes", 0.0, 0.5, "must be positive"),
+    ("train.wait_minutes", -1.0, 30.0, "must be positive"),
+]
+# Fields with no rule, whatever their names suggest: only their type refuses a value.
+UNRULED = [
+    ("seed", 1.5, 0, "expected an integer"),
+    ("search.max_len_offset", "x", 0, "expected an integer"),
+    ("search.max_len_ratio", "inf", 0.5, "expected a finite number"),
+    ("search.length_penalty", "nan", 0.0, "expected a finite number"),
+    ("train.clip_norm", "true", 0.0, "expected a finite number"),
+]
 
 
-def test_zero_warmup_is_allowed():
-    assert load_config(None, ["train.warmup_steps=0"]).train.warmup_steps == 0
+@pytest.mark.parametrize(("key", "refused", "accepted", "rule"), RULED + UNRULED)
+def test_each_field_refuses_and_accepts_what_it_did_when_rules_came_from_names(
+    key, refused, accepted, rule
+):
+    cfg = load_config(None, [f"{key}={accepted}"])
+    assert reduce(getattr, key.split("."), cfg) == accepted
+    with raises(f"command line: {key}: {rule}"):
+        load_config(None, [f"{key}={refused}"])
+
+
+def test_max_len_is_at_least_1_though_min_len_is_checked_first():
+    assert AtLeast(1) in _rules(DataConfig)["max_len"]
+    with raises("command line: data.min_len: must not exceed data.max_len (0), got 1"):
+        load_config(None, ["data.min_len=1", "data.max_len=0"])
+
+
+def test_the_fields_with_rules_are_exactly_those_listed():
+    def rules(key):
+        *sections, name = key.split(".")
+        return _rules(type(reduce(getattr, sections, Config())))[name]
+
+    listed = {key for key, *_ in RULED} | {"data.max_len"}
+    assert {key for key in _KEYS if rules(key)} == listed
+    assert not any(rules(key) for key, *_ in UNRULED)
+
+
+@dataclass
+class Unruled:
+    """Named like fields that used to get a rule from their names, but with plain types."""
+
+    warmup_steps: int = 0
+    steps: int = 0
+    emb_dim: int = -1
+    batch_size: int = 0
+    dropout: float = 1.5
+    lr: float = 0.0
+
+
+@dataclass
+class Ruled:
+    anything: Count = 1
+
+
+def test_a_field_without_an_annotated_rule_gets_none_whatever_its_name():
+    assert set(_rules(Unruled).values()) == {()}
+    obj = _merge(Unruled(), {"warmup_steps": "0", "steps": "0", "lr": "-1"}, "test")
+    _check_rules(obj, "test")  # raises nothing
+    assert (obj.warmup_steps, obj.steps, obj.lr) == (0, 0, -1.0)
+
+
+def test_a_rule_comes_from_the_annotation_whatever_the_name():
+    with raises("test: anything: must be at least 1, got 0"):
+        _check_rules(_merge(Ruled(), {"anything": "0"}, "test"), "test")
+
+
+def test_a_broken_rule_in_a_file_names_the_file(write_yaml):
+    path = write_yaml("train:\n  warmup_steps: -1\n")
+    with raises(f"{path}: train.warmup_steps: must not be negative, got -1"):
+        load_config(path)
+
+
+@pytest.mark.parametrize(("section", "name"), [("model", "dropout"), ("search", "length_penalty")])
+def test_a_config_built_in_code_must_still_be_finite(section, name):
+    cfg = Config()
+    setattr(getattr(cfg, section), name, float("inf"))
+    with raises(f"command line: {section}.{name}: must be a finite number, got inf"):
+        apply_overrides(cfg, [])
 
 
 def test_config_from_dict_names_its_source():

@@ -12,9 +12,18 @@ from alignmt.text.corpus import CorpusError
 from alignmt.training.loop import train
 from tests.conftest import needs_shared_data
 
-TINY = ["model.emb_dim=16", "model.enc_hidden=16", "model.dec_hidden=32", "model.attn_dim=16",
-        "model.readout_dim=16", "train.steps=6", "train.eval_every=3", "train.log_every=3",
-        "data.limit=300"]  # fmt: skip
+# A tiny model, six steps and a 300-pair slice: enough to show that each config trains
+TINY = [
+    "model.emb_dim=16",
+    "model.enc_hidden=16",
+    "model.dec_hidden=32",
+    "model.attn_dim=16",
+    "model.readout_dim=16",
+    "train.steps=6",
+    "train.eval_every=3",
+    "train.log_every=3",
+    "data.limit=300",
+]
 
 
 @pytest.fixture

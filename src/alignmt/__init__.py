@@ -46,7 +46,6 @@ _EXPORTS = {
 }
 
 __all__ = [  # the names of _EXPORTS, spelt out so that tools read them
-    "__version__",
     "Checkpoint",
     "Config",
     "Header",
@@ -56,6 +55,7 @@ __all__ = [  # the names of _EXPORTS, spelt out so that tools read them
     "Translation",
     "Translator",
     "Vocab",
+    "__version__",
     "beam_decode",
     "corpus_scores",
     "decode",

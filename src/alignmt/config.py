@@ -2,10 +2,11 @@
 
 Owns `Config` and its sections and how one is built. Precedence, lowest first: dataclass
 defaults < a YAML file (partial and nested: any subset of sections and keys) < command-line
-`key.path=value` overrides. Values are coerced from each field's declared type, never guessed;
-unknown keys and bad values raise `ConfigError` naming the source and the dotted key, with a
-close-match hint. Imports no other alignmt module: `cli` builds a Config, `train` and
-`Seq2Seq.from_config` unpack it, and model code never sees one.
+`key.path=value` overrides. Values are coerced from each field's declared type, never guessed,
+then checked against the rules that type carries (`Count` is `Annotated[int, AtLeast(1)]`),
+never against the key's name. Unknown keys and bad values raise `ConfigError` naming the
+source and the dotted key, with a close-match hint. Imports no other alignmt module: `cli`
+builds a Config, `train` and `Seq2Seq.from_config` unpack it, and model code never sees one.
 """
 
 from __future__ import annotations
@@ -16,43 +17,105 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from difflib import get_close_matches
 from functools import reduce
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
 import yaml
+
+# Rules that a field's type carries as Annotated metadata: `problem(value, whole config)` says
+# what is wrong with the value, or None.
+
+
+@dataclass(frozen=True)
+class AtLeast:
+    low: float
+
+    def problem(self, value: Any, cfg: Any) -> str | None:
+        says = "must not be negative" if self.low == 0 else f"must be at least {self.low:g}"
+        return None if value >= self.low else says
+
+
+@dataclass(frozen=True)
+class Above:
+    low: float
+
+    def problem(self, value: Any, cfg: Any) -> str | None:
+        says = "must be positive" if self.low == 0 else f"must be above {self.low:g}"
+        return None if value > self.low else says
+
+
+@dataclass(frozen=True)
+class Between:
+    low: float
+    high: float  # excluded
+
+    def problem(self, value: Any, cfg: Any) -> str | None:
+        ok = self.low <= value < self.high
+        return None if ok else f"must be in [{self.low:g}, {self.high:g})"
+
+
+@dataclass(frozen=True)
+class ZeroOrAtLeast:
+    low: float
+    zero: str  # what 0 means, for the message
+
+    def problem(self, value: Any, cfg: Any) -> str | None:
+        ok = value == 0 or value >= self.low
+        return None if ok else f"must be 0 ({self.zero}) or at least {self.low:g}"
+
+
+@dataclass(frozen=True)
+class AtMost:
+    key: str  # dotted path of the field that bounds this one
+
+    def problem(self, value: Any, cfg: Any) -> str | None:
+        bound = reduce(getattr, self.key.split("."), cfg)
+        return f"must not exceed {self.key} ({bound})" if value > bound else None
+
+
+Count = Annotated[int, AtLeast(1)]  # a size or a number of things: 0 would mean nothing runs
+NonNegative = Annotated[int, AtLeast(0)]  # a count or interval whose 0 means none, all or off
+Positive = Annotated[float, Above(0)]
+Probability = Annotated[float, Between(0, 1)]  # in [0, 1)
+
+# Where and in what precision a model runs: shared by configs, command-line flags and
+# `alignmt.model.device`, which turns them into a torch device and an autocast context.
+Precision = Literal["float32", "bfloat16"]
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+DEVICES = "auto, cpu, cuda or cuda:N"  # what `pick_device` accepts, for help and errors
 
 
 @dataclass
 class ModelConfig:
     rnn: Literal["gru", "lstm"] = "gru"  # recurrent cell of encoder and decoder
-    emb_dim: int = 48  # E, source and target embeddings
-    enc_hidden: int = 48  # H, encoder units per direction; C = 2H = D lets dot scores work
-    enc_layers: int = 1  # L of the encoder
-    bidirectional: bool = True  # [h_fwd; h_bwd] as in the paper; False: forward only (seed 001)
-    dec_hidden: int = 96  # D
-    dec_layers: int = 1  # L of the decoder
+    emb_dim: Count = 48  # E, source and target embeddings
+    enc_hidden: Count = 48  # H, encoder units per direction; C = 2H = D lets dot scores work
+    enc_layers: Count = 1  # L of the encoder
+    bidirectional: bool = True  # [h_fwd; h_bwd] as in the paper; False: forward only
+    dec_hidden: Count = 96  # D
+    dec_layers: Count = 1  # L of the decoder
     # "none" is vanilla seq2seq: the decoder sees a fixed context, the final encoder state
     attention: Literal["additive", "dot", "general", "concat", "scaled_dot", "none"] = "additive"
-    attn_dim: int = 96  # A, hidden units of the additive/concat scorer
+    attn_dim: Count = 96  # A, hidden units of the additive/concat scorer
     # attention "none": the fixed context c feeds every step and the output (Cho et al. 2014),
     # or only the initial state s_0 = tanh(W c) (Sutskever et al. 2014; needs init "bridge")
     context: Literal["every_step", "init_only"] = "every_step"
     order: Literal["bahdanau", "luong"] = "bahdanau"  # query s_{i-1} before the RNN, or s_i after
     init: Literal["zeros", "bridge"] = "zeros"  # decoder s_0: zeros, or tanh(W [h_fwd; h_bwd])
     readout: Literal["none", "tanh", "maxout"] = "none"  # layer between [s_i; c_i; y_{i-1}] and V
-    readout_dim: int = 128  # R, units of the readout layer
+    readout_dim: Count = 128  # R, units of the readout layer
     tie_embeddings: bool = False  # output projection = target embeddings (needs R = E)
-    dropout: float = 0.0  # dropout probability, in [0, 1)
+    dropout: Probability = 0.0  # dropout probability, in [0, 1)
     # dropout on the encoder states h_j that attention reads (nmtpytorch's dropout_ctx); the
     # final state that a bridge or vanilla decoder reads is left alone
-    state_dropout: float = 0.0
+    state_dropout: Probability = 0.0
 
 
 @dataclass
 class DataConfig:
     # A built-in synthetic task, or "corpus": the parallel files named by train/valid/test
     task: Literal["reverse", "copy", "sort", "corpus"] = "reverse"
-    min_len: int = 3  # shortest training string (synthetic tasks)
-    max_len: int = 10  # longest training string (synthetic tasks)
+    min_len: Annotated[Count, AtMost("data.max_len")] = 3  # shortest training string (synthetic)
+    max_len: Count = 10  # longest training string (synthetic tasks)
     # A corpus is PREFIX (PREFIX.{src_lang} + PREFIX.{tgt_lang}, each optionally .gz) or a
     # .tsv (or .tsv.gz) file of source<TAB>target[<TAB>attribution] lines; relative to the
     # working directory
@@ -64,71 +127,71 @@ class DataConfig:
     tsv_swap: bool = False  # TSV only: read column 2 as the source and column 1 as the target
     tokenizer: Literal["moses", "char", "sentencepiece"] = "moses"  # per side, trained on train
     lowercase: bool = False  # lowercase both sides before tokenising
-    spm_vocab_size: int = 8000  # SentencePiece pieces per side
+    spm_vocab_size: Count = 8000  # SentencePiece pieces per side
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
-    min_freq: int = 1  # tokens seen fewer times in train become <unk>
-    max_tokens: int = 80  # training pairs longer than this (either side, tokens) are dropped
-    limit: int = 0  # read only the first N pairs of train and valid (quick trials); 0: all
+    min_freq: Count = 1  # tokens seen fewer times in train become <unk>
+    max_tokens: Count = 80  # training pairs longer than this (either side, tokens) are dropped
+    limit: NonNegative = 0  # read only the first N pairs of train and valid (quick trials); 0: all
     # drop training pairs whose longer side has over this many times the tokens of the
     # shorter (misaligned lines); 0: keep all
-    max_len_ratio: float = 0.0
+    max_len_ratio: Annotated[float, ZeroOrAtLeast(1, "keep all")] = 0.0
     # SentencePiece trains on a seeded uniform sample of this many training pairs; 0: all
     # (a smaller corpus trains on every pair)
-    spm_sample: int = 1_000_000
+    spm_sample: NonNegative = 1_000_000
     # keep the tokenised training split in a folder keyed by the corpus files' contents and
     # these settings, memory-mapped by later runs and by every process of a run; false: in RAM
     cache: bool = True
     cache_dir: str = ""  # "": $ALIGNMT_CACHE, else $XDG_CACHE_HOME/alignmt, else ~/.cache/alignmt
-    workers: int = 0  # processes that tokenise the training split; 0: one per CPU it may use
+    workers: NonNegative = 0  # processes that tokenise the training split; 0: one per usable CPU
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 2000  # optimiser updates
+    steps: Count = 2000  # optimiser updates
     # >0: also stop after this many minutes of training (wall clock, evaluations included);
     # the cosine schedule then reaches zero at whichever of `steps` and `minutes` comes first
-    minutes: float = 0.0
-    batch_size: int = 64  # sentences per batch
-    batch_tokens: int = 0  # corpus only: >0 fills batches up to this many target tokens instead
-    lr: float = 3e-3  # peak learning rate
+    minutes: Annotated[float, AtLeast(0)] = 0.0
+    batch_size: Count = 64  # sentences per batch
+    batch_tokens: NonNegative = 0  # corpus: >0 fills batches up to this many target tokens instead
+    lr: Positive = 3e-3  # peak learning rate
     clip_norm: float = 1.0  # max global gradient norm; 0 disables clipping
     # After warm-up: cosine decay to zero at `steps`, flat, or halve on a validation plateau
     schedule: Literal["cosine", "constant", "plateau"] = "cosine"
-    warmup_steps: int = 0  # learning-rate warmup before the schedule; 0: none
-    plateau_patience: int = 2  # plateau: evaluations without improvement before lr *= 0.5
-    label_smoothing: float = 0.0  # in [0, 1): share of target mass spread over the vocabulary
-    log_every: int = 50  # steps between recorded losses
-    eval_every: int = 0  # corpus: steps between validation loss + greedy BLEU; 0: at the end
-    early_stop: int = 0  # stop after this many evaluations without improvement; 0: never
+    warmup_steps: NonNegative = 0  # learning-rate warmup before the schedule; 0: none
+    plateau_patience: Count = 2  # plateau: evaluations without improvement before lr *= 0.5
+    label_smoothing: Probability = 0.0  # in [0, 1): share of target mass spread over the vocabulary
+    log_every: Count = 50  # steps between recorded losses
+    eval_every: NonNegative = 0  # corpus: steps between validation loss + greedy BLEU; 0: at end
+    early_stop: NonNegative = 0  # stop after this many evaluations without improvement; 0: never
     metric: Literal["bleu", "loss"] = "bleu"  # validation metric for best checkpoint and stopping
     tensorboard: bool = False  # also write TensorBoard event files (needs the tensorboard package)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when available
     # bfloat16: run forward and backward under autocast (GPUs; weights and Adam stay float32)
-    precision: Literal["float32", "bfloat16"] = "float32"
-    threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    precision: Precision = "float32"
+    threads: NonNegative = 0  # torch intra-op threads; 0 keeps torch's default
     # Micro-batches per update and process: N processes x accumulate K x batch B is one update
     # on N*K*B sentences, so one process with K = N follows an N-process run (exactly without
     # dropout; with it, each process draws its own masks)
-    accumulate: int = 1
+    accumulate: Count = 1
     # Stop with an error after this many updates in a row with a non-finite loss or gradient
     # (each is skipped, not applied, and counted in the log)
-    max_bad_steps: int = 10
+    max_bad_steps: Count = 10
     # Distributed runs: how long a process waits for the others in a collective (validation
     # and checkpoint writing on rank 0 included) before it gives up with an error
-    wait_minutes: float = 30.0
+    wait_minutes: Positive = 30.0
     # >0: keep the weights at step 0, every N steps and the last in snapshots/ (what attention
     # looked like as it trained); 0: none
-    snapshot_every: int = 0
+    snapshot_every: NonNegative = 0
     # Steps between resumable checkpoints (last.safetensors), besides the one written at every
     # evaluation, on a signal and at the end; 0: only those
-    save_every: int = 500
+    save_every: NonNegative = 500
 
 
 @dataclass
 class SearchConfig:
     max_len_ratio: float = 2.0  # an output stops after ratio * source length + offset tokens
     max_len_offset: int = 10
-    beam_size: int = 5  # 1 is greedy
+    beam_size: Count = 5  # 1 is greedy
     length_penalty: float = 0.6  # GNMT alpha: rank finished beams by score / ((5 + |y|) / 6)^alpha
     replace_unk: bool = False  # output <unk> -> the source word it attends to most (Luong 2015)
 
@@ -149,21 +212,19 @@ class ConfigError(ValueError):
 
 _CLI = "command line"
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-# Int fields named like this are sizes or counts, so must be at least 1 (but not warmup_steps).
-_COUNTS = (
-    "_dim", "hidden", "layers", "steps", "batch_size", "log_every", "_len", "_size", "accumulate",
-)  # fmt: skip
-_NON_NEGATIVE = (
-    "warmup_steps", "batch_tokens", "eval_every", "early_stop", "threads", "limit", "minutes",
-    "snapshot_every", "save_every", "data.max_len_ratio", "spm_sample", "workers",
-)  # fmt: skip
-_PROBABILITIES = ("model.dropout", "model.state_dropout", "train.label_smoothing")
 
 
 def _types(cls: type) -> dict[str, Any]:
-    # The annotations are strings (postponed evaluation); get_type_hints resolves them.
+    # The annotations are strings (postponed evaluation); get_type_hints resolves them, and
+    # without include_extras strips Annotated down to the type that values are coerced to.
     hints = get_type_hints(cls)
     return {f.name: hints[f.name] for f in fields(cls)}
+
+
+def _rules(cls: type) -> dict[str, tuple[Any, ...]]:
+    """Each field's rules: the metadata of its Annotated type, () for a plain one."""
+    hints = get_type_hints(cls, include_extras=True)
+    return {f.name: getattr(hints[f.name], "__metadata__", ()) for f in fields(cls)}
 
 
 def _dotted_keys(cls: type, prefix: str = "") -> list[str]:
@@ -233,28 +294,20 @@ def _merge(obj: Any, data: Any, source: str, prefix: str = "") -> Any:
     return replace(obj, **changes)
 
 
-def _check_ranges(cfg: Config, source: str) -> None:
-    for key in _KEYS:
-        value = reduce(getattr, key.split("."), cfg)
-        if isinstance(value, float) and not math.isfinite(value):  # YAML's .nan and .inf
-            problem = "must be a finite number"
-        elif key.endswith(_NON_NEGATIVE) and value < 0:
-            problem = "must not be negative"
-        elif key.endswith(_COUNTS) and not key.endswith(_NON_NEGATIVE) and value < 1:
-            problem = "must be at least 1"
-        elif key in _PROBABILITIES and not 0 <= value < 1:
-            problem = "must be in [0, 1)"
-        elif key in ("train.lr", "train.wait_minutes") and value <= 0:
-            problem = "must be positive"
-        elif key in ("data.min_freq", "data.max_tokens", "train.plateau_patience") and value < 1:
-            problem = "must be at least 1"
-        elif key == "data.max_len_ratio" and 0 < value < 1:
-            problem = "must be 0 (keep all) or at least 1"
-        elif key == "data.min_len" and value > cfg.data.max_len:
-            problem = f"must not exceed data.max_len ({cfg.data.max_len})"
-        else:
+def _check_rules(obj: Any, source: str, root: Any = None, prefix: str = "") -> None:
+    """Raises ConfigError for the first value, in field order, that breaks its field's rules."""
+    root = obj if root is None else root
+    for name, rules in _rules(type(obj)).items():
+        value, key = getattr(obj, name), prefix + name
+        if is_dataclass(value):
+            _check_rules(value, source, root, f"{key}.")
             continue
-        raise ConfigError(f"{source}: {key}: {problem}, got {value!r}")
+        if isinstance(value, float) and not math.isfinite(value):  # built in code, not coerced
+            problem = "must be a finite number"
+        else:
+            problem = next((p for rule in rules if (p := rule.problem(value, root))), None)
+        if problem:
+            raise ConfigError(f"{source}: {key}: {problem}, got {value!r}")
 
 
 def _read_yaml(path: Path) -> Any:
@@ -297,7 +350,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     cfg = _apply(cfg, overrides)
     # Checked once, at the end: an override may repair what the file alone got wrong.
     sources = [str(path)] * (path is not None) + [_CLI] * bool(overrides)
-    _check_ranges(cfg, " + ".join(sources) or "defaults")
+    _check_rules(cfg, " + ".join(sources) or "defaults")
     return cfg
 
 
@@ -312,7 +365,7 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Config:
         The merged, coerced and range-checked Config.
     """
     cfg = _merge(Config(), data, source)
-    _check_ranges(cfg, source)
+    _check_rules(cfg, source)
     return cfg
 
 
@@ -327,29 +380,15 @@ def apply_overrides(cfg: Config, overrides: Sequence[str]) -> Config:
         A Config that shares no section object with `cfg`.
     """
     out = _apply(cfg, overrides)
-    _check_ranges(out, _CLI)
+    _check_rules(out, _CLI)
     return out
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
-    """Returns `cfg` as a plain nested dict of str, int, float and bool: safe for YAML.
-
-    Args:
-        cfg: the config.
-
-    Returns:
-        Sections and keys in field order.
-    """
+    """`cfg` as plain nested dicts of str, int, float and bool in field order: safe for YAML."""
     return asdict(cfg)
 
 
 def dump_config(cfg: Config) -> str:
-    """Returns `cfg` as YAML text in field order, readable by `load_config`.
-
-    Args:
-        cfg: the config.
-
-    Returns:
-        YAML text.
-    """
+    """`cfg` as YAML text in field order, readable by `load_config`."""
     return yaml.safe_dump(config_to_dict(cfg), sort_keys=False)

@@ -21,11 +21,11 @@ import torch
 from torch import Tensor
 
 from alignmt.checkpoint.torch_io import Checkpoint
-from alignmt.config import SearchConfig
+from alignmt.config import Precision, SearchConfig
 from alignmt.decoding.search import Hypothesis, beam_decode_batches, decode_batches, max_output_len
 from alignmt.decoding.trace import BeamTrace, DecoderStep, beam_trace, step_through
 from alignmt.model.batch import source_batch
-from alignmt.model.device import Precision, autocast, check_precision
+from alignmt.model.device import autocast, check_precision
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.tokenize import Tokenizer
 from alignmt.text.vocab import BOS, EOS, PAD, UNK, Vocab

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import re
 from contextlib import AbstractContextManager, nullcontext
-from typing import Literal
 
 import torch
 
-Precision = Literal["float32", "bfloat16"]
-PRECISIONS: tuple[Precision, ...] = ("float32", "bfloat16")
-DEVICES = "auto, cpu, cuda or cuda:N"  # what `pick_device` accepts, for help and errors
+from alignmt.config import DEVICES, PRECISIONS
+
 _CUDA_INDEX = re.compile(r"cuda:(\d+)")
 
 

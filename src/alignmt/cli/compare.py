@@ -1,0 +1,31 @@
+"""`alignmt compare RUN_A RUN_B ...`: several runs scored on one test set, side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from alignmt.cli.evaluate import evaluate_run, load_test_set, print_scores, write_plots
+from alignmt.cli.translate import translator_for
+
+
+def run(args: argparse.Namespace) -> int:
+    src, ref, lang = load_test_set(args, args.run_dirs[0])
+    results = {}
+    for run in args.run_dirs:
+        name = Path(run).name if Path(run).name not in results else run
+        translator = translator_for(run, args)
+        results[name] = evaluate_run(name, translator, src, ref, lang, args.batch_size)[0]
+    print_scores(results, args.beam)
+    out = Path(args.out or "runs/compare")
+    files = write_plots(results, out)
+    (out / "scores.json").write_text(json.dumps([r.as_dict() for r in results.values()],
+                                                indent=2) + "\n")  # fmt: skip
+    print("\nExamples (longest first of every 100th line):")
+    for i in sorted(range(0, len(src), 100), key=lambda i: -len(src[i]))[:3]:
+        print(f"\n  source    {src[i]}\n  reference {ref[i]}")
+        for name, result in results.items():
+            print(f"  {name:9} {result.hyps[i]}")
+    print("\nWritten: " + ", ".join(str(f) for f in [*files, out / "scores.json"]))
+    return 0

@@ -1,0 +1,188 @@
+"""`alignmt evaluate RUN_DIR`: BLEU and chrF of a test set, by source length, with plots and
+heatmaps; or, with --gold-alignments / --reference-aligner, the attention scored as word
+alignment (precision, recall and AER; Och & Ney 2003)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from alignmt.analysis.align import (
+    Link,
+    alignment_error_rate,
+    eflomal_reference_links,
+    import_eflomal,
+    read_alignments,
+    sentence_words,
+    word_links,
+)
+from alignmt.analysis.plot import attention_heatmap, bleu_by_length_plot, bucket_bars, save_png
+from alignmt.analysis.scores import Evaluation, score_translations, sentence_bleu_d2l
+from alignmt.analysis.tables import format_bucket_table, format_gap_table, format_scores_table
+from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.cli.translate import translator_for
+from alignmt.decoding.translator import Translation, Translator
+from alignmt.model.device import pick_device
+from alignmt.text.corpus import CorpusError, read_lines
+from alignmt.text.split import read_split
+from alignmt.text.tokenize import MosesTokenizer
+from alignmt.text.vocab import EOS
+
+
+def load_test_set(args: argparse.Namespace, run_dir: str) -> tuple[list[str], list[str], str]:
+    """(sources, references, source language) from --src/--ref or the run's data.test."""
+    cfg = load_checkpoint(run_dir).config
+    if bool(args.src) != bool(args.ref):
+        raise ValueError("--src and --ref go together")
+    if args.src:
+        src, ref = read_lines(args.src), read_lines(args.ref)
+        if len(src) != len(ref):
+            raise CorpusError(f"{args.src} has {len(src)} lines but {args.ref} has {len(ref)}")
+        return src, ref, cfg.data.src_lang
+    if not cfg.data.test:
+        raise ValueError(f"{run_dir}: its config names no data.test; pass --src and --ref")
+    pairs = read_split(cfg.data.test, src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang,
+                       swap=cfg.data.tsv_swap, what="data.test")  # fmt: skip
+    return [p.src for p in pairs], [p.tgt for p in pairs], cfg.data.src_lang
+
+
+def evaluate_run(
+    name: str, translator: Translator, src: list[str], ref: list[str], lang: str, batch_size: int
+) -> tuple[Evaluation, list[Translation]]:
+    start = time.perf_counter()
+    best = [hyps[0] for hyps in translator.translate(src, batch_size=batch_size)]
+    seconds = time.perf_counter() - start
+    # Buckets count Moses words of the source, whatever the model's own tokens are, so that
+    # runs with different tokenizers share buckets.
+    moses = MosesTokenizer(lang=lang)
+    lengths = [len(moses.encode(line)) for line in src]
+    return score_translations(name, [t.text for t in best], ref, lengths, seconds), best
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.gold_alignments or args.reference_aligner:
+        return run_alignment_evaluation(args)
+    translator = translator_for(args.run_dir, args)
+    src, ref, lang = load_test_set(args, args.run_dir)
+    beyond = [number for number in args.heatmaps if number > len(src)]
+    if beyond:  # said before translating the whole test set, not after
+        raise ValueError(f"--heatmaps: the test set has {len(src)} lines, not {beyond[0]}")
+    name = Path(args.run_dir).name
+    result, best = evaluate_run(name, translator, src, ref, lang, args.batch_size)
+    out = Path(args.out or Path(args.run_dir) / "eval")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "hyps.txt").write_text("".join(h + "\n" for h in result.hyps))
+    (out / "scores.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+    print_scores({name: result}, translator.search.beam_size)
+    files = write_plots({name: result}, out)
+    for number in args.heatmaps:
+        if best[number - 1].attention is None:
+            raise ValueError(f"--heatmaps: line {number} has no attention to draw")
+        t = best[number - 1]
+        fig = attention_heatmap(t.attention, t.src_tokens, t.tokens, title=f"line {number}")
+        files.append(save_png(fig, out / f"heatmap_{number}.png"))
+    if args.sentence_bleu:
+        _print_sentence_bleu(translator, src, ref, best)
+    if args.attention:
+        _dump_attention(Path(args.attention), best)
+        files.append(Path(args.attention))
+    written = [out / "hyps.txt", out / "scores.json", *files]
+    print("\nWritten: " + ", ".join(str(f) for f in written))
+    return 0
+
+
+def run_alignment_evaluation(args: argparse.Namespace) -> int:
+    """Precision, recall and AER of the attention's alignments of the test set (Och & Ney
+    2003) against gold links and/or eflomal's; nothing is translated."""
+    if args.heatmaps or args.attention or args.sentence_bleu:
+        raise ValueError("--heatmaps, --attention and --sentence-bleu need translations: "
+                         "run them without --gold-alignments and --reference-aligner")  # fmt: skip
+    if args.reference_aligner:
+        try:  # before any work, so that a missing install fails at once
+            import_eflomal()
+        except ImportError as error:
+            raise ValueError(str(error)) from None
+    ckpt = load_checkpoint(args.run_dir, device=pick_device(args.device))
+    translator = Translator.from_checkpoint(ckpt, precision=args.precision)
+    src, ref, _ = load_test_set(args, args.run_dir)
+    sources = [sentence_words(translator.src_tokenizer, line) for line in src]
+    references = [sentence_words(translator.tgt_tokenizer, line) for line in ref]
+    hyps = word_links(translator, sources, references, batch_size=args.batch_size)
+    golds: dict[str, tuple[list[set[Link]], list[set[Link]]]] = {}
+    if args.gold_alignments:
+        lengths = [(len(s.words), len(r.words)) for s, r in zip(sources, references, strict=True)]
+        pairs_from = f"{args.src} + {args.ref}" if args.src else ckpt.config.data.test
+        golds[args.gold_alignments] = read_alignments(
+            args.gold_alignments, lengths=lengths, pairs_from=pairs_from
+        )
+    if args.reference_aligner:
+        start = time.perf_counter()
+        links = eflomal_reference_links(
+            ckpt.config.data, translator, [s.words for s in sources],
+            [r.words for r in references],
+            progress=lambda stage: print(f"[{time.perf_counter() - start:5.1f} s] {stage}",
+                                         file=sys.stderr, flush=True),
+        )  # fmt: skip
+        golds["eflomal (forward links, all sure)"] = (links, links)
+    _print_alignment_scores(Path(args.run_dir).name, hyps, golds)
+    return 0
+
+
+def _print_alignment_scores(
+    name: str, hyps: list[set[Link]], golds: dict[str, tuple[list[set[Link]], list[set[Link]]]]
+) -> None:
+    print(f"Attention of {name}, teacher-forced argmax over {len(hyps):,} sentence pairs "
+          f"({sum(map(len, hyps)):,} links):\n")  # fmt: skip
+    print("| reference | sure links | sure + possible | precision | recall | AER |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, (sures, possibles) in golds.items():
+        score = alignment_error_rate(hyps, sures, possibles)
+        print(f"| {name} | {sum(map(len, sures)):,} | {sum(map(len, possibles)):,} | "
+              f"{score.precision:.1%} | {score.recall:.1%} | {score.aer:.1%} |")  # fmt: skip
+    print("\nA: the attention's links, S: sure, P: sure + possible; counts summed over the "
+          "corpus (Och & Ney 2003): precision |A∩P|/|A|, recall |A∩S|/|S|, "
+          "AER 1 - (|A∩S| + |A∩P|)/(|A| + |S|)")  # fmt: skip
+
+
+def print_scores(results: dict[str, Evaluation], beam: int | None) -> None:
+    print(format_scores_table({n: (r.lowercased, r.cased) for n, r in results.items()}))
+    print("\nLowercased BLEU by source length (Moses tokens):\n")
+    buckets = {n: r.buckets for n, r in results.items()}
+    print(format_bucket_table(buckets))
+    if len(results) > 1:
+        first = next(iter(results))
+        print(f"\nHow far each run trails {first}: its BLEU minus theirs (their share of it):\n")
+        print(format_gap_table(buckets))
+    times = ", ".join(f"{n} {r.seconds:.1f} s" for n, r in results.items())
+    print(f"\nTranslation time (beam {beam or 'from config'}): {times}")
+
+
+def write_plots(results: dict[str, Evaluation], out: Path) -> list[Path]:
+    buckets = bucket_bars({n: r.buckets for n, r in results.items()})
+    curves = bleu_by_length_plot({n: r.curve for n, r in results.items()})
+    return [save_png(buckets, out / "buckets.png"), save_png(curves, out / "bleu_by_length.png")]
+
+
+def _print_sentence_bleu(
+    translator: Translator, src: list[str], ref: list[str], best: list[Translation]
+) -> None:
+    """The d2l book's printout, `source => [tokens], bleu`, with its BLEU over the target
+    tokenizer's tokens (so "J'ai perdu." and "j'ai perdu ." match, as in d2l)."""
+    print()
+    for line, reference, t in zip(src, ref, best, strict=True):
+        hyp = [tok for tok in t.tokens if tok != EOS]
+        label = " ".join(translator.tgt_tokenizer.encode(reference))
+        print(f"{line} => {hyp}, bleu {sentence_bleu_d2l(' '.join(hyp), label):.3f}")
+
+
+def _dump_attention(path: Path, best: list[Translation]) -> None:
+    rows = [
+        {"line": i + 1, "source": t.src_tokens, "output": t.tokens,
+         "attention": None if t.attention is None else t.attention.round(decimals=4).tolist()}
+        for i, t in enumerate(best)
+    ]  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, ensure_ascii=False) + "\n")

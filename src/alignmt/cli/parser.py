@@ -1,0 +1,195 @@
+"""The `alignmt` command line: every command's flags, and nothing that runs them.
+
+Each command's code lives in its own module (`alignmt.cli.translate` for `alignmt translate`)
+and is imported only when that command runs, so parsing, `--help` included, loads neither
+torch nor matplotlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from alignmt.cli.flags import (
+    REPLACE_UNK,
+    add_device_options,
+    add_run_options,
+    add_test_options,
+    length_range,
+    port,
+    positive,
+    positive_list,
+    seconds,
+)
+from alignmt.serve.limits import Limits
+
+Commands = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="alignmt",
+        description="Attention-based RNN encoder-decoders (Bahdanau et al. 2015, Luong 2015).",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND", dest="command")
+    for add in (_demo, _train, _translate, _evaluate, _compare, _serve, _explore):
+        add(commands)
+    return parser
+
+
+def _demo(commands: Commands) -> None:
+    demo = commands.add_parser(
+        "demo",
+        help="attention vs. vanilla seq2seq on string reversal (no data needed)",
+        description="Train a vanilla and an attention model on a synthetic task, print their "
+        "accuracy by length, and write heatmaps, loss curves and the attention checkpoint.",
+    )
+    demo.add_argument("--task", choices=["reverse", "copy", "sort"], help="default: reverse")
+    demo.add_argument(
+        "--lengths", type=length_range, metavar="MIN-MAX", help="training string lengths (3-10)"
+    )
+    demo.add_argument(
+        "--eval-lengths",
+        type=positive_list,
+        default=[3, 5, 7, 10, 15, 20],
+        metavar="N,N,...",
+        help="lengths to score",
+    )
+    demo.add_argument("--samples", type=positive, default=500, help="strings scored per length")
+    demo.add_argument("--steps", type=positive, help="training steps per model (default 2000)")
+    demo.add_argument("--attention", choices=["additive", "dot", "general", "concat", "scaled_dot"])
+    demo.add_argument("--cell", choices=["gru", "lstm"], help="recurrent cell (default gru)")
+    demo.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
+    demo.add_argument("--seed", type=int, help="random seed (default 1)")
+    demo.add_argument(
+        "--device",
+        choices=["auto", "cpu", "cuda"],
+        help="where the models train and are scored (train.device; default auto: CUDA when "
+        "present)",
+    )
+    demo.add_argument("overrides", nargs="*", metavar="key.path=value", help="config overrides")
+
+
+def _train(commands: Commands) -> None:
+    train = commands.add_parser("train", help="train a model from a YAML config")
+    train.add_argument("config", help="YAML file, e.g. configs/reverse.yaml")
+    train.add_argument("overrides", nargs="*", metavar="key.path=value")
+    train.add_argument(
+        "--print-config", action="store_true", help="print the resolved config and stop"
+    )
+    start = train.add_mutually_exclusive_group()
+    start.add_argument(
+        "--resume", action="store_true", help="continue the run in out_dir from last.safetensors"
+    )
+    start.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start afresh in an out_dir that holds a run, deleting its checkpoints and logs",
+    )
+
+
+def _translate(commands: Commands) -> None:
+    translate = commands.add_parser("translate", help="translate stdin line by line to stdout")
+    add_run_options(translate)
+    translate.add_argument(
+        "--nbest", type=positive, default=1, help="hypotheses per line, tab-joined"
+    )
+    translate.add_argument(
+        "--alignment",
+        action="store_true",
+        help="after each hypothesis, a tab and its hard alignment (Pharaoh source-output pairs)",
+    )
+    translate.add_argument(
+        "--max-source-tokens",
+        type=positive,
+        default=Limits.max_source_tokens,
+        metavar="N",
+        help="refuse input with a line longer than this, in the model's source tokens, before "
+        f"translating anything (default {Limits.max_source_tokens}, as `alignmt serve`)",
+    )
+
+
+def _evaluate(commands: Commands) -> None:
+    evaluate = commands.add_parser(
+        "evaluate", help="BLEU and chrF (lowercased and cased), length buckets, heatmaps"
+    )
+    add_run_options(evaluate)
+    add_test_options(evaluate)
+    evaluate.add_argument("--attention", metavar="FILE", help="write every alignment as JSON")
+    evaluate.add_argument(
+        "--heatmaps",
+        type=positive_list,
+        default=[],
+        metavar="N,N,...",
+        help="source line numbers to draw (1-based)",
+    )
+    evaluate.add_argument(
+        "--sentence-bleu",
+        action="store_true",
+        help="also print each line with the d2l book's sentence BLEU (k=2) on its tokens",
+    )
+    evaluate.add_argument(
+        "--gold-alignments",
+        metavar="FILE",
+        help="instead of BLEU, score the attention's teacher-forced argmax links against these "
+        "(Pharaoh: i-j sure, i?j possible; word indices as the model tokenizes)",
+    )
+    evaluate.add_argument(
+        "--reference-aligner",
+        choices=["eflomal"],
+        help="instead of BLEU, score them against eflomal's links, learnt on data.train + "
+        "the test set",
+    )
+
+
+def _compare(commands: Commands) -> None:
+    compare = commands.add_parser("compare", help="score several runs on one test set, with plots")
+    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    compare.add_argument("--beam", type=positive, help="beam size (default: each run's config)")
+    compare.add_argument("--batch-size", type=positive, default=64)
+    compare.add_argument("--replace-unk", action="store_true", help=REPLACE_UNK)
+    add_test_options(compare)
+    add_device_options(compare)
+
+
+def _serve(commands: Commands) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="serve models over HTTP: translations, steps, beams, attention",
+        description="A FastAPI service of the run folders given, each named by its folder. "
+        "The API is described at http://HOST:PORT/docs.",
+    )
+    serve.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="the first is the default")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=port, default=8000, help="default 8000")
+    for limit in fields(Limits):
+        is_time = isinstance(limit.default, float)
+        serve.add_argument(
+            "--" + limit.name.replace("_", "-"),
+            default=limit.default,
+            type=seconds if is_time else positive,
+            metavar="SECONDS" if is_time else "N",
+            help=f"{limit.metadata['help']} (default {limit.default})",
+        )
+    add_device_options(serve)
+
+
+def _explore(commands: Commands) -> None:
+    explore = commands.add_parser(
+        "explore",
+        help="write the explorer as one HTML page that needs no server",
+        description="Decode each input sentence with each run (step by step with candidates, "
+        "and the beam) and write the explorer with all of it inline: one file that opens "
+        "offline. What-if (forcing a token, moving attention) needs `alignmt serve`.",
+    )
+    explore.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="several: side by side")
+    explore.add_argument("--input", required=True, metavar="FILE", help="one sentence per line")
+    explore.add_argument("--out", required=True, metavar="PAGE.html", help="the page to write")
+    explore.add_argument(
+        "--beam", type=positive, help="beam size of the beam tree (default: run's)"
+    )
+    explore.add_argument(
+        "--top-k", type=positive, default=5, help="candidates per step (default 5)"
+    )
+    add_device_options(explore)

@@ -1,0 +1,24 @@
+"""`alignmt serve RUN_DIR ...`: the HTTP API and the explorer (`alignmt.serve`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import fields
+
+import uvicorn
+
+from alignmt.model.device import pick_device
+from alignmt.serve.app import create_app
+from alignmt.serve.limits import Limits
+from alignmt.serve.registry import load_models
+
+
+def run(args: argparse.Namespace) -> int:
+    limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})
+    models = load_models(args.run_dirs, device=pick_device(args.device), precision=args.precision)
+    logging.getLogger("alignmt.serve").setLevel(logging.INFO)
+    url = f"http://{args.host}:{args.port}"
+    print(f"serving {', '.join(models)}: the explorer at {url}/, the API at {url}/docs", flush=True)
+    uvicorn.run(create_app(models, limits), host=args.host, port=args.port, access_log=False)
+    return 0

@@ -1,0 +1,53 @@
+"""`alignmt translate RUN_DIR`: stdin to stdout, one output line per input line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+
+from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.decoding.translator import Translator
+from alignmt.model.device import pick_device
+from alignmt.text.corpus import input_lines
+
+
+def run(args: argparse.Namespace) -> int:
+    translator = translator_for(args.run_dir, args)
+    if not 1 <= args.nbest <= translator.search.beam_size:
+        raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
+    tokens = [translator.source_tokens(line) for line in input_lines(sys.stdin.buffer)]
+    check_lengths(tokens, args.max_source_tokens)
+    results = translator.translate_tokens(tokens, nbest=args.nbest, batch_size=args.batch_size)
+    # Input is read as UTF-8 whatever the locale, so output is written as UTF-8 too: in an
+    # ASCII or cp1252 locale the first line it could not hold would end the output there.
+    sys.stdout.reconfigure(encoding="utf-8")
+    for hyps in results:
+        if args.alignment:
+            print("\t".join(f"{h.text}\t{h.alignment or ''}" for h in hyps))
+        else:
+            print("\t".join(h.text for h in hyps))
+    return 0
+
+
+def check_lengths(tokens: list[list[str]], limit: int) -> None:
+    """Refuse the input, before any decoding, if a line is longer than `limit` source tokens:
+    the decoder's time grows with the source length, and an over-long line would hold up the
+    whole run (about 43 s for 1,000 tokens on two CPU cores) or be cut without a word."""
+    for number, line in enumerate(tokens, 1):
+        if len(line) > limit:
+            raise ValueError(
+                f"stdin:{number}: {len(line)} source tokens, over --max-source-tokens {limit}; "
+                "split the line, or raise the limit"
+            )
+
+
+def translator_for(run: str, args: argparse.Namespace) -> Translator:
+    """The model of `run` on --device at --precision, searching with --beam and --replace-unk."""
+    ckpt = load_checkpoint(run, device=pick_device(args.device))
+    beam = args.beam
+    search = ckpt.config.search if beam is None else replace(ckpt.config.search, beam_size=beam)
+    search = replace(search, replace_unk=search.replace_unk or args.replace_unk)
+    if search.beam_size < 1:
+        raise ValueError(f"--beam must be at least 1, got {search.beam_size}")
+    return Translator.from_checkpoint(ckpt, search, precision=args.precision)
