@@ -52,8 +52,15 @@ def tied_model() -> Seq2Seq:
     """A float32 model whose projection shares the target embeddings (one weight, two
     Linears' worth of uses)."""
     torch.manual_seed(2)
-    cfg = ModelConfig(emb_dim=6, enc_hidden=4, dec_hidden=8, attn_dim=6, readout="tanh",
-                      readout_dim=6, tie_embeddings=True)  # fmt: skip
+    cfg = ModelConfig(
+        emb_dim=6,
+        enc_hidden=4,
+        dec_hidden=8,
+        attn_dim=6,
+        readout="tanh",
+        readout_dim=6,
+        tie_embeddings=True,
+    )
     return Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB).eval()
 
 

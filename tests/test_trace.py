@@ -10,8 +10,8 @@ import torch
 
 from alignmt.decoding.search import beam_decode, decode, length_penalty, max_output_len
 from alignmt.decoding.trace import beam_trace, step_through
-from tests.conftest import padded_batch
-from tests.test_search import MIXED, mixed_id, tiny_model
+from tests.conftest import padded_batch, tiny_model
+from tests.test_beam import MIXED, mixed_id
 
 EOS = 2
 

@@ -7,10 +7,10 @@ copy. PyTorch exposes the pair as `torch.ops.mkl._mkl_reorder_linear_weight` and
 `_mkl_linear` (its compiler uses them for frozen CPU models). The result is the same sgemm
 arithmetic: on the benchmark model greedy and beam search gave the same 1,000 outputs.
 
-Measured on issue 4's matched model, 2 threads, interleaved in one process (sentences/s):
-greedy 421 / 445 / 434 plain against 478 / 470 / 492 packed, beam 5 116 / 126 against
-129 / 145, with the same outputs. A 512 x 7,865 projection of 64 rows: 2.24 ms plain,
-1.68 ms packed.
+Measured on the matched Multi30k model of benchmarks/speed.py, 2 threads, interleaved in
+one process (sentences/s): greedy 421 / 445 / 434 plain against 478 / 470 / 492 packed,
+beam 5 116 / 126 against 129 / 145, with the same outputs. A 512 x 7,865 projection of 64
+rows: 2.24 ms plain, 1.68 ms packed.
 
 Only float32 CPU Linears with MKL are packed, and only outside autocast: `_mkl_linear` is
 not an op autocast knows, so under `--precision bfloat16` it would quietly run the matmuls

@@ -1,5 +1,6 @@
-"""The rows a search decodes: sentences taken from a stream of encoded batches, and the
-row operations on a search's state and memory.
+"""The rows a search decodes: sentences taken from a stream of encoded batches, the row
+operations on a search's state and memory, and `refill`, the continuous-batching step that
+greedy and beam search share.
 
 State and memory are tuples (named or not) of batch-first tensors, or None. Each operation
 applies one `index_select`, `cat` or `index_copy_` per tensor field, so search never needs
@@ -38,6 +39,10 @@ class Taken(NamedTuple):
     rows: Rows  # their bookkeeping, at position 0
 
 
+# Newly taken sentences -> their state, memory and bookkeeping as a search keeps them.
+Start = Callable[[Taken], tuple[Any, Any, Any]]
+
+
 class Pending:
     """Sentences waiting to be searched: `Encoded` batches, pulled from their iterable only
     when needed and handed out a few rows at a time."""
@@ -74,6 +79,63 @@ class Pending:
         self.taken += len(limit)
         rows = Rows(sentence, torch.zeros_like(limit), limit, torch.full_like(limit, self._bos_id))
         return Taken(state, memory, rows)
+
+
+def refill(
+    done: Tensor,
+    pending: Pending,
+    state: Any,
+    memory: Any,
+    book: Any,
+    start: Start | None = None,
+    offsets: Tensor | None = None,
+) -> tuple[Any, Any, Any]:
+    """Continuous batching between two steps: the rows of the sentences that are `done` go
+    to the next sentences waiting, and once none waits, the batch shrinks to the rest.
+
+    Greedy search runs one row per sentence; beam search runs K, sentence-major (row
+    b * K + k), and passes `offsets` = arange(K) so that a sentence's rows move together.
+
+    Args:
+        done: (B_t,) bool, the sentences that stopped at this step.
+        pending: the sentences waiting.
+        state, memory: the batch's rows, K per sentence (see `select_rows`).
+        book: the sentences' bookkeeping, a NamedTuple of (B_t, ...) tensors.
+        start: what the search keeps of newly taken sentences (K rows each); None keeps
+            them as taken, one row each with `Rows` for bookkeeping.
+        offsets: (K,) int64 arange(K); None for one row per sentence.
+
+    Returns:
+        The next step's state, memory and bookkeeping: the sentences taken, in input order,
+        in the places of the first stopped ones; the other stopped ones removed; the rest
+        where they were. Bookkeeping is cast to the batch's dtypes (a new sentence's beam
+        scores start in float32 while the live ones are in the step's dtype).
+    """
+    free = done.nonzero().squeeze(1)  # the step's one host sync
+    if len(free) == 0:
+        return state, memory, book
+    new = pending.take(len(free))
+    if new is not None:  # the next sentences take over the stopped ones' rows
+        taken, free = free[: len(new.rows.sentence)], free[len(new.rows.sentence) :]
+        new_state, new_memory, new_book = new if start is None else start(new)
+        rows = _rows_of(taken, offsets)
+        state, memory = put_rows(state, rows, new_state), put_rows(memory, rows, new_memory)
+        book = book._make(  # new tensors, not in place: the search's history keeps the old ones
+            x.index_put((taken,), y.to(x.dtype)) for x, y in zip(book, new_book, strict=True)
+        )
+    if len(free):  # no sentence is left to take over the rest: the batch shrinks
+        live = torch.ones_like(done).index_fill_(0, free, False).nonzero().squeeze(1)
+        rows = _rows_of(live, offsets)
+        state, memory = select_rows(state, rows), select_rows(memory, rows)
+        book = select_rows(book, live)
+    return state, memory, book
+
+
+def _rows_of(sentences: Tensor, offsets: Tensor | None) -> Tensor:
+    """(n,) sentence indices -> (n * K,) their rows, sentence-major."""
+    if offsets is None:
+        return sentences
+    return (sentences[:, None] * len(offsets) + offsets).flatten()
 
 
 def select_rows(fields: Any, index: Tensor) -> Any:

@@ -163,11 +163,7 @@ def _beam_best(
         calls += 1
         return logits, state, weights
 
-    limit = torch.tensor([max_len], device=memory.states.device)
-    history, _ = beam_steps(
-        forced_step, [(state, memory, limit)], beam_size=beam_size, bos_id=model.bos_id,
-        eos_id=model.eos_id, width=1, alpha=alpha,
-    )  # fmt: skip
+    history = _sentence_steps(model, forced_step, state, memory, max_len, beam_size, alpha)
     trace = _trace(history, beam_size)
     return trace.tokens(trace.finished[0]) if trace.finished else prefix
 
@@ -227,13 +223,36 @@ def beam_trace(
         beam_size, alpha: see `beam_search`.
     """
     memory, state = model.encode(src[None], torch.tensor([len(src)], device=src.device))
-    limit = torch.tensor([max_len], device=src.device)
     with packed_linears(model.decoder, rows=beam_size):
-        history, _ = beam_steps(
-            model.decode_step, [(state, memory, limit)], beam_size=beam_size,
-            bos_id=model.bos_id, eos_id=model.eos_id, width=1, alpha=alpha, nbest=beam_size,
-        )  # fmt: skip
+        step = model.decode_step
+        history = _sentence_steps(model, step, state, memory, max_len, beam_size, alpha, beam_size)
     return _trace(history, beam_size)
+
+
+def _sentence_steps(
+    model: Seq2Seq,
+    step: StepFn,
+    state: DecoderState,
+    memory: Memory,
+    max_len: int,
+    beam_size: int,
+    alpha: float,
+    nbest: int = 1,
+) -> list[BeamStep]:
+    """`beam_steps` over one sentence that `model` encoded, to at most `max_len` tokens;
+    `step`, `beam_size`, `alpha` and `nbest` are as in `beam_search`."""
+    limit = torch.tensor([max_len], device=memory.states.device)
+    history, _ = beam_steps(
+        step,
+        [(state, memory, limit)],
+        beam_size=beam_size,
+        bos_id=model.bos_id,
+        eos_id=model.eos_id,
+        width=1,
+        alpha=alpha,
+        nbest=nbest,
+    )
+    return history
 
 
 def _trace(history: list[BeamStep], beam_size: int) -> BeamTrace:
@@ -273,9 +292,14 @@ def _step_nodes(
             status = "pruned"
         attention = None if entry.attention is None else entry.attention[0, parent].cpu()
         node = BeamNode(
-            step=t, slot=slot, parent=live[parent] if t else None, token=token, score=score,
-            status=status, final_score=end if status == "finished" else None,
+            step=t,
+            slot=slot,
+            parent=live[parent] if t else None,
+            token=token,
+            score=score,
+            status=status,
+            final_score=end if status == "finished" else None,
             attention=attention,
-        )  # fmt: skip
+        )
         out.append((slot, node))
     return out

@@ -1,0 +1,249 @@
+"""Beam search's parts: its bookkeeping, one step's candidates, when a sentence stops, and
+the back-trace through the parents at the end. `beam_search` in search.py runs them.
+
+A sentence's K beams run as K rows, sentence-major (row b * K + k). Each step keeps the
+2K best one-token extensions of a sentence's beams, those ending in </s> last; hypotheses
+are ranked by score / `length_penalty`, GNMT's (Wu et al. 2016, eq. 14).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from alignmt.decoding.rows import Taken, select_rows
+from alignmt.decoding.steps import Hypothesis, log_sum_exp_from
+
+
+class BeamStep(NamedTuple):
+    """What one beam step keeps for the back-trace at the end (and for trace.py's view of
+    the search), for the B_t sentences it searched. Its 2K candidates sit in slots
+    0..2K-1, the K live beams first."""
+
+    sentences: Tensor  # (B_t,) int64 each row's sentence (its place in the input order)
+    positions: Tensor  # (B_t,) int64 the output position each sentence's candidates fill
+    tokens: Tensor  # (B_t, 2K) int64 each candidate's last token
+    parents: Tensor  # (B_t, 2K) int64 the beam (slot 0..K-1 of the step before) it extends
+    scores: Tensor  # (B_t, 2K) summed log-probabilities
+    ended: Tensor  # (B_t, 2K) score / lp where the candidate ends a hypothesis, else -inf
+    attention: Tensor | None  # (B_t, K, T_src) alpha of each beam fed to this step
+
+
+class Beams(NamedTuple):
+    """Beam search's bookkeeping of the B_t sentences it is searching."""
+
+    sentence: Tensor  # (B_t,) int64 its place in the input order
+    position: Tensor  # (B_t,) int64 the output position its next candidates fill
+    limit: Tensor  # (B_t,) int64 its length limit
+    scores: Tensor  # (B_t, K) the live beams' summed log-probabilities, best first
+    prev: Tensor  # (B_t, K) int64 their last tokens
+    ended: Tensor  # (B_t,) int64 how many hypotheses have ended
+    best_ended: Tensor  # (B_t, nbest) the best ended hypotheses' score / lp, best first
+
+
+def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
+    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14).
+
+    Beam search ranks hypotheses by score / lp: alpha = 0 gives lp = 1 (raw summed
+    log-probability); a larger alpha divides long outputs' (negative) scores by more, which
+    favours them.
+
+    Args:
+        length: |Y|, an int or a tensor of lengths.
+        alpha: the exponent.
+
+    Returns:
+        lp, a float or a tensor shaped as `length`.
+    """
+    return ((5 + length) / 6) ** alpha
+
+
+def check_beam_args(beam_size: int, nbest: int, width: int) -> None:
+    """Raise ValueError unless beam_size >= 1, 1 <= nbest <= beam_size and width >= 1."""
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must lie in [1, beam_size = {beam_size}], got {nbest}")
+    if width < 1:
+        raise ValueError(f"width must be at least 1, got {width}")
+
+
+def start_beams(taken: Taken, beam_size: int, nbest: int) -> tuple[Any, Any, Beams]:
+    """The state and memory of newly taken sentences repeated per beam, and their
+    bookkeeping. Only beam 0 is live at first, or all K beams would extend <s> the same way.
+
+    Args:
+        taken: B_t sentences, one row each.
+        beam_size: K.
+        nbest: how many ended hypotheses to keep track of.
+
+    Returns:
+        state and memory of B_t * K rows (row b * K + k), and the `Beams` of B_t sentences.
+    """
+    rows, count = taken.rows, len(taken.rows.sentence)
+    repeat = torch.arange(count, device=rows.limit.device).repeat_interleave(beam_size)
+    state, memory = select_rows(taken.state, repeat), select_rows(taken.memory, repeat)
+    scores = torch.full((count, beam_size), float("-inf"), device=rows.limit.device)
+    scores[:, 0] = 0.0
+    beams = Beams(
+        sentence=rows.sentence,
+        position=rows.position,
+        limit=rows.limit,
+        scores=scores,
+        prev=rows.prev[:, None].expand(count, beam_size).contiguous(),
+        ended=torch.zeros_like(rows.limit),
+        best_ended=scores.new_full((count, nbest), float("-inf")),
+    )
+    return state, memory, beams
+
+
+def candidates(
+    scores: Tensor, logits: Tensor, eos_id: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The 2K best one-token extensions of a sentence's K beams, those ending in </s> last.
+
+    Args:
+        scores: (B_t, K) each beam's summed log-probability.
+        logits: (B_t, K, V) each beam's next-token logits.
+        eos_id: the end symbol.
+
+    Returns:
+        scores, parents (the beam each extends), tokens, and rank (the candidate's place in
+        best-first order, before </s> went last), each (B_t, 2K). Each beam has one </s>
+        extension, so at most K of the 2K end in </s>, and slots 0..K-1 never do (V >= 2).
+    """
+    beams, vocab = logits.shape[1:]
+    width = min(2 * beams, vocab)
+    # A sentence's 2K best extensions are among each beam's own 2K best, and a beam's
+    # ranking is its logits' ranking: only those K * 2K candidates get a log-probability,
+    # which spares a log_softmax and an addition over all K * V.
+    top, token = logits.topk(width, dim=2)  # (B_t, K, 2K)
+    largest = top[..., :1]  # (B_t, K, 1)
+    log_probs = top - largest - log_sum_exp_from(logits, largest)  # (B_t, K, 2K)
+    total = (scores.unsqueeze(2) + log_probs).flatten(1)  # (B_t, K * 2K)
+    best, index = total.topk(min(2 * beams, total.size(1)), dim=1)  # (B_t, 2K) best first
+    tokens = token.flatten(1).gather(1, index)
+    rank = torch.sort((tokens == eos_id).int(), dim=1, stable=True).indices  # </s> last
+    return best.gather(1, rank), (index // width).gather(1, rank), tokens.gather(1, rank), rank
+
+
+def advance(
+    beams: Beams, length: Tensor, cand: Tensor, tokens: Tensor, ends: Tensor, ended: Tensor
+) -> Beams:
+    """The bookkeeping after a step: the K best candidates (slots 0..K-1, none of them
+    </s>) live on, and the ended ones count and compete for the n-best.
+
+    Args:
+        beams: the bookkeeping before the step.
+        length: (B_t,) the candidates' lengths, the next step's position.
+        cand, tokens: (B_t, 2K) the candidates' scores and last tokens.
+        ends: (B_t, 2K) bool, the candidates that end a hypothesis.
+        ended: (B_t, 2K) their score / lp, -inf where they do not end.
+
+    Returns:
+        The `Beams` of the next step.
+    """
+    K, nbest = beams.scores.size(1), beams.best_ended.size(1)
+    best_ended = torch.cat([beams.best_ended.to(ended), ended], dim=1).topk(nbest, dim=1)[0]
+    return beams._replace(
+        position=length,
+        scores=cand[:, :K],
+        prev=tokens[:, :K],
+        ended=beams.ended + ends.sum(dim=1),
+        best_ended=best_ended,
+    )
+
+
+def cannot_improve(beams: Beams, lp: Tensor, alpha: float) -> Tensor:
+    """(B_t,) bool: whether a sentence's nbest-th ended hypothesis ranks at least as high
+    as its best live beam ever could (`beams` after the step, lp (B_t,) the current
+    length's penalty). Scores only fall as beams grow, and lp is monotone in the length, so
+    its largest value is at the current length or at the limit."""
+    lp_max = torch.maximum(length_penalty(beams.limit.to(lp), alpha), lp)
+    return beams.best_ended[:, -1] >= beams.scores[:, 0] / lp_max
+
+
+def parent_rows(parents: Tensor) -> Tensor:
+    """(B_t, K) the beam each kept candidate extends -> (B_t * K,) the rows of their states."""
+    sentences = torch.arange(len(parents), device=parents.device)[:, None]  # (B_t, 1)
+    return (sentences * parents.size(1) + parents).flatten()
+
+
+def backtrack(history: list[BeamStep], batch: int, nbest: int) -> list[list[Hypothesis]]:
+    """Each sentence's nbest best ended hypotheses, traced back through the parents.
+
+    Args:
+        history: every step of the search, in order.
+        batch: B, how many sentences were searched.
+        nbest: how many hypotheses per sentence.
+
+    Returns:
+        `beam_search`'s output: each sentence's hypotheses, best first.
+    """
+    steps = 1 + int(torch.cat([step.positions for step in history]).max())
+    ended = _stack(history, "ended", batch, steps, float("-inf"))  # (B, T, 2K)
+    tokens, parents = (_stack(history, f, batch, steps, 0) for f in ("tokens", "parents"))
+    attention = _stack(history, "attention", batch, steps, 0.0)  # (B, T, K, T_src) | None
+    best, where = ended.flatten(1).topk(nbest, dim=1)  # (B, nbest) over every (step, slot)
+    scores = _stack(history, "scores", batch, steps, 0.0).flatten(1).gather(1, where)
+    last, slot = where // ended.size(2), where % ended.size(2)  # (B, nbest) step, slot
+    trace, weights = _follow(tokens, parents, attention, last, slot)
+    found, lengths, scores = (best > float("-inf")).tolist(), (last + 1).tolist(), scores.tolist()
+    return [
+        [
+            Hypothesis(
+                tokens=trace[i][n][: lengths[i][n]],
+                score=scores[i][n],
+                attention=None if weights is None else weights[i, n, : lengths[i][n]],
+            )
+            for n in range(nbest)
+            if found[i][n]
+        ]
+        for i in range(batch)
+    ]
+
+
+def _stack(
+    history: list[BeamStep], field: str, batch: int, steps: int, fill: float
+) -> Tensor | None:
+    """One `BeamStep` field of every step as (B, steps, ...), each sentence's at its own
+    positions; positions a sentence never reached hold `fill`. Attention is padded to the
+    longest source."""
+    values = [getattr(step, field) for step in history]
+    if values[0] is None:
+        return None
+    if field == "attention":  # (B_t, K, T_src): sentences joined with longer sources
+        src_len = max(v.size(2) for v in values)
+        values = [torch.nn.functional.pad(v, (0, src_len - v.size(2))) for v in values]
+    out = values[0].new_full((batch, steps, *values[0].shape[1:]), fill)
+    for step, value in zip(history, values, strict=True):
+        out[step.sentences, step.positions] = value
+    return out
+
+
+def _follow(
+    tokens: Tensor, parents: Tensor, attention: Tensor | None, last: Tensor, slot: Tensor
+) -> tuple[list, Tensor | None]:
+    """Back from each hypothesis' last step and slot through the parents.
+
+    Args:
+        tokens, parents: (B, T, 2K) every step's, as `_stack` lays them out.
+        attention: (B, T, K, T_src) or None.
+        last, slot: (B, nbest) each hypothesis' last step and its slot there.
+
+    Returns:
+        the tokens (B, nbest, T) as lists and the attention (B, nbest, T, T_src) or None;
+        entries past a hypothesis' last step are to be cut.
+    """
+    sentence = torch.arange(len(slot), device=slot.device)[:, None]  # (B, 1)
+    trace, weights = [], []
+    for t in reversed(range(tokens.size(1))):
+        trace.append(tokens[sentence, t, slot])  # (B, nbest)
+        parent = parents[sentence, t, slot]  # (B, nbest)
+        if attention is not None:
+            weights.append(attention[sentence, t, parent])  # (B, nbest, T_src)
+        slot = torch.where(t <= last, parent, slot)
+    trace = torch.stack(trace[::-1], dim=2).tolist()  # (B, nbest, T)
+    return trace, torch.stack(weights[::-1], dim=2) if weights else None

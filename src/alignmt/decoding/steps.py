@@ -1,0 +1,58 @@
+"""What greedy and beam search share below their loops: the step function they run, what
+they make of one step's output, and the hypothesis they return.
+
+A step's logits become log-probabilities only where search needs them, from the largest
+logit that search finds anyway (`log_sum_exp_from`); under autocast they are first brought
+to float32 (`full_precision`), so that summed scores rank as they do without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+# step(prev (N,) int64, state, memory) -> (logits (N, V), new state, alpha (N, T_src) or None)
+StepFn = Callable[[Tensor, Any, Any], tuple[Tensor, Any, "Tensor | None"]]
+
+
+@dataclass
+class Hypothesis:
+    tokens: list[int]  # output ids; ends with eos_id unless the length limit stopped it
+    score: float  # sum of the tokens' log-probabilities
+    attention: Tensor | None  # (len(tokens), src_len) alpha of each output token; None: vanilla
+
+
+def full_precision(tensor: Tensor | None) -> Tensor | None:
+    """`tensor` in float32 at least.
+
+    A step's bfloat16 logits and attention (autocast's) become float32, so that
+    log-probabilities sum and rank as they do without autocast.
+
+    Args:
+        tensor: a step's logits or attention, or None.
+
+    Returns:
+        float32 and float64 tensors as they are, lower precisions in float32; None for None.
+    """
+    if tensor is None:
+        return None
+    return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
+
+
+def log_sum_exp_from(logits: Tensor, largest: Tensor) -> Tensor:
+    """log sum_v exp(logits_v - largest), with `largest` the logits' max that search has
+    already found: torch.logsumexp finds it again, and on a 64 x 7,865 step this is over
+    twice as fast.
+
+    Args:
+        logits: (..., V) a step's logits.
+        largest: (..., 1) their max over V.
+
+    Returns:
+        (..., 1); a token's log-probability is its logit - largest - this.
+    """
+    return (logits - largest).exp_().sum(dim=-1, keepdim=True).log_()
