@@ -35,8 +35,14 @@ def start_chromium(width: int = 1400, height: int = 1100) -> Any:
         raise BrowserUnavailable(f"selenium is not installed ({error})") from error
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                 f"--window-size={width},{height}", "--force-device-scale-factor=1"):  # fmt: skip
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        f"--window-size={width},{height}",
+        "--force-device-scale-factor=1",
+    ):
         options.add_argument(flag)
     try:
         return webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
@@ -110,8 +116,10 @@ class Explorer:
             "if (m) document.getElementById('model').value = m;"
             "document.getElementById('other').value = o;"
             "document.getElementById('go').click()",
-            sentence, model, other,
-        )  # fmt: skip
+            sentence,
+            model,
+            other,
+        )
 
     def key(self, name: str) -> None:
         """Press a key on the page ("ArrowRight", "ArrowLeft")."""
@@ -154,15 +162,17 @@ class Explorer:
             "const p = document.querySelectorAll('.panel')[arguments[0]];"
             "[...p.querySelectorAll('.topk li')].find((li) => li.dataset.token === arguments[1])"
             ".click()",
-            index, token,
-        )  # fmt: skip
+            index,
+            token,
+        )
 
     def override(self, source: int, index: int = 0) -> None:
         self.act(
             "document.querySelectorAll('.panel')[arguments[0]]"
             ".querySelectorAll(':scope > .source > .src')[arguments[1]].click()",
-            index, source,
-        )  # fmt: skip
+            index,
+            source,
+        )
 
     def open_beam(self, index: int = 0) -> dict[str, Any]:
         """Open the beam panel (which searches) and say what it drew."""

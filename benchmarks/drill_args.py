@@ -13,50 +13,44 @@
 A case held when the command returned 1 or 2 with an "error:" line that names the file, the
 flag or the key at fault, without raising, and (flags and overrides) before any work began:
 loading a model, training or serving count as work, and are replaced by a tripwire here.
-It returns {"tried": N, "held": N, "failures": [...]}, as every drill does.
+It returns a `drill_common.Tally` result: {"tried": N, "held": N, "failures": [...]}.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import random
 import shutil
 import struct
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from unittest import mock
 
 import yaml
+from benchmarks.drill_common import WorkStarted, commands, outcome, run_cli
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from alignmt import cli
-
 BAD_VALUES = ["-1", "0", "nan", "inf", "1e999", "abc", ""]
 ALLOWED = {("demo", "--seed"): {"-1", "0"}}  # any integer seeds a run
-BAD_OVERRIDES = ["train.steps=0", "train.lr=nan", "train.save_every=-1", "model.dropout=1.5",
-                 "train.minutes=inf", "data.max_len=-3", "train.batch_size=2.5"]  # fmt: skip
-KEPT = 20
+BAD_OVERRIDES = [
+    "train.steps=0",
+    "train.lr=nan",
+    "train.save_every=-1",
+    "model.dropout=1.5",
+    "train.minutes=inf",
+    "data.max_len=-3",
+    "train.batch_size=2.5",
+]
 
 
-def outcome(problems: list[list[str]]) -> dict:
-    failures = [problem for found in problems for problem in found]
-    return {"tried": len(problems), "held": sum(not found for found in problems),
-            "failures": failures[:KEPT]}  # fmt: skip
-
-
-# --- what is done to a checkpoint ------------------------------------------------------------
+# --- what is done to a checkpoint -------------------------------------------------------------
 
 
 def _rewrite(path: Path, drop: tuple[str, ...] = (), **changes: str) -> None:
     with safe_open(str(path), framework="pt") as f:
         meta = dict(f.metadata())
-    tensors = load_file(str(path))
-    save_file(tensors, str(path),
-              metadata={k: v for k, v in (meta | changes).items() if k not in drop})  # fmt: skip
+    kept = {k: v for k, v in (meta | changes).items() if k not in drop}
+    save_file(load_file(str(path)), str(path), metadata=kept)
 
 
 def _newer(path: Path) -> None:
@@ -86,38 +80,7 @@ CHECKPOINT_FAULTS: dict[str, Callable[[Path], None]] = {
 }
 
 
-# --- running the command line here -----------------------------------------------------------
-
-
-class WorkStarted(Exception):
-    """A command went past its checks to real work."""
-
-
-def run_cli(argv: list[str], stdin: str = "", *, tripwires: bool = False) -> tuple[int, str]:
-    """`alignmt ARGV` in this process: (status, stderr). With `tripwires`, loading a model,
-    training and serving raise `WorkStarted`; serving never starts a server either way."""
-    err = io.StringIO()
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(contextlib.redirect_stderr(err))
-        stack.enter_context(contextlib.redirect_stdout(io.TextIOWrapper(io.BytesIO())))
-        stack.enter_context(
-            mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
-        )
-        stack.enter_context(mock.patch("uvicorn.run", _trip))
-        if tripwires:
-            for owner, name in (("alignmt.cli", "load_checkpoint"), ("alignmt.cli", "train"),
-                                ("alignmt.cli", "run_demo"),
-                                ("alignmt.serve.registry", "load_models")):  # fmt: skip
-                stack.enter_context(mock.patch(f"{owner}.{name}", _trip))
-        try:
-            status = cli.main(argv)
-        except SystemExit as stop:
-            status = stop.code if isinstance(stop.code, int) else 1
-    return status, err.getvalue()
-
-
-def _trip(*args, **kwargs):
-    raise WorkStarted
+# --- running the command line here ------------------------------------------------------------
 
 
 def refused(argv: list[str], named: str, stdin: str = "", *, tripwires: bool = False) -> list[str]:
@@ -133,21 +96,27 @@ def refused(argv: list[str], named: str, stdin: str = "", *, tripwires: bool = F
     return []
 
 
-# --- the cases -------------------------------------------------------------------------------
+# --- the cases --------------------------------------------------------------------------------
 
 
 def bad_inputs(workdir: Path, run_dir: Path) -> dict:
     """Every case above against copies of the trained corpus run `run_dir` (which must hold
     model.safetensors, last.safetensors and config.yaml, with its data where it says)."""
-    results = [_damaged(workdir / f"{i}", run_dir, fault, command)
-               for i, fault in enumerate(CHECKPOINT_FAULTS)
-               for command in ("translate", "evaluate", "serve", "resume")]  # fmt: skip
+    results = [
+        _damaged(workdir / f"{i}", run_dir, fault, command)
+        for i, fault in enumerate(CHECKPOINT_FAULTS)
+        for command in ("translate", "evaluate", "serve", "resume")
+    ]
     results += _mismatches(workdir / "mismatch", run_dir)
-    results += [refused([command, *positionals, f"{flag}={value}"], flag, tripwires=True)
-                for command, positionals, flag, value in _flag_cases(run_dir, workdir)]  # fmt: skip
+    results += [
+        refused([command, *positionals, f"{flag}={value}"], flag, tripwires=True)
+        for command, positionals, flag, value in _flag_cases(run_dir, workdir)
+    ]
     config = str(run_dir / "config.yaml")
-    results += [refused(["train", config, override, "--resume"], override.split("=")[0],
-                        tripwires=True) for override in BAD_OVERRIDES]  # fmt: skip
+    results += [
+        refused(["train", config, override, "--resume"], override.split("=")[0], tripwires=True)
+        for override in BAD_OVERRIDES
+    ]
     return outcome(results)
 
 
@@ -167,9 +136,11 @@ def _damaged(folder: Path, run_dir: Path, fault: str, command: str) -> list[str]
         return _named(refused(["train", str(config), "--resume"], str(copy)), fault)
     text = copy.parent / "src.txt"
     text.write_text("the cat\n")
-    argv = {"translate": ["translate", str(copy)],
-            "evaluate": ["evaluate", str(copy), "--src", str(text), "--ref", str(text)],
-            "serve": ["serve", str(copy)]}[command]  # fmt: skip
+    argv = {
+        "translate": ["translate", str(copy)],
+        "evaluate": ["evaluate", str(copy), "--src", str(text), "--ref", str(text)],
+        "serve": ["serve", str(copy)],
+    }[command]
     return _named(refused(argv, str(copy), stdin="the cat\n"), fault)
 
 
@@ -192,8 +163,7 @@ def _mismatches(folder: Path, run_dir: Path) -> list[list[str]]:
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(run_dir, copy)
     config = _config_for(copy)
-    wider = refused(["train", str(config), "--resume", "model.dec_hidden=128"],
-                    "model.dec_hidden")  # fmt: skip
+    wider = refused(["train", str(config), "--resume", "model.dec_hidden=128"], "model.dec_hidden")
     stored = yaml.safe_load(config.read_text())
     data = folder / "data"
     data.mkdir()
@@ -210,12 +180,16 @@ def _flag_cases(run_dir: Path, workdir: Path) -> Iterator[tuple[str, list[str], 
     """(command, its positional arguments, a numeric flag, a bad value) for every numeric
     flag of every command, read from the parser itself."""
     page = workdir / "page.html"
-    positionals = {"demo": [], "train": [], "translate": [str(run_dir)],
-                   "evaluate": [str(run_dir)], "compare": [str(run_dir)],
-                   "serve": [str(run_dir)],
-                   "explore": [str(run_dir), "--input", str(run_dir / "config.yaml"),
-                               "--out", str(page)]}  # fmt: skip
-    for command, parser in _subparsers().items():
+    positionals = {
+        "demo": [],
+        "train": [],
+        "translate": [str(run_dir)],
+        "evaluate": [str(run_dir)],
+        "compare": [str(run_dir)],
+        "serve": [str(run_dir)],
+        "explore": [str(run_dir), "--input", str(run_dir / "config.yaml"), "--out", str(page)],
+    }
+    for command, parser in commands().items():
         for action in parser._actions:
             if not action.option_strings or not _numeric(action):
                 continue
@@ -223,12 +197,6 @@ def _flag_cases(run_dir: Path, workdir: Path) -> Iterator[tuple[str, list[str], 
             for value in BAD_VALUES:
                 if value not in ALLOWED.get((command, flag), set()):
                     yield command, positionals[command], flag, value
-
-
-def _subparsers() -> dict[str, argparse.ArgumentParser]:
-    parser = cli.build_parser()
-    [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    return dict(commands.choices)
 
 
 def _numeric(action: argparse.Action) -> bool:
@@ -239,6 +207,6 @@ def _numeric(action: argparse.Action) -> bool:
     return (
         action.type in (int, float)
         or numeric_default
-        or getattr(action.type, "__name__", "")
-        in ("_positive", "_positive_list", "_length_range", "_seconds", "_port")
+        or getattr(action.type, "__name__", "").lstrip("_")
+        in ("positive", "positive_list", "length_range", "seconds", "port")
     )

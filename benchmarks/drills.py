@@ -1,17 +1,19 @@
 """Reliability drills: faults sent at alignmt, many times each, and whether its promises held.
 
     python benchmarks/drills.py                  # every drill at full count (about 10 minutes)
-    python benchmarks/drills.py --only kills     # one drill (see DRILLS)
+    python benchmarks/drills.py --only kills     # one drill (see `drills`)
     python benchmarks/drills.py --scale 0.1      # a tenth of each count
 
 Each drill sends its faults, checks what alignmt promises after each, and reports how many
 were tried and how many held; the table it prints is docs/reliability.md's. The drills
-themselves live in drill_runs.py (kills, signals, disks, non-finite updates), drill_args.py
-(bad run folders and arguments), drill_inputs.py (corpora and translate input from the wild)
-and drill_server.py (the server under attack); tests/ runs each with a few faults. Every
-process a drill starts is bounded in time. Run from the repository root, with nothing else
-using the CPU (the kills draw their moments from the time an uninterrupted run takes).
-Needs root for the full-tmpfs case of `disks` (it is skipped otherwise, and says so).
+themselves live in drill_runs.py (kills, signals), drill_faults.py (disks, non-finite
+updates), drill_args.py (bad run folders and arguments), drill_inputs.py (corpora and
+translate input from the wild, written by drill_texts.py) and drill_server.py (the server
+under attack, with requests from drill_requests.py); each returns a `drill_common.Tally`
+result, and tests/ runs each with a few faults. Every process a drill starts is bounded in
+time. Run from the repository root, with nothing else using the CPU (the kills draw their
+moments from the time an uninterrupted run takes). Needs root for the full-tmpfs case of
+`disks` (it is skipped otherwise, and says so).
 """
 
 from __future__ import annotations
@@ -19,17 +21,19 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import drill_args
-import drill_inputs
-import drill_runs
-import drill_server
+# Run as a script, this file's folder is on the path but not the repository root, from
+# which the drills import each other (as `benchmarks.drill_common`, ...).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from alignmt.training.loop import train
+from benchmarks import drill_args, drill_faults, drill_inputs, drill_runs, drill_server
+
+from alignmt.training.run import train
 
 
 def drills(scale: float, workdir: Path, run_dir: Path) -> dict[str, tuple[str, Callable]]:
@@ -39,29 +43,47 @@ def drills(scale: float, workdir: Path, run_dir: Path) -> dict[str, tuple[str, C
         return max(1, round(full * scale))
 
     return {
-        "kills": (f"{n(20)} SIGKILLs, reversal task",
-                  lambda: drill_runs.kills(workdir / "kills", n(20))),
-        "kills_corpus": (f"{n(20)} SIGKILLs, corpus with validation",
-                         lambda: drill_runs.kills(workdir / "kills_corpus", n(20), corpus=True)),
-        "kills_torchrun": (f"{n(10)} SIGKILLs of one of 2 torchrun processes",
-                           lambda: drill_runs.kills(workdir / "kills_ddp", n(10), nproc=2,
-                                                    corpus=True)),
-        "signals": (f"{n(10)} SIGTERM / SIGINT",
-                    lambda: drill_runs.signals(workdir / "signals", n(10))),
-        "disks": ("checkpoint writes into /dev/full, a full tmpfs, a read-only folder",
-                  lambda: drill_runs.disks(workdir / "disks")),
-        "nonfinite": (f"{n(20)} NaN / inf losses and gradients, and a streak",
-                      lambda: drill_runs.nonfinite(workdir / "nonfinite", n(20))),
-        "corpora": (f"{n(200)} fuzzed corpora",
-                    lambda: drill_inputs.corpora(workdir / "corpora", n(200))),
-        "translate": (f"translate {n(10_000):,} fuzzed lines",
-                      lambda: drill_inputs.translations(run_dir, workdir / "translate",
-                                                        n(10_000))),
-        "bad_inputs": ("damaged checkpoints x 4 commands, resume mismatches, bad flags",
-                       lambda: drill_args.bad_inputs(workdir / "bad_inputs", run_dir)),
-        "server": (f"{n(10_000):,} fuzzed requests, {n(20)} slow clients",
-                   lambda: drill_server.server(run_dir, n(10_000), n(20))),
-    }  # fmt: skip
+        "kills": (
+            f"{n(20)} SIGKILLs, reversal task",
+            lambda: drill_runs.kills(workdir / "kills", n(20)),
+        ),
+        "kills_corpus": (
+            f"{n(20)} SIGKILLs, corpus with validation",
+            lambda: drill_runs.kills(workdir / "kills_corpus", n(20), corpus=True),
+        ),
+        "kills_torchrun": (
+            f"{n(10)} SIGKILLs of one of 2 torchrun processes",
+            lambda: drill_runs.kills(workdir / "kills_ddp", n(10), nproc=2, corpus=True),
+        ),
+        "signals": (
+            f"{n(10)} SIGTERM / SIGINT",
+            lambda: drill_runs.signals(workdir / "signals", n(10)),
+        ),
+        "disks": (
+            "checkpoint writes into /dev/full, a full tmpfs, a read-only folder",
+            lambda: drill_faults.disks(workdir / "disks"),
+        ),
+        "nonfinite": (
+            f"{n(20)} NaN / inf losses and gradients, and a streak",
+            lambda: drill_faults.nonfinite(workdir / "nonfinite", n(20)),
+        ),
+        "corpora": (
+            f"{n(200)} fuzzed corpora",
+            lambda: drill_inputs.corpora(workdir / "corpora", n(200)),
+        ),
+        "translate": (
+            f"translate {n(10_000):,} fuzzed lines",
+            lambda: drill_inputs.translations(run_dir, workdir / "translate", n(10_000)),
+        ),
+        "bad_inputs": (
+            "damaged checkpoints x 4 commands, resume mismatches, bad flags",
+            lambda: drill_args.bad_inputs(workdir / "bad_inputs", run_dir),
+        ),
+        "server": (
+            f"{n(10_000):,} fuzzed requests, {n(20)} slow clients",
+            lambda: drill_server.server(run_dir, n(10_000), n(20)),
+        ),
+    }
 
 
 def main() -> None:
@@ -80,10 +102,12 @@ def main() -> None:
             what, call = table[name]
             began = time.monotonic()
             result = call()
-            results[name] = {"what": what, "seconds": round(time.monotonic() - began, 1),
-                             **result}  # fmt: skip
-            print(f"{name}: {result['held']} of {result['tried']} held "
-                  f"({results[name]['seconds']} s)", flush=True)  # fmt: skip
+            results[name] = {"what": what, "seconds": round(time.monotonic() - began, 1), **result}
+            print(
+                f"{name}: {result['held']} of {result['tried']} held "
+                f"({results[name]['seconds']} s)",
+                flush=True,
+            )
             for failure in result["failures"]:
                 print(f"  {failure}", flush=True)
     finally:

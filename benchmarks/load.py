@@ -9,9 +9,11 @@ deployment. Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import itertools
 import json
+import socket
 import statistics
 import subprocess
 import sys
@@ -19,7 +21,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -118,7 +119,14 @@ def resident_bytes(pid: int) -> int:
     raise OSError(f"/proc/{pid}/status has no VmRSS line")
 
 
-@contextmanager
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with contextlib.closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
 def local_server(
     run_dirs: Sequence[str], port: int, *flags: str, start_seconds: float = 120.0
 ) -> Iterator[subprocess.Popen]:
@@ -126,11 +134,10 @@ def local_server(
     answers /healthz; stopped (SIGTERM) on leaving the block. If it exits at start-up, the
     error says why, from the end of its standard error."""
     with tempfile.TemporaryFile() as stderr:
+        command = ["alignmt", "serve", *map(str, run_dirs), "--port", str(port), *flags]
         server = subprocess.Popen(
-            [sys.executable, "-m", "alignmt", "serve", *map(str, run_dirs), "--port",
-             str(port), *flags],
-            stdout=subprocess.DEVNULL, stderr=stderr,
-        )  # fmt: skip
+            [sys.executable, "-m", *command], stdout=subprocess.DEVNULL, stderr=stderr
+        )
         try:
             _wait_until_up(server, port, start_seconds, stderr)
             yield server

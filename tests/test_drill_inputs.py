@@ -52,8 +52,8 @@ def test_a_utf16_file_is_refused_at_its_first_line(tmp_path):
 def test_a_carriage_return_that_ends_no_line_is_refused_naming_file_line_and_column(tmp_path):
     # Classic Mac line ends: read as text, this TSV would be one pair, "Hi." silently lost.
     mac = write_file(tmp_path / "mac.tsv", "Go.\tVa !\rHi.\tSalut !\r")
-    with pytest.raises(CorpusError, match=r"mac\.tsv:1: a carriage return that ends no line "
-                                          r"at column 9"):  # fmt: skip
+    message = r"mac\.tsv:1: a carriage return that ends no line at column 9"
+    with pytest.raises(CorpusError, match=message):
         read_tsv(mac)
     stray = write_file(tmp_path / "a.en", "one\r\ntw\ro\r\n")
     with pytest.raises(CorpusError, match=r"a\.en:2: a carriage return .* at column 3"):
@@ -68,8 +68,9 @@ def test_stdin_to_translate_keeps_nul_bytes_and_lone_carriage_returns():
 
 def test_a_file_of_a_byte_order_mark_alone_has_no_lines(tmp_path):
     # What an editor saves for an empty file "with BOM": its partner, empty, has no line either.
-    pairs, report = read_parallel(write_file(tmp_path / "a.en", b"\xef\xbb\xbf"),
-                                  write_file(tmp_path / "a.de.gz", b""))  # fmt: skip
+    pairs, report = read_parallel(
+        write_file(tmp_path / "a.en", b"\xef\xbb\xbf"), write_file(tmp_path / "a.de.gz", b"")
+    )
     assert (pairs, report.read) == ([], 0)
     assert read_lines(write_file(tmp_path / "b.en", b"\xef\xbb\xbf\n")) == [""]
     assert input_lines(io.BytesIO(b"\xef\xbb\xbf")) == []
@@ -95,8 +96,14 @@ def test_a_tsv_line_with_more_or_fewer_fields_than_the_first_is_refused(
 
 
 def _config(prefix: Path, tokenizer: str) -> DataConfig:
-    return DataConfig(task="corpus", train=str(prefix), tokenizer=tokenizer, spm_vocab_size=50,
-                      cache=False, workers=1)  # fmt: skip
+    return DataConfig(
+        task="corpus",
+        train=str(prefix),
+        tokenizer=tokenizer,
+        spm_vocab_size=50,
+        cache=False,
+        workers=1,
+    )
 
 
 @pytest.mark.parametrize("tokenizer", ["moses", "sentencepiece"])
@@ -130,8 +137,8 @@ def test_a_side_sentencepiece_cannot_learn_is_refused_naming_the_corpus(tmp_path
 
 def test_translate_writes_utf8_where_the_locale_cannot_hold_the_output(toy_run, monkeypatch):
     lines = ["the big cat sleeps", "", "a dog runs"]
-    expected = [hyps[0].text for hyps in Translator.from_checkpoint(
-        load_checkpoint(toy_run)).with_beam(1).translate(lines)]  # fmt: skip
+    translator = Translator.from_checkpoint(load_checkpoint(toy_run)).with_beam(1)
+    expected = [hyps[0].text for hyps in translator.translate(lines)]
     assert any(not text.isascii() for text in expected)  # "schläft", "läuft", "großer"
     stdout = io.TextIOWrapper(io.BytesIO(), encoding="ascii")  # as in an ASCII locale
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("\n".join(lines).encode())))

@@ -12,7 +12,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from benchmarks.drill_server import Case, case, send, server
+from benchmarks.drill_requests import Case, case
+from benchmarks.drill_server import send, server
 from torch import nn
 
 from alignmt.cli import main

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from benchmarks import drill_args, drill_runs
+from benchmarks import drill_args, drill_faults, drill_runs
 
-from alignmt.training.loop import train
+from alignmt.training.run import train
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +22,9 @@ def corpus_run(tmp_path_factory) -> Path:
 def test_the_drills_see_a_run_that_ended_otherwise_and_a_command_that_was_not_refused(
     tmp_path, corpus_run
 ):
+    faster = drill_runs.reverse_config(tmp_path / "b", steps=20, lr=1e-2)
     one = train(drill_runs.reverse_config(tmp_path / "a", steps=20), progress=False).run_dir
-    other = train(drill_runs.reverse_config(tmp_path / "b", steps=20, lr=1e-2),
-                  progress=False).run_dir  # fmt: skip
+    other = train(faster, progress=False).run_dir
     assert drill_runs.differences(one, one) == []
     assert any("model.safetensors" in d for d in drill_runs.differences(one, other))
     assert any("metrics.jsonl" in d for d in drill_runs.differences(one, other))
@@ -39,13 +39,13 @@ def test_bad_run_folders_and_arguments_are_refused_with_a_message(tmp_path, corp
 
 
 def test_non_finite_losses_and_gradients_are_skipped_counted_and_stopped(tmp_path):
-    result = drill_runs.nonfinite(tmp_path, count=4, seed=3)
+    result = drill_faults.nonfinite(tmp_path, count=4, seed=3)
     assert result == {"tried": 5, "held": 5, "failures": []}
 
 
 @pytest.mark.slow
 def test_a_full_or_read_only_disk_keeps_the_last_checkpoint_and_says_where(tmp_path):
-    result = drill_runs.disks(tmp_path, mounts=False)  # /dev/full and read-only, no root
+    result = drill_faults.disks(tmp_path, mounts=False)  # /dev/full and read-only, no root
     assert result == {"tried": 2, "held": 2, "failures": []}
 
 
