@@ -144,7 +144,7 @@ def toy_corpus_config(folder: Path, **train):
 @pytest.fixture(scope="session")
 def toy_run(tmp_path_factory) -> Path:
     """A run folder trained until it translates the toy corpus (a few seconds)."""
-    from alignmt.training.loop import train
+    from alignmt.training.run import train
 
     folder = tmp_path_factory.mktemp("toy")
     train(toy_corpus_config(folder, steps=300, eval_every=100), progress=False)
@@ -175,11 +175,9 @@ class Killed(Exception):
 def train_killed_at(cfg, step: int, monkeypatch) -> None:
     """Train `cfg` until its `step`-th training step raises `Killed`, as a kill would; then
     put the real training step back, so that the caller can resume."""
-    import importlib
+    from alignmt.training import loop as module
+    from alignmt.training.run import train
 
-    module = importlib.import_module(
-        "alignmt.training.loop"
-    )  # the package re-exports train() as .train
     real_step, calls = module.train_step, [0]
 
     def dies(*args, **kwargs):
@@ -190,7 +188,7 @@ def train_killed_at(cfg, step: int, monkeypatch) -> None:
 
     monkeypatch.setattr(module, "train_step", dies)
     with pytest.raises(Killed):
-        module.train(cfg, progress=False)
+        train(cfg, progress=False)
     monkeypatch.setattr(module, "train_step", real_step)
 
 

@@ -163,7 +163,7 @@ def test_a_model_without_attention_cannot_align():
 @pytest.fixture(scope="module")
 def reversal_models(tmp_path_factory):
     """An untrained and a briefly trained attention model for string reversal (seconds)."""
-    from alignmt.training.loop import train
+    from alignmt.training.run import train
 
     run = tmp_path_factory.mktemp("reverse")
     cfg = load_config(

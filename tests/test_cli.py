@@ -77,6 +77,24 @@ def test_a_trained_run_folder_translates_stdin_line_by_line(tmp_path, capsys, mo
             assert f"argument {flag}" in capsys.readouterr().err
 
 
+def test_translate_refuses_an_over_long_line_by_number_before_translating_any(
+    toy_run, capsys, monkeypatch
+):
+    monkeypatch.setattr("alignmt.decoding.translator.Translator.translate_tokens", _no_decoding)
+    monkeypatch.setattr("sys.stdin", stdin("a dog\n" + "dog " * 201 + "\nthe cat\n"))
+    assert main(["translate", str(toy_run)]) == 2
+    said = capsys.readouterr()
+    assert said.out == ""  # nothing translated, nothing dropped
+    assert "stdin:2: 201 source tokens, over --max-source-tokens 200" in said.err
+    monkeypatch.setattr("sys.stdin", stdin("a dog runs\nthe cat\n"))
+    assert main(["translate", str(toy_run), "--max-source-tokens", "2"]) == 2
+    assert "stdin:1: 3 source tokens, over --max-source-tokens 2" in capsys.readouterr().err
+
+
+def _no_decoding(*args, **kwargs):
+    pytest.fail("decoding started before the input was checked")
+
+
 def test_translating_a_folder_without_a_model_names_it(tmp_path, capsys):
     assert main(["translate", str(tmp_path)]) == 2
     assert str(tmp_path) in capsys.readouterr().err
@@ -186,7 +204,9 @@ def test_bad_heatmap_lines_are_refused_before_the_test_set_is_translated(
     with pytest.raises(SystemExit) as usage:
         main([*argv, "abc"])
     assert usage.value.code == 2 and "argument --heatmaps" in capsys.readouterr().err
-    monkeypatch.setattr("alignmt.cli.evaluate.evaluate_run", lambda *args: pytest.fail("translated"))
+    monkeypatch.setattr(
+        "alignmt.cli.evaluate.evaluate_run", lambda *args: pytest.fail("translated")
+    )
     assert main([*argv, "2,9"]) == 2
     assert "--heatmaps: the test set has 4 lines, not 9" in capsys.readouterr().err
 

@@ -9,7 +9,7 @@ import pytest
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import load_config
 from alignmt.text.corpus import CorpusError
-from alignmt.training.loop import train
+from alignmt.training.run import train
 from tests.conftest import needs_shared_data
 
 # A tiny model, six steps and a 300-pair slice: enough to show that each config trains

@@ -20,7 +20,7 @@ from alignmt.checkpoint.format import snapshot_steps
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
 from alignmt.decoding.translator import Translator
-from alignmt.training.loop import train
+from alignmt.training.run import train
 from tests.conftest import LEXICON
 
 pytestmark = [

@@ -25,7 +25,8 @@ from safetensors.torch import load_file
 from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig, dump_config
 from alignmt.training.batches import Progress
 from alignmt.training.distributed import World, check_resume
-from alignmt.training.loop import TrainingError, train
+from alignmt.training.loop import TrainingError
+from alignmt.training.run import train
 from tests.conftest import toy_corpus_config
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from alignmt.cli import main
 from alignmt.serve.app import create_app
 from alignmt.serve.page import precompute, self_contained
 from alignmt.serve.registry import load_models
-from alignmt.training.loop import train
+from alignmt.training.run import train
 from tests.conftest import toy_corpus_config, vanilla_twin
 
 SENTENCE = "the big dog sleeps now"

@@ -103,7 +103,10 @@ print(json.dumps(sorted(sys.modules)))
 def _run(script: str, argument: object, src: Path = SRC) -> object:
     env = {**os.environ, "PYTHONPATH": str(src)}
     done = subprocess.run(
-        [sys.executable, "-c", script, json.dumps(argument)], capture_output=True, text=True, env=env
+        [sys.executable, "-c", script, json.dumps(argument)],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -111,7 +114,8 @@ def _run(script: str, argument: object, src: Path = SRC) -> object:
 
 def _layer_violations(src: Path = SRC) -> list[str]:
     found = _run(_CHECK_LAYERS, LAYERS, src)
-    unplaced = [n for n in found["modules"] if not any(n.startswith(p) for l in LAYERS for p in l)]
+    prefixes = [prefix for layer in LAYERS for prefix in layer]
+    unplaced = [n for n in found["modules"] if not any(n.startswith(p) for p in prefixes)]
     assert not unplaced, f"modules in no layer: {unplaced}"
     return found["bad"]
 

@@ -16,7 +16,7 @@ from alignmt.checkpoint.rundir import RunFolderError, WriteError
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
 from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
-from alignmt.training.loop import train
+from alignmt.training.run import train
 from tests.conftest import toy_corpus_config
 
 
@@ -101,9 +101,7 @@ def test_a_damaged_metrics_line_before_the_last_is_named(tmp_path):
 def test_the_clock_kept_at_a_checkpoint_counts_the_validation_before_it(tmp_path, monkeypatch):
     import importlib
 
-    module = importlib.import_module(
-        "alignmt.training.loop"
-    )  # the package re-exports train() as .train
+    module = importlib.import_module("alignmt.training.loop")
     real = module.validate
 
     def slow_validate(*args, **kwargs):

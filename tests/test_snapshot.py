@@ -12,7 +12,7 @@ from alignmt.config import Config, ConfigError, DataConfig, ModelConfig, TrainCo
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.tasks import ALPHABET
 from alignmt.text.vocab import Vocab
-from alignmt.training.loop import train
+from alignmt.training.run import train
 from tests.conftest import train_killed_at
 
 

@@ -17,8 +17,8 @@ from alignmt.model.batch import Batch
 from alignmt.text.tasks import ALPHABET
 from alignmt.text.vocab import Vocab
 from alignmt.training.distributed import Objective
-from alignmt.training.loop import train
 from alignmt.training.optim import lr_factor, train_step
+from alignmt.training.run import train
 from tests.conftest import padded_batch, tiny_model, toy_corpus_config, train_killed_at
 
 
@@ -51,9 +51,7 @@ def test_a_time_budget_moves_the_cosine_along_by_whichever_is_further_steps_or_s
 
 
 def test_training_stops_when_its_minutes_are_up_with_the_rate_annealed(tmp_path, monkeypatch):
-    train_module = importlib.import_module(
-        "alignmt.training.loop"
-    )  # `alignmt.train` is the function
+    train_module = importlib.import_module("alignmt.training.loop")
     clock = [0.0]  # one second per update, so the budget is counted in steps
     real_step = train_module.train_step
 
@@ -196,7 +194,7 @@ def test_resuming_a_run_stopped_before_its_first_checkpoint_starts_it_from_step_
     cfg = tiny_config(tmp_path, steps=4, log_every=2)
     whole = train(cfg, progress=False, overwrite=True)
     (whole.run_dir / "last.safetensors").unlink()  # as if killed before writing one
-    with caplog.at_level(logging.WARNING, logger="alignmt.training.loop"):
+    with caplog.at_level(logging.WARNING, logger="alignmt.training.run"):
         resumed = train(cfg, progress=False, resume=True)
     assert "starting from step 0" in caplog.text
     assert resumed.steps == whole.steps and resumed.losses == whole.losses

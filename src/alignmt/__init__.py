@@ -42,7 +42,7 @@ _EXPORTS = {
     "Translation": "alignmt.decoding.translator",
     "Translator": "alignmt.decoding.translator",
     "corpus_scores": "alignmt.analysis.scores",
-    "train": "alignmt.training.loop",
+    "train": "alignmt.training.run",
 }
 
 __all__ = [  # the names of _EXPORTS, spelt out so that tools read them
@@ -75,7 +75,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing of this runs
     from alignmt.decoding.translator import Translation, Translator
     from alignmt.model.seq2seq import Seq2Seq
     from alignmt.text.vocab import Vocab
-    from alignmt.training.loop import train
+    from alignmt.training.run import train
 
 
 def __getattr__(name: str) -> Any:

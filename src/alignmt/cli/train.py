@@ -7,7 +7,8 @@ import argparse
 from alignmt.cli.flags import failed
 from alignmt.config import dump_config, load_config
 from alignmt.training.distributed import PeerLost
-from alignmt.training.loop import TrainingError, train
+from alignmt.training.loop import TrainingError
+from alignmt.training.run import train
 
 
 def run(args: argparse.Namespace) -> int:

@@ -40,7 +40,7 @@ from alignmt.model.batch import make_batch
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.tasks import ALPHABET, eval_set, source_positions
 from alignmt.text.vocab import EOS, Vocab
-from alignmt.training.loop import TrainResult, train
+from alignmt.training.run import TrainResult, train
 
 # Inputs drawn in the heatmap: the seed's words, and one longer than any training string.
 HEATMAP_WORDS = ("hello", "attention", "bahdanau", "jointlylearning")

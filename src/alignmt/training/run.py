@@ -1,0 +1,206 @@
+"""A training run: `train(cfg)` fits a Seq2Seq and writes a run directory.
+
+It claims the folder (a new run, `--resume` or `--overwrite`, decided alike on every
+process), prepares the data (in turn, when processes share a token cache), builds the model
+and optimizer, restores a resumed run's state, and hands over to `loop.Loop`.
+
+A run directory holds `model.safetensors` (the best model, or the last without validation),
+`last.safetensors` (the last model plus everything needed to resume: optimizer moments, RNG
+states of every process, position in the global batch order, schedule), `config.yaml`,
+`metrics.jsonl` and `curves.png` (`runlog`); with `snapshot_every` also
+`snapshots/step_NNNNNN.safetensors`, the weights at step 0, every N steps and the last step.
+Resuming replays nothing: it restores that state, so a killed and resumed run ends with the
+same weights (and snapshots) as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from alignmt.checkpoint.format import LAST, WEIGHTS, check_same_model
+from alignmt.checkpoint.rundir import RunFolderError, check_new_run, clear_run, write_text
+from alignmt.checkpoint.torch_io import (
+    load_weights,
+    restore_train_state,
+    set_rng_states,
+)
+from alignmt.config import Config, dump_config
+from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.prepare import Text, prepare_text
+from alignmt.text.vocab import Vocab
+from alignmt.training.batches import Progress
+from alignmt.training.distributed import (
+    World,
+    check_resume,
+    join,
+    leave,
+)
+from alignmt.training.loop import Loop
+from alignmt.training.optim import make_optimizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    model: Seq2Seq  # the best (or last) model, in eval mode
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    steps: list[int]  # the step at the end of each logged interval
+    losses: list[float]  # mean training loss over each interval
+    seconds: float  # wall time of the loop (model building and saving excluded)
+    evals: list[dict[str, float]] = field(default_factory=list)  # validation records
+    stopped_by: str | None = None  # "SIGTERM" or "SIGINT" when a signal ended the run
+    step: int = 0  # the step training ended at
+    main: bool = True  # False on the ranks > 0 of a distributed run, which record nothing
+
+
+def train(
+    cfg: Config, *, progress: bool | None = None, resume: bool = False, overwrite: bool = False
+) -> TrainResult:
+    """Train the model `cfg` describes and save it to `cfg.out_dir`.
+
+    Under torchrun, this process is one rank of a distributed run (see `distributed`).
+
+    Args:
+        cfg: the resolved configuration.
+        progress: draw progress bars; None draws them when stderr is a terminal.
+        resume: continue from `cfg.out_dir`/last.safetensors instead of starting afresh (from
+            step 0 when the run was stopped before it wrote one).
+        overwrite: start afresh in a folder that holds an earlier run, deleting its files;
+            without it (or `resume`) such a folder is refused with `RunFolderError`.
+
+    Returns:
+        The trained model, its vocabularies, the loss curve and the training time (on ranks
+        other than 0 the curve is empty: rank 0 keeps the record).
+    """
+    world, device = join(cfg.train.device, cfg.train.wait_minutes)
+    try:
+        return _train(cfg, world, device, progress, resume, overwrite)
+    finally:
+        leave(world)
+
+
+def _train(
+    cfg: Config,
+    world: World,
+    device: torch.device,
+    progress: bool | None,
+    resume: bool,
+    overwrite: bool,
+) -> TrainResult:
+    if not world.main:  # one voice: the others speak only of problems
+        logging.getLogger("alignmt").setLevel(logging.WARNING)
+    run_dir = Path(cfg.out_dir)
+    resume = claim_folder(run_dir, world, resume, overwrite)
+    seed_everything(cfg.seed)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+    text = prepare_in_turn(cfg, world, progress)
+    model = Seq2Seq.from_config(
+        cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
+    ).to(device)
+    optimizer = make_optimizer(model, cfg.train)
+    state = Progress(
+        task_rng=random.Random(cfg.seed).getstate(),
+        world_size=world.size,
+        accumulate=cfg.train.accumulate,
+    )
+    if world.rank:
+        torch.manual_seed(cfg.seed + world.rank)  # its own dropout masks; weights come from 0
+    if resume:
+        state = resume_state(run_dir, model, optimizer, world, cfg, text, device)
+    if world.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_text(run_dir / "config.yaml", dump_config(cfg))
+    loop = Loop(
+        cfg=cfg,
+        model=model,
+        optimizer=optimizer,
+        text=text,
+        state=state,
+        run_dir=run_dir,
+        world=world,
+        device=device,
+    )
+    seconds = loop.run(progress)
+    best = run_dir / WEIGHTS
+    if best.is_file() and text.valid:
+        model.load_state_dict(load_weights(best))
+    model.eval()
+    kept = loop.log  # rank 0's record; the other ranks keep none
+    logged, losses, evals = (kept.steps, kept.losses, kept.evals) if kept else ([], [], [])
+    return TrainResult(
+        run_dir=run_dir,
+        model=model,
+        src_vocab=text.src_vocab,
+        tgt_vocab=text.tgt_vocab,
+        steps=logged,
+        losses=losses,
+        seconds=seconds,
+        evals=evals,
+        stopped_by=loop.stopped_by,
+        step=state.step,
+        main=world.main,
+    )
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def prepare_in_turn(cfg: Config, world: World, progress: bool | None) -> Text:
+    """With the token cache, rank 0 prepares the data first (building the cache if there is
+    none) and the others then load it, instead of all building it at once; without it,
+    every process prepares its own copy."""
+    if world.main or not cfg.data.cache:
+        text = prepare_text(cfg.data, cfg.seed, progress=progress if world.main else False)
+    if cfg.data.cache:
+        world.wait_for_main()
+        if not world.main:
+            text = prepare_text(cfg.data, cfg.seed, progress=False)
+    return text
+
+
+def claim_folder(run_dir: Path, world: World, resume: bool, overwrite: bool) -> bool:
+    """Refuse a new run in a folder that holds another (on every process alike), or clear
+    it to overwrite; return whether there is a run to resume."""
+    problem = check_new_run(run_dir, resume=resume, overwrite=overwrite) if world.main else None
+    problem = world.broadcast(problem)
+    if problem:
+        raise RunFolderError(problem)
+    if overwrite and world.main:
+        clear_run(run_dir)
+    if resume and not (run_dir / LAST).is_file():
+        log.warning(
+            "%s holds no %s (stopped before its first checkpoint): starting from step 0",
+            run_dir,
+            LAST,
+        )
+        return False
+    return resume
+
+
+def resume_state(
+    run_dir: Path,
+    model: Seq2Seq,
+    optimizer: torch.optim.Optimizer,
+    world: World,
+    cfg: Config,
+    text: Text,
+    device: torch.device,
+) -> Progress:
+    check_same_model(run_dir / LAST, cfg, text.src_vocab, text.tgt_vocab)
+    saved, rngs = restore_train_state(run_dir / LAST, model, optimizer)
+    check_resume(saved, world, cfg.train.accumulate, str(run_dir))
+    if world.rank < len(rngs):
+        set_rng_states(rngs[world.rank], device)
+    log.info("resuming %s at step %d", run_dir, saved["step"])
+    return Progress(**{**saved, "world_size": world.size, "accumulate": cfg.train.accumulate})
