@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from alignmt import reference as ref
-from alignmt.model.decoder import BahdanauDecoder, LuongDecoder, StackedCell, VanillaDecoder
+from alignmt.model.cell import StackedCell
+from alignmt.model.decoder import BahdanauDecoder, LuongDecoder, VanillaDecoder
 from tests.conftest import ARCHITECTURES, arch_id, padded_batch, tiny_model
 from tests.test_attention import reference_scores
 
@@ -67,9 +68,18 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n):
     score = lambda s, H: reference_scores(decoder.attention, s, H)  # noqa: E731
     if isinstance(decoder, LuongDecoder):
         logits, hs, cs, feed, alpha = ref.luong_step(
-            y, hs, cs, feed, H, mask, score, stack_weights(decoder.rnn),
-            numpy(decoder.W_c.weight), numpy(decoder.proj.weight), numpy(decoder.proj.bias),
-        )  # fmt: skip
+            y,
+            hs,
+            cs,
+            feed,
+            H,
+            mask,
+            score,
+            stack_weights(decoder.rnn),
+            numpy(decoder.W_c.weight),
+            numpy(decoder.proj.weight),
+            numpy(decoder.proj.bias),
+        )
         return logits, hs, cs, feed, alpha
     logits, hs, cs, alpha = ref.bahdanau_step(
         y, hs, cs, H, mask, score, stack_weights(decoder.rnn), readout_weights(decoder)
@@ -77,16 +87,29 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n):
     return logits, hs, cs, None, alpha
 
 
-CASES = [(arch, "none") for arch in ARCHITECTURES] + [
-    (dict(rnn=rnn, bidirectional=True, layers=2, attention=a, order="bahdanau"), readout)
-    for rnn in ("gru", "lstm")
-    for a in ("additive", "none")
-    for readout in ("tanh", "maxout")
-] + [
-    (dict(rnn=rnn, bidirectional=False, layers=1, attention="none", order="bahdanau",
-          context="init_only"), "tanh")
-    for rnn in ("gru", "lstm")
-]  # fmt: skip
+CASES = (
+    [(arch, "none") for arch in ARCHITECTURES]
+    + [
+        (dict(rnn=rnn, bidirectional=True, layers=2, attention=a, order="bahdanau"), readout)
+        for rnn in ("gru", "lstm")
+        for a in ("additive", "none")
+        for readout in ("tanh", "maxout")
+    ]
+    + [
+        (
+            dict(
+                rnn=rnn,
+                bidirectional=False,
+                layers=1,
+                attention="none",
+                order="bahdanau",
+                context="init_only",
+            ),
+            "tanh",
+        )
+        for rnn in ("gru", "lstm")
+    ]
+)
 
 
 @pytest.mark.parametrize("arch,readout", CASES, ids=[f"{arch_id(a)}-{r}" for a, r in CASES])

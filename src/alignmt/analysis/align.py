@@ -273,9 +273,12 @@ def word_links(
     ]
     with translator.autocast():
         found = attention_links(
-            translator.model, pairs, translator.src_vocab, translator.tgt_vocab,
+            translator.model,
+            pairs,
+            translator.src_vocab,
+            translator.tgt_vocab,
             batch_size=batch_size,
-        )  # fmt: skip
+        )
     return [
         {(s.word_of[i], r.word_of[j]) for i, j in links}
         for s, r, links in zip(sources, references, found, strict=True)
@@ -345,8 +348,13 @@ def eflomal_reference_links(
     learns on. `progress` is told each stage as it starts."""
     if not data.train:
         raise ValueError("--reference-aligner: the run's config names no data.train")
-    pairs = read_split(data.train, src_lang=data.src_lang, tgt_lang=data.tgt_lang,
-                       swap=data.tsv_swap, what="data.train")  # fmt: skip
+    pairs = read_split(
+        data.train,
+        src_lang=data.src_lang,
+        tgt_lang=data.tgt_lang,
+        swap=data.tsv_swap,
+        what="data.train",
+    )
     progress(f"tokenizing the {len(pairs):,} pairs of {data.train}")
     train_src = [sentence_words(translator.src_tokenizer, p.src).words for p in pairs]
     train_ref = [sentence_words(translator.tgt_tokenizer, p.tgt).words for p in pairs]

@@ -15,9 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
+from alignmt.analysis.align import AlignmentScore, Link, alignment_error_rate
 from alignmt.decoding.search import decode
 from alignmt.model.batch import Batch, make_batch
+from alignmt.model.decoder import DecoderOutput
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.tasks import eval_set, source_positions
 from alignmt.text.vocab import Vocab
@@ -56,24 +59,70 @@ def score_task(
         seed: the evaluation seed (independent of the training seed's stream).
         max_len_ratio, max_len_offset: greedy decoding's length limit.
     """
-    model.eval()
     pairs = eval_set(task, length, n, seed)
-    device = next(model.parameters()).device
-    batch = make_batch([(vocab.encode(s), vocab.encode(t)) for s, t in pairs], vocab, vocab)
-    batch = batch.to(device)
-    out = model(batch.src, batch.src_len, batch.tgt_in)
+    batch, out = _teacher_forced(model, vocab, pairs)
     predicted = out.logits[:, :length].argmax(dim=-1)  # (n, L)
     token_accuracy = (predicted == batch.tgt_out[:, :length]).float().mean().item()
-
     alignment = None
-    if out.attention is not None:
-        expected = torch.tensor([source_positions(task, s) for s, _ in pairs], device=device)
-        attended = out.attention[:, :length].argmax(dim=-1)  # (n, L)
-        alignment = (attended == expected).float().mean().item()
-
+    if out.attention is not None:  # one link each side per character: recall is the share
+        score = alignment_error_rate(argmax_links(out.attention, length), gold_links(task, pairs))
+        alignment = score.recall
     return TaskScores(
         length, token_accuracy, exact_match(model, batch, max_len_ratio, max_len_offset), alignment
     )
+
+
+@torch.no_grad()
+def alignment_score(
+    model: Seq2Seq, vocab: Vocab, task: str, lengths: tuple[int, ...], n: int, seed: int
+) -> AlignmentScore:
+    """Precision, recall and AER (Och & Ney 2003) of the teacher-forced argmax α against the
+    gold alignment: each output character's one sure link to the source position it comes
+    from (`</s>` left out on both sides). With one link per character on both sides,
+    precision = recall = 1 - AER = the share of positions whose argmax is the right one.
+
+    Args:
+        model: a model with attention.
+        vocab: its character vocabulary (source and target share it).
+        task: "reverse", "copy" or "sort".
+        lengths: source lengths; `n` evaluation strings of each.
+        n: strings per length.
+        seed: the evaluation seed.
+    """
+    hyps: list[set[Link]] = []
+    sures: list[set[Link]] = []
+    for length in lengths:
+        pairs = eval_set(task, length, n, seed)
+        hyps += argmax_links(_teacher_forced(model, vocab, pairs)[1].attention, length)
+        sures += gold_links(task, pairs)
+    return alignment_error_rate(hyps, sures)
+
+
+def argmax_links(attention: Tensor, length: int) -> list[set[Link]]:
+    """Each sentence's links (source, output) from the argmax α of its first `length` outputs.
+
+    Args:
+        attention: (n, T_tgt, T_src) teacher-forced attention weights.
+        length: output characters to link (the target's </s> is left out).
+    """
+    attended = attention[:, :length].argmax(dim=-1).tolist()  # (n, L)
+    # α_ij: output i attends to source j; a link is (source, output), as Pharaoh's
+    return [{(j, i) for i, j in enumerate(row)} for row in attended]
+
+
+def gold_links(task: str, pairs: list[tuple[str, str]]) -> list[set[Link]]:
+    """Each pair's exact alignment: output character i comes from `source_positions`[i]."""
+    return [{(j, i) for i, j in enumerate(source_positions(task, src))} for src, _ in pairs]
+
+
+def _teacher_forced(
+    model: Seq2Seq, vocab: Vocab, pairs: list[tuple[str, str]]
+) -> tuple[Batch, DecoderOutput]:
+    model.eval()
+    device = next(model.parameters()).device
+    batch = make_batch([(vocab.encode(s), vocab.encode(t)) for s, t in pairs], vocab, vocab)
+    batch = batch.to(device)
+    return batch, model(batch.src, batch.src_len, batch.tgt_in)
 
 
 def exact_match(model: Seq2Seq, batch: Batch, max_len_ratio: float, max_len_offset: int) -> float:

@@ -21,7 +21,8 @@ from torch import Tensor
 
 from alignmt.decoding.packed import packed_linears
 from alignmt.decoding.search import BeamStep, StepFn, beam_steps, full_precision
-from alignmt.model.decoder import DecoderState, Memory
+from alignmt.model.cell import DecoderState
+from alignmt.model.decoder import Memory
 from alignmt.model.seq2seq import Seq2Seq
 
 

@@ -29,16 +29,15 @@ from typing import Any
 import torch
 from matplotlib.figure import Figure
 
-from alignmt.analysis.align import AlignmentScore, Link, alignment_error_rate
+from alignmt.analysis.align import AlignmentScore
 from alignmt.analysis.plot import attention_grid, loss_curves, save_png
-from alignmt.analysis.task_scores import TaskScores, score_task
+from alignmt.analysis.task_scores import TaskScores, alignment_score, score_task
 from alignmt.checkpoint.format import SNAPSHOTS, snapshot_steps
 from alignmt.checkpoint.torch_io import load_snapshot
 from alignmt.config import Config
 from alignmt.decoding.search import decode
-from alignmt.model.batch import make_batch
 from alignmt.model.seq2seq import Seq2Seq
-from alignmt.text.tasks import ALPHABET, eval_set, source_positions
+from alignmt.text.tasks import ALPHABET
 from alignmt.text.vocab import EOS, Vocab
 from alignmt.training.run import TrainResult, train
 
@@ -85,31 +84,49 @@ def run_demo(
     runs = {name: _train(c, progress) for name, c in configs.items()}
     scores = {
         name: [
-            score_task(run.model, run.src_vocab, cfg.data.task, length, n=samples, seed=EVAL_SEED,
-                       max_len_ratio=cfg.search.max_len_ratio,
-                       max_len_offset=cfg.search.max_len_offset)
+            score_task(
+                run.model,
+                run.src_vocab,
+                cfg.data.task,
+                length,
+                n=samples,
+                seed=EVAL_SEED,
+                max_len_ratio=cfg.search.max_len_ratio,
+                max_len_offset=cfg.search.max_len_offset,
+            )
             for length in eval_lengths
         ]
         for name, run in runs.items()
-    }  # fmt: skip
+    }
     alignment = {
-        name: alignment_score(runs[name].model, runs[name].src_vocab, cfg.data.task, aligned,
-                              samples)
+        name: alignment_score(
+            runs[name].model, runs[name].src_vocab, cfg.data.task, aligned, samples, EVAL_SEED
+        )
         for name in ORDERS
-    }  # fmt: skip
+    }
     sharpening = {
-        name: sharpening_curve(runs[name].run_dir, cfg.data.task, aligned, samples,
-                               device=_device(runs[name].model))
+        name: sharpening_curve(
+            runs[name].run_dir, cfg.data.task, aligned, samples, device=_device(runs[name].model)
+        )
         for name in ORDERS
-    }  # fmt: skip
+    }
     sharpened_at = {name: first_sharp(curve) for name, curve in sharpening.items()}
-    table = "\n\n".join([
-        format_table(scores, cfg),
-        format_alignment(alignment, aligned, samples, cfg),
-        format_sharpening(sharpening, aligned, configs["attention"].train.snapshot_every, cfg),
-    ])  # fmt: skip
-    result = DemoResult(table, {name: run.seconds for name, run in runs.items()}, scores,
-                        alignment, sharpening, sharpened_at, files={})  # fmt: skip
+    table = "\n\n".join(
+        [
+            format_table(scores, cfg),
+            format_alignment(alignment, aligned, samples, cfg),
+            format_sharpening(sharpening, aligned, configs["attention"].train.snapshot_every, cfg),
+        ]
+    )
+    result = DemoResult(
+        table,
+        {name: run.seconds for name, run in runs.items()},
+        scores,
+        alignment,
+        sharpening,
+        sharpened_at,
+        files={},
+    )
     result.files = write_outputs(Path(cfg.out_dir), runs, result, aligned, cfg)
     return result
 
@@ -137,13 +154,19 @@ def demo_configs(cfg: Config) -> dict[str, Config]:
     every = cfg.train.snapshot_every or max(1, cfg.train.steps // SNAPSHOTS_PER_RUN)
     snapshotted = replace(cfg, train=replace(cfg.train, snapshot_every=every))
     configs = {
-        "vanilla": replace(cfg, model=replace(cfg.model, attention="none"),
-                           train=replace(cfg.train, snapshot_every=0),
-                           out_dir=str(out / "vanilla")),
-        **{name: replace(snapshotted, model=replace(cfg.model, order=order),
-                         out_dir=str(out / name))
-           for name, order in ORDERS.items()},
-    }  # fmt: skip
+        "vanilla": replace(
+            cfg,
+            model=replace(cfg.model, attention="none"),
+            train=replace(cfg.train, snapshot_every=0),
+            out_dir=str(out / "vanilla"),
+        ),
+        **{
+            name: replace(
+                snapshotted, model=replace(cfg.model, order=order), out_dir=str(out / name)
+            )
+            for name, order in ORDERS.items()
+        },
+    }
     size = len(Vocab(ALPHABET))
     for config in configs.values():  # fail now (luong has no readout), not after a training
         Seq2Seq.from_config(config.model, src_vocab=size, tgt_vocab=size)
@@ -162,38 +185,6 @@ def in_distribution(eval_lengths: tuple[int, ...], cfg: Config) -> tuple[int, ..
 
 
 @torch.no_grad()
-def alignment_score(
-    model: Seq2Seq, vocab: Vocab, task: str, lengths: tuple[int, ...], n: int
-) -> AlignmentScore:
-    """Precision, recall and AER of the teacher-forced argmax α against the gold alignment:
-    each output character's one sure link to the source position it comes from (`</s>`
-    left out on both sides). With one link per character on both sides, precision = recall
-    = 1 - AER = the share of positions whose argmax is the right one.
-
-    Args:
-        model: a model with attention.
-        vocab: its character vocabulary (source and target share it).
-        task: "reverse", "copy" or "sort".
-        lengths: source lengths; `n` evaluation strings of each (seed `EVAL_SEED`).
-        n: strings per length.
-    """
-    model.eval()
-    device = next(model.parameters()).device
-    hyps: list[set[Link]] = []
-    sures: list[set[Link]] = []
-    for length in lengths:
-        pairs = eval_set(task, length, n, EVAL_SEED)
-        batch = make_batch([(vocab.encode(s), vocab.encode(t)) for s, t in pairs], vocab, vocab)
-        batch = batch.to(device)
-        attention = model(batch.src, batch.src_len, batch.tgt_in).attention  # (n, T_tgt, T_src)
-        attended = attention[:, :length].argmax(dim=-1).tolist()  # (n, L)
-        for (src, _), row in zip(pairs, attended, strict=True):
-            # α_ij: output i attends to source j; a link is (source, output), as Pharaoh's
-            hyps.append({(j, i) for i, j in enumerate(row)})
-            sures.append({(j, i) for i, j in enumerate(source_positions(task, src))})
-    return alignment_error_rate(hyps, sures)
-
-
 def sharpening_curve(
     run_dir: Path, task: str, lengths: tuple[int, ...], n: int, device: torch.device | str = "cpu"
 ) -> list[tuple[int, float]]:
@@ -203,7 +194,7 @@ def sharpening_curve(
     curve = []
     for step in snapshot_steps(run_dir):
         snapshot = load_snapshot(run_dir, step, device=device)
-        score = alignment_score(snapshot.model, snapshot.src_vocab, task, lengths, n)
+        score = alignment_score(snapshot.model, snapshot.src_vocab, task, lengths, n, EVAL_SEED)
         curve.append((step, score.recall))
     return curve
 
@@ -253,8 +244,10 @@ def format_alignment(
     """Alignment error rate per decoder order, as a markdown table with its note."""
     lines = ["| decoder order | AER | precision | recall |", "|---|---:|---:|---:|"]
     for name, score in alignment.items():
-        lines.append(f"| {ORDER_NAME[ORDERS[name]]} | {_percent(score.aer)} | "
-                     f"{_percent(score.precision)} | {_percent(score.recall)} |")  # fmt: skip
+        lines.append(
+            f"| {ORDER_NAME[ORDERS[name]]} | {_percent(score.aer)} | "
+            f"{_percent(score.precision)} | {_percent(score.recall)} |"
+        )
     lines.append(
         f"\nAER (Och & Ney 2003) of the teacher-forced argmax α against the gold alignment, "
         f"each output character's link to its source position ({ALIGNMENT_NAME[cfg.data.task]}),"
@@ -265,9 +258,11 @@ def format_alignment(
 
 
 def format_sharpening(
-    sharpening: dict[str, list[tuple[int, float]]], lengths: tuple[int, ...], every: int,
+    sharpening: dict[str, list[tuple[int, float]]],
+    lengths: tuple[int, ...],
+    every: int,
     cfg: Config,
-) -> str:  # fmt: skip
+) -> str:
     """Exercise 37.3's answer: per decoder order, the first snapshot step at which attention
     is sharp, with the share there and at the snapshot before (the answer's resolution)."""
     when = []
@@ -275,8 +270,10 @@ def format_sharpening(
         step, order = first_sharp(curve), ORDERS[name]
         if step is None:
             best, share = max(curve, key=lambda point: point[1])
-            when.append(f"{order} order not within its {cfg.train.steps} steps "
-                        f"(at most {share:.1%}, at step {best})")  # fmt: skip
+            when.append(
+                f"{order} order not within its {cfg.train.steps} steps "
+                f"(at most {share:.1%}, at step {best})"
+            )
             continue
         k = [s for s, _ in curve].index(step)
         before = f", up from {curve[k - 1][1]:.1%} at step {curve[k - 1][0]}" if k else ""
@@ -289,9 +286,12 @@ def format_sharpening(
 
 
 def write_outputs(
-    out: Path, runs: dict[str, TrainResult], result: DemoResult, lengths: tuple[int, ...],
+    out: Path,
+    runs: dict[str, TrainResult],
+    result: DemoResult,
+    lengths: tuple[int, ...],
     cfg: Config,
-) -> dict[str, Path]:  # fmt: skip
+) -> dict[str, Path]:
     """Heatmaps, curves, the tables and the raw numbers; returns the paths by name."""
     attention = runs["attention"]
     panels = [
@@ -331,12 +331,18 @@ def results_json(
             name: {"order": ORDERS[name], **asdict(score)}
             for name, score in result.alignment.items()
         },
-        "sharpening": {"threshold": SHARP, **{
-            name: {"steps": [step for step, _ in curve], "share": [share for _, share in curve],
-                   "sharpened_at": result.sharpened_at[name]}
-            for name, curve in result.sharpening.items()
-        }},
-    }  # fmt: skip
+        "sharpening": {
+            "threshold": SHARP,
+            **{
+                name: {
+                    "steps": [step for step, _ in curve],
+                    "share": [share for _, share in curve],
+                    "sharpened_at": result.sharpened_at[name],
+                }
+                for name, curve in result.sharpening.items()
+            },
+        },
+    }
 
 
 def sharpening_plot(sharpening: dict[str, list[tuple[int, float]]], cfg: Config) -> Figure:

@@ -39,9 +39,11 @@ def sequence_loss(
             vocabulary (Szegedy et al. 2016), as in `F.cross_entropy`.
     """
     return F.cross_entropy(
-        logits.flatten(0, 1), targets.flatten(), ignore_index=pad_id,
+        logits.flatten(0, 1),
+        targets.flatten(),
+        ignore_index=pad_id,
         label_smoothing=label_smoothing,
-    )  # fmt: skip
+    )
 
 
 def linear_cross_entropy(

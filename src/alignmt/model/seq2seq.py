@@ -20,10 +20,10 @@ import torch
 from torch import Tensor, nn
 
 from alignmt.config import ModelConfig
+from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import (
     BahdanauDecoder,
     DecoderOutput,
-    DecoderState,
     LuongDecoder,
     Memory,
     VanillaDecoder,
