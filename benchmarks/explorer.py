@@ -123,15 +123,19 @@ def report(args, timings: list[dict], size: int, opened_ms: float) -> None:
     kinds: dict[str, list[float]] = {}
     for t in timings:
         kinds.setdefault(t["kind"], []).append(t["ms"])
-    print(f"\n{args.run_dir}, {args.sentences} sentences of {Path(args.src).name}, "
-          "headless Chromium, ms from the click to the frame that shows the result\n")  # fmt: skip
+    print(
+        f"\n{args.run_dir}, {args.sentences} sentences of {Path(args.src).name}, "
+        "headless Chromium, ms from the click to the frame that shows the result\n"
+    )
     print("| interaction | n | median | p95 | max | ≤ 200 ms |")
     print("|---|---:|---:|---:|---:|---|")
     for kind, ms in kinds.items():
         p95 = statistics.quantiles(ms, n=20, method="inclusive")[-1] if len(ms) > 1 else ms[0]
         met = "yes" if max(ms) <= TARGET_MS else f"no: {sum(m > TARGET_MS for m in ms)} over"
-        print(f"| {kind} | {len(ms)} | {statistics.median(ms):.1f} | {p95:.1f} | "
-              f"{max(ms):.1f} | {met} |")  # fmt: skip
+        print(
+            f"| {kind} | {len(ms)} | {statistics.median(ms):.1f} | {p95:.1f} | "
+            f"{max(ms):.1f} | {met} |"
+        )
     print(
         f"\nstatic page, {STATIC_SENTENCES} sentences: {size / 1e6:.2f} MB (target < 2 MB); "
         f"opened from its file with the network off, it showed the first in {opened_ms:.0f} ms"

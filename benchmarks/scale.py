@@ -54,12 +54,15 @@ print(json.dumps({"seconds": time.perf_counter() - start, "pairs": len(text.trai
 def write_corpus(prefix: Path, pairs: int, join: float, seed: int) -> float:
     """PREFIX.en and PREFIX.de of `pairs` synthetic pairs; returns the seconds it took."""
     start = time.perf_counter()
-    base = read_split(str(MULTI30K / "train"), src_lang="en", tgt_lang="de", swap=False,
-                      what="Multi30k train")  # fmt: skip
+    base = read_split(
+        str(MULTI30K / "train"), src_lang="en", tgt_lang="de", swap=False, what="Multi30k train"
+    )
     rng = random.Random(seed)
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{prefix}.en", "w", buffering=1 << 24) as en, \
-            open(f"{prefix}.de", "w", buffering=1 << 24) as de:  # fmt: skip
+    with (
+        open(f"{prefix}.en", "w", buffering=1 << 24) as en,
+        open(f"{prefix}.de", "w", buffering=1 << 24) as de,
+    ):
         for start_row in range(0, pairs, 100_000):
             rows = [_pair(base, rng, join) for _ in range(min(100_000, pairs - start_row))]
             en.write("".join(src + "\n" for src, _ in rows))  # one large write per block
@@ -80,8 +83,9 @@ def measured(command: list[str], env: dict[str, str], log: Path) -> tuple[int, f
     largest waited-for descendant (wait4), and its stdout."""
     start = time.perf_counter()
     with open(log, "w") as stderr:
-        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=stderr,
-                                   cwd=REPO, text=True)  # fmt: skip
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=stderr, cwd=REPO, text=True
+        )
         stdout = process.stdout.read()
         _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
@@ -89,8 +93,12 @@ def measured(command: list[str], env: dict[str, str], log: Path) -> tuple[int, f
 
 
 def data_overrides(prefix: Path) -> list[str]:
-    return [f"data.train={prefix}", f"data.valid={MULTI30K / 'val'}",
-            "data.tokenizer=sentencepiece", "data.spm_vocab_size=8000"]  # fmt: skip
+    return [
+        f"data.train={prefix}",
+        f"data.valid={MULTI30K / 'val'}",
+        "data.tokenizer=sentencepiece",
+        "data.spm_vocab_size=8000",
+    ]
 
 
 def prepare(prefix: Path, env: dict[str, str], log: Path) -> dict:
@@ -104,19 +112,33 @@ def prepare(prefix: Path, env: dict[str, str], log: Path) -> dict:
 
 def train(prefix: Path, env: dict, run: Path, args, *, processes: int) -> dict | None:
     """Train from the cache; tokens/s and peak RSS, or None when the run failed."""
-    overrides = [*data_overrides(prefix), f"out_dir={run}", f"train.steps={args.steps}",
-                 f"train.log_every={args.log_every}", "train.minutes=0", "train.eval_every=0",
-                 f"train.threads={2 // processes}"]  # fmt: skip
+    overrides = [
+        *data_overrides(prefix),
+        f"out_dir={run}",
+        f"train.steps={args.steps}",
+        f"train.log_every={args.log_every}",
+        "train.minutes=0",
+        "train.eval_every=0",
+        f"train.threads={2 // processes}",
+    ]
     launcher = [sys.executable, "-m", "alignmt"]
     if processes > 1:
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    f"--nproc-per-node={processes}", "-m", "alignmt"]  # fmt: skip
+        launcher = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={processes}",
+            "-m",
+            "alignmt",
+        ]
     shutil.rmtree(run, ignore_errors=True)
     log = run.parent / f"{run.name}.log"
     status, seconds, rss, _ = measured([*launcher, "train", str(CONFIG), *overrides], env, log)
     if status:
-        print(f"training with {processes} process(es) failed ({status}); see {log}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"training with {processes} process(es) failed ({status}); see {log}", file=sys.stderr
+        )
         return None
     return {"tokens_per_s": tokens_per_s(run, args, processes), "rss_mib": rss, "wall": seconds}
 

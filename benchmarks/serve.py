@@ -55,21 +55,45 @@ def main() -> None:
     batch_rate, ceiling, alone_ms = in_process(
         args.run_dir, sentences, single, args.clients, device, args.precision
     )
-    flags = ("--max-queue", str(max(1_024, args.clients * 2)), "--device", args.device,
-             "--precision", args.precision)  # fmt: skip
+    flags = (
+        "--max-queue",
+        str(max(1_024, args.clients * 2)),
+        "--device",
+        args.device,
+        "--precision",
+        args.precision,
+    )
     with local_server([args.run_dir], args.port, *flags) as server:
         idle = run_load("127.0.0.1", args.port, single, clients=1, requests=len(single))
-        loaded = run_load("127.0.0.1", args.port, sentences, clients=args.clients,
-                          requests=args.requests, server_pid=server.pid, rss_every=200)  # fmt: skip
-        step = run_load("127.0.0.1", args.port, single, clients=1, requests=len(single),
-                        path="/v1/step", body=lambda s: {"sentence": s})  # fmt: skip
+        loaded = run_load(
+            "127.0.0.1",
+            args.port,
+            sentences,
+            clients=args.clients,
+            requests=args.requests,
+            server_pid=server.pid,
+            rss_every=200,
+        )
+        step = run_load(
+            "127.0.0.1",
+            args.port,
+            single,
+            clients=1,
+            requests=len(single),
+            path="/v1/step",
+            body=lambda s: {"sentence": s},
+        )
     report(args, batch_rate, ceiling, alone_ms, idle, loaded, step)
 
 
 def in_process(
-    run_dir: str, sentences: list[str], single: list[str], clients: int,
-    device: torch.device, precision: str,
-) -> tuple[float, float, float]:  # fmt: skip
+    run_dir: str,
+    sentences: list[str],
+    single: list[str],
+    clients: int,
+    device: torch.device,
+    precision: str,
+) -> tuple[float, float, float]:
     """Greedy sentences/s over all sentences with batch 64 and in groups of `clients`, and
     the median milliseconds of translating each of `single` alone, on `device` at
     `precision`."""
@@ -92,33 +116,47 @@ def in_process(
     return rate, ceiling, statistics.median(times)
 
 
-def report(args, batch_rate: float, ceiling: float, alone_ms: float, idle: LoadResult,
-           loaded: LoadResult, step: LoadResult) -> None:  # fmt: skip
+def report(
+    args,
+    batch_rate: float,
+    ceiling: float,
+    alone_ms: float,
+    idle: LoadResult,
+    loaded: LoadResult,
+    step: LoadResult,
+) -> None:
     for name, result in [("idle", idle), ("concurrent", loaded), ("step", step)]:
         if result.errors:
             print(f"{name}: {len(result.errors)} errors, first: {result.errors[0]}")
     rss = loaded.rss
     first, last = rss[min(rss)], rss[max(rss)]
-    print(f"model {args.run_dir}, {torch.get_num_threads()} torch threads in-process, device "
-          f"{args.device}, precision {args.precision}, torch {torch.__version__}\n")  # fmt: skip
+    print(
+        f"model {args.run_dir}, {torch.get_num_threads()} torch threads in-process, device "
+        f"{args.device}, precision {args.precision}, torch {torch.__version__}\n"
+    )
     print("| measure | value |\n| --- | ---: |")
     rows = [
         ("in-process greedy, batch 64, sentences/s", f"{batch_rate:,.1f}"),
-        (f"in-process, arrival order, groups of {args.clients}, sentences/s",
-         f"{ceiling:,.1f} ({ceiling / batch_rate:.0%})"),
+        (
+            f"in-process, arrival order, groups of {args.clients}, sentences/s",
+            f"{ceiling:,.1f} ({ceiling / batch_rate:.0%})",
+        ),
         (f"server, {args.clients} concurrent clients, sentences/s", f"{loaded.throughput:,.1f}"),
-        ("  share of in-process batch 64 (target >= 60%)",
-         f"{loaded.throughput / batch_rate:.0%}"),
+        ("  share of in-process batch 64 (target >= 60%)", f"{loaded.throughput / batch_rate:.0%}"),
         (f"  share of groups of {args.clients}", f"{loaded.throughput / ceiling:.0%}"),
         ("  latency p50 / p95 / p99, ms", _percentiles(loaded)),
-        (f"  server RSS after {min(rss)} / {max(rss)} requests, MiB",
-         f"{first / 2**20:,.0f} / {last / 2**20:,.0f} ({last / first - 1:+.1%})"),
-        (f"in-process, one sentence alone, median ms ({len(idle.latencies)} sentences)",
-         f"{alone_ms:.1f}"),
+        (
+            f"  server RSS after {min(rss)} / {max(rss)} requests, MiB",
+            f"{first / 2**20:,.0f} / {last / 2**20:,.0f} ({last / first - 1:+.1%})",
+        ),
+        (
+            f"in-process, one sentence alone, median ms ({len(idle.latencies)} sentences)",
+            f"{alone_ms:.1f}",
+        ),
         ("idle server, one sentence, p50 ms", f"{idle.percentile(50):.1f}"),
         ("  ratio to in-process (target <= 2x)", f"{idle.percentile(50) / alone_ms:.2f}x"),
         ("/v1/step, one sentence, p50 / p95 / p99 ms (target p95 < 100)", _percentiles(step)),
-    ]  # fmt: skip
+    ]
     for name, value in rows:
         print(f"| {name} | {value} |")
 

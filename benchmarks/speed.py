@@ -51,17 +51,37 @@ def matched_config(steps: int, device: str, precision: str = "float32") -> Confi
     training under autocast at `precision`."""
     return Config(
         model=ModelConfig(
-            rnn="gru", emb_dim=256, enc_hidden=256, bidirectional=True, dec_hidden=512,
-            attention="additive", attn_dim=512, init="bridge", readout="tanh",
-            readout_dim=512, dropout=0.2,
+            rnn="gru",
+            emb_dim=256,
+            enc_hidden=256,
+            bidirectional=True,
+            dec_hidden=512,
+            attention="additive",
+            attn_dim=512,
+            init="bridge",
+            readout="tanh",
+            readout_dim=512,
+            dropout=0.2,
         ),
         data=DataConfig(
-            task="corpus", train=f"{MULTI30K}/train", test=f"{MULTI30K}/test_2016_flickr",
-            tokenizer="moses", lowercase=True, min_freq=2,
+            task="corpus",
+            train=f"{MULTI30K}/train",
+            test=f"{MULTI30K}/test_2016_flickr",
+            tokenizer="moses",
+            lowercase=True,
+            min_freq=2,
         ),
-        train=TrainConfig(steps=steps, batch_size=64, lr=1e-3, clip_norm=1.0,
-                          schedule="constant", device=device, precision=precision, threads=2),
-    )  # fmt: skip
+        train=TrainConfig(
+            steps=steps,
+            batch_size=64,
+            lr=1e-3,
+            clip_norm=1.0,
+            schedule="constant",
+            device=device,
+            precision=precision,
+            threads=2,
+        ),
+    )
 
 
 @dataclass
@@ -133,8 +153,9 @@ def decoding_profile(model, search: Callable, batches) -> dict[str, float]:
         for hook in hooks:
             hook.remove()
     linears = sum(v for k, v in seconds.items() if k.startswith("decoder."))
-    profile = {k: v for k, v in sorted(seconds.items(), key=lambda kv: -kv[1])
-               if k.startswith("decoder.")}  # fmt: skip
+    profile = {
+        k: v for k, v in sorted(seconds.items(), key=lambda kv: -kv[1]) if k.startswith("decoder.")
+    }
     profile["rest of the decoder step"] = seconds["decode_step"] - linears
     profile["encoder"] = seconds["encode"]
     profile["search around the step"] = total - seconds["decode_step"] - seconds["encode"]
@@ -270,13 +291,18 @@ def matmul_gflops(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    parser.add_argument("--precision", default="float32", choices=PRECISIONS,
-                        help="bfloat16: train and decode under autocast")  # fmt: skip
+    parser.add_argument(
+        "--precision",
+        default="float32",
+        choices=PRECISIONS,
+        help="bfloat16: train and decode under autocast",
+    )
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--interval", type=int, default=50)
-    parser.add_argument("--profile", action="store_true",
-                        help="also print where the decoding time goes")  # fmt: skip
+    parser.add_argument(
+        "--profile", action="store_true", help="also print where the decoding time goes"
+    )
     args = parser.parse_args()
     keep_freed_memory()
     cfg = matched_config(args.steps, args.device, args.precision)
@@ -284,8 +310,9 @@ def main() -> None:
     device = pick_device(args.device)
     seed_everything(cfg.seed)
     text = prepare_text(cfg.data, cfg.seed)
-    model = Seq2Seq.from_config(cfg.model, src_vocab=len(text.src_vocab),
-                                tgt_vocab=len(text.tgt_vocab)).to(device)  # fmt: skip
+    model = Seq2Seq.from_config(
+        cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
+    ).to(device)
     params = sum(p.numel() for p in model.parameters())
     speed = measure_training(model, text, cfg, device, warmup=args.warmup, interval=args.interval)
     model.eval()
@@ -296,12 +323,18 @@ def main() -> None:
         "beam 5": lambda batches: beam_decode_batches(model, batches, width=64, **beam),
     }
     with torch.no_grad(), autocast(device, args.precision):
-        decoded = {name: measure_decoding(search, batches, device)
-                   for name, search in searches.items()}  # fmt: skip
-        profiles = {name: decoding_profile(model, search, batches)
-                    for name, search in searches.items()} if args.profile else {}  # fmt: skip
-        work = {name: decoding_flops(model, cfg.model, len(text.tgt_vocab), search, batches)
-                for name, search in searches.items()}  # fmt: skip
+        decoded = {
+            name: measure_decoding(search, batches, device) for name, search in searches.items()
+        }
+        profiles = (
+            {name: decoding_profile(model, search, batches) for name, search in searches.items()}
+            if args.profile
+            else {}
+        )
+        work = {
+            name: decoding_flops(model, cfg.model, len(text.tgt_vocab), search, batches)
+            for name, search in searches.items()
+        }
     src_len = statistics.mean(int(n) for _, lens in batches for n in lens)
     flops = train_flops_per_token(cfg.model, len(text.tgt_vocab), speed.src_per_tgt, src_len)
     gflops = matmul_gflops(device, getattr(torch, args.precision))
@@ -317,13 +350,18 @@ def main() -> None:
     )
     bleus = " / ".join(f"{bleu(out, order, pairs, text):.1f}" for _, out in decoded.values())
     rows = [
-        (f"training, target tokens/s (median of {args.interval}-step intervals after "
-         f"{args.warmup})", f"{speed.tokens_per_s:,.0f}"),
+        (
+            f"training, target tokens/s (median of {args.interval}-step intervals after "
+            f"{args.warmup})",
+            f"{speed.tokens_per_s:,.0f}",
+        ),
         ("training peak RSS", f"{speed.peak_rss_mib:,.0f} MiB"),
-        *((f"{name}, sentences/s (batch 64, median of 3)", f"{rate:,.1f}")
-          for name, (rate, _) in decoded.items()),
+        *(
+            (f"{name}, sentences/s (batch 64, median of 3)", f"{rate:,.1f}")
+            for name, (rate, _) in decoded.items()
+        ),
         (f"BLEU lc after {args.steps} steps, greedy / beam 5", bleus),
-    ]  # fmt: skip
+    ]
     print("| metric | alignmt |\n| --- | ---: |")
     for name, value in rows:
         print(f"| {name} | {value} |")
@@ -335,10 +373,13 @@ def main() -> None:
         f"matmul, {args.precision} 1024x512x8192: {gflops:.0f} GFLOP/s -> ceiling {ceiling:,.0f} "
         f"tokens/s; measured {speed.tokens_per_s / ceiling:.0%} of it"
     )
-    print(f"\ndecoding: forward matmul FLOPs of one pass, and the sentences/s that {gflops:.0f} "
-          "GFLOP/s would allow if nothing but these matmuls took time\n")  # fmt: skip
-    print("| search | GFLOP | ceiling, sentences/s | measured, share of it |\n| --- |"
-          + " ---: |" * 3)  # fmt: skip
+    print(
+        f"\ndecoding: forward matmul FLOPs of one pass, and the sentences/s that {gflops:.0f} "
+        "GFLOP/s would allow if nothing but these matmuls took time\n"
+    )
+    print(
+        "| search | GFLOP | ceiling, sentences/s | measured, share of it |\n| --- |" + " ---: |" * 3
+    )
     for name, flops in work.items():
         most = len(pairs) / (flops / (gflops * 1e9))
         print(f"| {name} | {flops / 1e9:,.0f} | {most:,.0f} | {decoded[name][0] / most:.0%} |")

@@ -23,10 +23,16 @@ ARCHITECTURES = [
     for attention, order in [(a, "bahdanau") for a in ATTENTIONS]
     + [("general", "luong"), ("dot", "luong"), ("none", "bahdanau")]
 ] + [  # the vanilla decoder that sees the source only through s_0 (Sutskever et al. 2014)
-    dict(rnn=rnn, bidirectional=False, layers=2, attention="none", order="bahdanau",
-         context="init_only")
+    dict(
+        rnn=rnn,
+        bidirectional=False,
+        layers=2,
+        attention="none",
+        order="bahdanau",
+        context="init_only",
+    )
     for rnn in ("gru", "lstm")
-]  # fmt: skip
+]
 
 
 def arch_id(arch: dict) -> str:
@@ -131,14 +137,17 @@ def toy_corpus_config(folder: Path, **train):
     return Config(
         model=ModelConfig(emb_dim=24, enc_hidden=24, dec_hidden=48, attn_dim=24, dropout=0.1),
         data=DataConfig(
-            task="corpus", train=write_toy_corpus(folder / "data"), tokenizer="moses",
+            task="corpus",
+            train=write_toy_corpus(folder / "data"),
+            tokenizer="moses",
             valid=write_toy_corpus(folder / "data", "valid", n=30, seed=1),
         ),
-        train=TrainConfig(**{"steps": 30, "batch_size": 16, "log_every": 5, "eval_every": 10,
-                             "lr": 1e-2, **train}),
+        train=TrainConfig(
+            **{"steps": 30, "batch_size": 16, "log_every": 5, "eval_every": 10, "lr": 1e-2, **train}
+        ),
         search=SearchConfig(beam_size=3),
         out_dir=str(folder / "run"),
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="session")
@@ -161,10 +170,18 @@ def vanilla_twin(run: Path, folder: Path) -> Path:
     ckpt = load_checkpoint(run)
     cfg = replace(ckpt.config, model=replace(ckpt.config.model, attention="none"))
     torch.manual_seed(0)
-    model = Seq2Seq.from_config(cfg.model, src_vocab=len(ckpt.src_vocab),
-                                tgt_vocab=len(ckpt.tgt_vocab))  # fmt: skip
-    save_checkpoint(folder, model, cfg, ckpt.src_vocab, ckpt.tgt_vocab, 0,
-                    tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer))  # fmt: skip
+    model = Seq2Seq.from_config(
+        cfg.model, src_vocab=len(ckpt.src_vocab), tgt_vocab=len(ckpt.tgt_vocab)
+    )
+    save_checkpoint(
+        folder,
+        model,
+        cfg,
+        ckpt.src_vocab,
+        ckpt.tgt_vocab,
+        0,
+        tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer),
+    )
     return folder
 
 

@@ -81,9 +81,15 @@ def test_pharaoh_links_are_sure_with_a_dash_and_possible_with_a_question_mark_or
 
 @pytest.mark.parametrize(
     ("text", "problem"),
-    [("x-2", "not a link"), ("1:2", "not a link"), ("1-", "not a link"),
-     ("-1-2", "a negative index"), ("1--2", "a negative index"), ("1?-2", "a negative index")],
-)  # fmt: skip
+    [
+        ("x-2", "not a link"),
+        ("1:2", "not a link"),
+        ("1-", "not a link"),
+        ("-1-2", "a negative index"),
+        ("1--2", "a negative index"),
+        ("1?-2", "a negative index"),
+    ],
+)
 def test_a_malformed_link_is_an_error_naming_file_line_and_the_text(tmp_path, text, problem):
     gold = tmp_path / "gold.txt"
     gold.write_text(f"0-0\n0-1 {text} 1-1\n")
@@ -168,10 +174,18 @@ def reversal_models(tmp_path_factory):
     run = tmp_path_factory.mktemp("reverse")
     cfg = load_config(
         "configs/reverse.yaml",
-        ["train.steps=200", "train.lr=1e-2", "data.min_len=3", "data.max_len=6",
-         "model.emb_dim=16", "model.enc_hidden=32", "model.dec_hidden=64", "model.attn_dim=32",
-         f"out_dir={run}"],
-    )  # fmt: skip
+        [
+            "train.steps=200",
+            "train.lr=1e-2",
+            "data.min_len=3",
+            "data.max_len=6",
+            "model.emb_dim=16",
+            "model.enc_hidden=32",
+            "model.dec_hidden=64",
+            "model.attn_dim=32",
+            f"out_dir={run}",
+        ],
+    )
     train(cfg, progress=False)
     torch.manual_seed(3)
     size = len(Vocab(ALPHABET))
@@ -265,8 +279,10 @@ def test_evaluate_prints_precision_recall_and_aer_against_gold_links(toy_run, tm
     assert aer == pytest.approx(100 - 100 * (recall * 9 / 100 + precision * 12 / 100) / 21, abs=0.1)
     ckpt = load_checkpoint(toy_run)  # the same numbers as the library's, from the same files
     translator = Translator.from_checkpoint(ckpt)
-    cut = [[sentence_words(tok, line) for line in read_lines(path)]
-           for tok, path in ((ckpt.src_tokenizer, src), (ckpt.tgt_tokenizer, ref))]  # fmt: skip
+    cut = [
+        [sentence_words(tok, line) for line in read_lines(path)]
+        for tok, path in ((ckpt.src_tokenizer, src), (ckpt.tgt_tokenizer, ref))
+    ]
     expected = alignment_error_rate(word_links(translator, *cut), *read_alignments(gold))
     assert (precision, recall, aer) == tuple(
         round(100 * x, 1) for x in (expected.precision, expected.recall, expected.aer)

@@ -83,8 +83,12 @@ def test_the_cache_gives_the_same_batches_as_the_in_memory_path(tmp_path):
     assert isinstance(cached.train.src_ids.base, np.memmap)
     assert (cached.src_vocab, cached.tgt_vocab) == (in_memory.src_vocab, in_memory.tgt_vocab)
     for batch_tokens in (0, 60):
-        orders = [bucket_batches(text.train.lengths, batch_size=16, batch_tokens=batch_tokens,
-                                 rng=random.Random(3)) for text in (cached, in_memory)]  # fmt: skip
+        orders = [
+            bucket_batches(
+                text.train.lengths, batch_size=16, batch_tokens=batch_tokens, rng=random.Random(3)
+            )
+            for text in (cached, in_memory)
+        ]
         assert [b.tolist() for b in orders[0]] == [b.tolist() for b in orders[1]]
         assert [cached.train.pairs(b) for b in orders[0]] == [
             in_memory.train.pairs(b) for b in orders[1]
@@ -98,8 +102,9 @@ def test_the_arrays_hold_what_tokenising_and_the_vocabularies_give(tmp_path):
     tokens = [(text.tokenizers[0].encode(p.src), text.tokenizers[1].encode(p.tgt)) for p in pairs]
     assert text.src_vocab == Vocab.build([s for s, _ in tokens], min_freq=2)
     assert text.tgt_vocab == Vocab.build([t for _, t in tokens], min_freq=2)
-    assert everything(text.train) == [(text.src_vocab.encode(s), text.tgt_vocab.encode(t))
-                                for s, t in tokens]  # fmt: skip
+    assert everything(text.train) == [
+        (text.src_vocab.encode(s), text.tgt_vocab.encode(t)) for s, t in tokens
+    ]
 
 
 # --- Reuse and rebuilds -------------------------------------------------------------------
@@ -135,8 +140,17 @@ def test_new_contents_of_the_same_size_and_time_rebuild_the_cache(tmp_path):
     assert "hunt" in after.tgt_vocab.stoi and "hunt" not in before.tgt_vocab.stoi
 
 
-@pytest.mark.parametrize("change", ["lowercase=True", "max_tokens=4", "min_freq=3", "limit=50",
-                                    "max_len_ratio=2.0", "tokenizer=char"])  # fmt: skip
+@pytest.mark.parametrize(
+    "change",
+    [
+        "lowercase=True",
+        "max_tokens=4",
+        "min_freq=3",
+        "limit=50",
+        "max_len_ratio=2.0",
+        "tokenizer=char",
+    ],
+)
 def test_a_changed_setting_builds_a_new_cache_folder(tmp_path, change):
     cfg = corpus_config(tmp_path)
     prepare_text(cfg, seed=1)
@@ -283,8 +297,15 @@ def test_empty_over_long_and_lopsided_pairs_are_counted_and_located(tmp_path, ca
     pairs[2] = ("a " * 9 + "dog", "ein hund")  # 10 tokens: over max_tokens and lopsided
     pairs[3] = ("a red dog", "ein")  # 3 to 1: lopsided
     prefix = write_pairs(tmp_path / "data" / "train", [*pairs, ("the cat", "die katze")])
-    cfg = DataConfig(task="corpus", train=prefix, tokenizer="moses", workers=1, max_tokens=8,
-                     max_len_ratio=2.5, cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    cfg = DataConfig(
+        task="corpus",
+        train=prefix,
+        tokenizer="moses",
+        workers=1,
+        max_tokens=8,
+        max_len_ratio=2.5,
+        cache_dir=str(tmp_path / "cache"),
+    )
     for attempt in ("build", "hit"):
         caplog.clear()
         with caplog.at_level(logging.INFO):
@@ -297,9 +318,11 @@ def test_empty_over_long_and_lopsided_pairs_are_counted_and_located(tmp_path, ca
         assert "dropped 1 of 4 pairs with one side over 2.5 times" in caplog.text
         assert f"(data.max_len_ratio): {prefix}.en:4" in caplog.text
     meta = json.loads((folders(cfg)[0] / META).read_text())
-    assert meta["dropped"] == {"empty": {"count": 1, "first": [2]},
-                               "long": {"count": 1, "first": [3]},
-                               "ratio": {"count": 1, "first": [4]}}  # fmt: skip
+    assert meta["dropped"] == {
+        "empty": {"count": 1, "first": [2]},
+        "long": {"count": 1, "first": [3]},
+        "ratio": {"count": 1, "first": [4]},
+    }
 
 
 def test_a_corpus_with_nothing_left_to_train_on_says_so(tmp_path):
@@ -343,8 +366,9 @@ def test_sentencepiece_trains_on_every_pair_of_a_corpus_smaller_than_its_sample(
 
 
 def test_a_sentencepiece_sample_smaller_than_the_corpus_is_deterministic(tmp_path):
-    cfg = corpus_config(tmp_path, tokenizer="sentencepiece", spm_vocab_size=40, spm_sample=30,
-                        cache=False)  # fmt: skip
+    cfg = corpus_config(
+        tmp_path, tokenizer="sentencepiece", spm_vocab_size=40, spm_sample=30, cache=False
+    )
     first, again = prepare_text(cfg, seed=1), prepare_text(cfg, seed=1)
     other = prepare_text(cfg, seed=2)
     every = prepare_text(replace(cfg, spm_sample=0), seed=1)
@@ -373,8 +397,9 @@ def test_tokens_a_sampled_sentencepiece_model_lacks_stay_tokens_of_their_own(tmp
     src_vocab = Vocab.build([s for s, _ in tokens])
     assert text.src_vocab == src_vocab and "é" in "".join(src_vocab.itos)
     assert text.tgt_vocab == Vocab.build([t for _, t in tokens])
-    assert everything(text.train) == [(src_vocab.encode(s), text.tgt_vocab.encode(t))
-                                for s, t in tokens]  # fmt: skip
+    assert everything(text.train) == [
+        (src_vocab.encode(s), text.tgt_vocab.encode(t)) for s, t in tokens
+    ]
 
 
 # --- Config -------------------------------------------------------------------------------
@@ -396,14 +421,28 @@ def test_nonsense_cache_and_filter_settings_are_config_errors(override):
 @needs_shared_data
 @pytest.mark.parametrize("kind", ["moses", "sentencepiece"])
 def test_multi30k_val_prepares_exactly_as_tokenising_it_in_memory_does(tmp_path, kind):
-    cfg = DataConfig(task="corpus", train=str(SHARED / "data/multi30k/val"), tokenizer=kind,
-                     lowercase=True, min_freq=2, max_tokens=30, spm_vocab_size=500,
-                     cache_dir=str(tmp_path))  # fmt: skip
+    cfg = DataConfig(
+        task="corpus",
+        train=str(SHARED / "data/multi30k/val"),
+        tokenizer=kind,
+        lowercase=True,
+        min_freq=2,
+        max_tokens=30,
+        spm_vocab_size=500,
+        cache_dir=str(tmp_path),
+    )
     text = prepare_text(cfg, seed=1)
     pairs = read_split(cfg.train, src_lang="en", tgt_lang="de", swap=False, what="x")
-    tokenizers = [build_tokenizer(kind, lang=lang, lowercase=True, vocab_size=500,
-                                  train_sentences=[getattr(p, side) for p in pairs])
-                  for side, lang in (("src", "en"), ("tgt", "de"))]  # fmt: skip
+    tokenizers = [
+        build_tokenizer(
+            kind,
+            lang=lang,
+            lowercase=True,
+            vocab_size=500,
+            train_sentences=[getattr(p, side) for p in pairs],
+        )
+        for side, lang in (("src", "en"), ("tgt", "de"))
+    ]
     tokens = [(tokenizers[0].encode(p.src), tokenizers[1].encode(p.tgt)) for p in pairs]
     tokens = [(s, t) for s, t in tokens if max(len(s), len(t)) <= 30]
     assert len(tokens) < len(pairs)  # some were dropped

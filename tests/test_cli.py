@@ -40,9 +40,11 @@ def test_a_misspelt_key_is_an_error_that_suggests_the_right_one(capsys):
 
 
 def test_demo_flags_are_validated_before_any_work(capsys):
-    for flags, said in ((["--lengths", "9-3"], "MIN must not exceed MAX"),
-                        (["--lengths", "x-4"], "expected an integer"),
-                        (["--eval-lengths", "3,0"], "must be at least 1")):  # fmt: skip
+    for flags, said in (
+        (["--lengths", "9-3"], "MIN must not exceed MAX"),
+        (["--lengths", "x-4"], "expected an integer"),
+        (["--eval-lengths", "3,0"], "must be at least 1"),
+    ):
         with pytest.raises(SystemExit) as stop:
             main(["demo", *flags])
         assert stop.value.code == 2 and said in capsys.readouterr().err
@@ -158,9 +160,11 @@ def test_serve_has_a_flag_for_every_limit(capsys):
 
 
 def test_serve_refuses_impossible_limits_and_missing_folders(tmp_path, capsys):
-    for flag, value, said in (("--max-beam", "0", "must be at least 1"),
-                              ("--deadline", "nan", "must be a finite number above 0"),
-                              ("--port", "70000", "at most 65535")):  # fmt: skip
+    for flag, value, said in (
+        ("--max-beam", "0", "must be at least 1"),
+        ("--deadline", "nan", "must be a finite number above 0"),
+        ("--port", "70000", "at most 65535"),
+    ):
         with pytest.raises(SystemExit) as stop:
             main(["serve", str(tmp_path), flag, value])
         assert stop.value.code == 2 and said in capsys.readouterr().err
@@ -179,8 +183,21 @@ def test_nbest_larger_than_the_beam_is_an_error(toy_run, capsys, monkeypatch):
 def test_evaluate_scores_buckets_plots_heatmaps_and_dumps_attention(toy_run, tmp_path, capsys):
     src, ref = _toy_test_set(tmp_path)
     out, attention = tmp_path / "eval", tmp_path / "align.json"
-    argv = ["evaluate", str(toy_run), "--src", src, "--ref", ref, "--out", str(out),
-            "--heatmaps", "1,4", "--attention", str(attention), "--sentence-bleu"]  # fmt: skip
+    argv = [
+        "evaluate",
+        str(toy_run),
+        "--src",
+        src,
+        "--ref",
+        ref,
+        "--out",
+        str(out),
+        "--heatmaps",
+        "1,4",
+        "--attention",
+        str(attention),
+        "--sentence-bleu",
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "BLEU lc signature: nrefs:1|case:lc" in printed and "< 10" in printed
@@ -240,8 +257,14 @@ def test_compare_scores_every_run_on_one_test_set_with_plots(toy_run, tmp_path, 
 
 def test_train_resume_continues_a_run_to_its_last_step(tmp_path, capsys):
     run = tmp_path / "run"
-    first = ["train", "configs/reverse.yaml", f"out_dir={run}", *TINY[1:], "train.steps=20",
-             "train.eval_every=10"]  # fmt: skip
+    first = [
+        "train",
+        "configs/reverse.yaml",
+        f"out_dir={run}",
+        *TINY[1:],
+        "train.steps=20",
+        "train.eval_every=10",
+    ]
     assert main(first) == 0
     before = (run / "metrics.jsonl").read_text()
     assert main([*first[:-2], "train.steps=40", "train.eval_every=10", "--resume"]) == 0
@@ -296,8 +319,11 @@ def test_the_demo_refuses_cuda_without_a_gpu_before_it_trains(tmp_path, capsys):
 def test_the_command_itself_exits_2_with_the_line_and_no_traceback(toy_run):
     run = subprocess.run(
         [sys.executable, "-m", "alignmt", "translate", str(toy_run), "--device", "cuda"],
-        input="a dog\n", capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        input="a dog\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (run.returncode, run.stdout, run.stderr) == (2, "", NO_CUDA)
 
 

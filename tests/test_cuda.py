@@ -54,10 +54,11 @@ def test_training_runs_on_the_gpu_and_its_checkpoint_loads_on_the_cpu(tmp_path, 
     cfg = Config(
         model=ModelConfig(emb_dim=16, enc_hidden=32, dec_hidden=64, attn_dim=32),
         data=DataConfig(task="reverse", min_len=2, max_len=4),
-        train=TrainConfig(steps=20, log_every=10, lr=1e-2, batch_size=32, device="cuda",
-                          precision=precision),
+        train=TrainConfig(
+            steps=20, log_every=10, lr=1e-2, batch_size=32, device="cuda", precision=precision
+        ),
         out_dir=str(tmp_path / "run"),
-    )  # fmt: skip
+    )
     result = train(cfg, progress=False)
     assert next(result.model.parameters()).device.type == "cuda"
     assert all(p.dtype == torch.float32 for p in result.model.parameters())  # autocast only
@@ -118,10 +119,26 @@ def test_the_demo_trains_and_scores_on_the_gpu(tmp_path):
     GPU with no CPU tensor meeting a CUDA model on the way."""
     out = tmp_path / "demo"
     run = subprocess.run(
-        [sys.executable, "-m", "alignmt", "demo", "--device", "cuda", "--steps", "40",
-         "--samples", "20", "--eval-lengths", "3,10,15", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "alignmt",
+            "demo",
+            "--device",
+            "cuda",
+            "--steps",
+            "40",
+            "--samples",
+            "20",
+            "--eval-lengths",
+            "3,10,15",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr
     assert torch.cuda.get_device_name() in run.stdout.split("Training time")[1]
     results = json.loads((out / "results.json").read_text())
@@ -138,8 +155,9 @@ def test_a_server_on_the_gpu_answers_a_translate_request(toy_run):
     body = {"sentences": LINES[:3], "beam_size": 3, "nbest": 2, "attention": True}
     with local_server([toy_run], port, "--device", "cuda"):
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        connection.request("POST", "/v1/translate", json.dumps(body),
-                           {"Content-Type": "application/json"})  # fmt: skip
+        connection.request(
+            "POST", "/v1/translate", json.dumps(body), {"Content-Type": "application/json"}
+        )
         response = connection.getresponse()
         answer = json.loads(response.read())
     assert response.status == 200, answer

@@ -241,8 +241,9 @@ def test_bucket_batches_cover_every_pair_once_and_group_similar_lengths():
     assert all(len(b) <= 20 for b in batches)
 
     def padding(batches):
-        return sum(len(b) * max(lengths[i][1] for i in b) - sum(lengths[i][1] for i in b)
-                   for b in batches)  # fmt: skip
+        return sum(
+            len(b) * max(lengths[i][1] for i in b) - sum(lengths[i][1] for i in b) for b in batches
+        )
 
     shuffled = list(range(1000))
     random.Random(1).shuffle(shuffled)
@@ -253,8 +254,13 @@ def test_bucket_batches_cover_every_pair_once_and_group_similar_lengths():
 def test_bucket_batches_by_tokens_stay_within_the_budget_and_depend_only_on_the_rng():
     rng = random.Random(0)
     lengths = [(5, rng.randint(1, 30)) for _ in range(500)] + [(5, 300)]  # one over budget
-    make = lambda seed: [b.tolist() for b in bucket_batches(  # noqa: E731
-        lengths, batch_size=1, batch_tokens=200, rng=random.Random(seed))]  # fmt: skip
+
+    def make(seed):
+        rng = random.Random(seed)
+        return [
+            b.tolist() for b in bucket_batches(lengths, batch_size=1, batch_tokens=200, rng=rng)
+        ]
+
     batches = make(3)
     assert sorted(i for b in batches for i in b) == list(range(501))
     for b in batches:
@@ -296,11 +302,13 @@ def test_bucket_batches_are_those_of_the_list_implementation_for_the_same_rng(
     rng = random.Random(batch_size + batch_tokens)
     # few distinct lengths: many ties, whose order only a stable sort keeps
     lengths = [(rng.randint(1, 12), rng.randint(1, 12)) for _ in range(5000)] + [(3, 95)]
-    expected = list_bucket_batches(lengths, batch_size=batch_size, batch_tokens=batch_tokens,
-                                   rng=random.Random(5), pool=pool)  # fmt: skip
+    expected = list_bucket_batches(
+        lengths, batch_size=batch_size, batch_tokens=batch_tokens, rng=random.Random(5), pool=pool
+    )
     for given in (lengths, np.array(lengths, dtype=np.int32)):
-        batches = bucket_batches(given, batch_size=batch_size, batch_tokens=batch_tokens,
-                                 rng=random.Random(5), pool=pool)  # fmt: skip
+        batches = bucket_batches(
+            given, batch_size=batch_size, batch_tokens=batch_tokens, rng=random.Random(5), pool=pool
+        )
         assert [b.tolist() for b in batches] == expected
 
 
@@ -315,8 +323,7 @@ def test_read_split_finds_plain_or_gzipped_files_and_names_what_is_missing(tmp_p
     pairs = read_split(str(tmp_path / "t"), src_lang="en", tgt_lang="de", swap=False, what="x")
     assert [(p.src, p.tgt) for p in pairs] == [("a dog", "ein hund")]
     with pytest.raises(CorpusError, match=r"data.valid: neither .*v\.en nor .*v\.en\.gz exists"):
-        read_split(str(tmp_path / "v"), src_lang="en", tgt_lang="de", swap=False,
-                   what="data.valid")  # fmt: skip
+        read_split(str(tmp_path / "v"), src_lang="en", tgt_lang="de", swap=False, what="data.valid")
 
 
 def test_read_split_reads_tsv_either_way_round(tmp_path):

@@ -28,9 +28,11 @@ def share_at(run_dir, step: int, lengths, n: int) -> float:
     """`pooled_alignment` of the snapshot of `step`, recounted by `score_task`."""
     ckpt = load_snapshot(run_dir, step)
     return pooled_alignment(
-        [score_task(ckpt.model, ckpt.src_vocab, "reverse", length, n=n, seed=EVAL_SEED)
-         for length in lengths]
-    )  # fmt: skip
+        [
+            score_task(ckpt.model, ckpt.src_vocab, "reverse", length, n=n, seed=EVAL_SEED)
+            for length in lengths
+        ]
+    )
 
 
 @pytest.mark.slow
@@ -76,10 +78,25 @@ def demo_command(tmp_path_factory):
     folder)."""
     out = tmp_path_factory.mktemp("command") / "demo"
     run = subprocess.run(
-        [sys.executable, "-m", "alignmt", "demo", "--steps", "40", "--samples", "20",
-         "--eval-lengths", "3,10,15", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "alignmt",
+            "demo",
+            "--steps",
+            "40",
+            "--samples",
+            "20",
+            "--eval-lengths",
+            "3,10,15",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     return run, out
 
 
@@ -97,8 +114,12 @@ def test_demo_command_prints_its_table_and_writes_pngs_and_a_loadable_checkpoint
     assert load_checkpoint(out / "attention").model.has_attention
     translated = subprocess.run(
         [sys.executable, "-m", "alignmt", "translate", str(out / "attention")],
-        input="hello\nabc\n", capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
+        input="hello\nabc\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert len(translated.stdout.splitlines()) == 2
 
 

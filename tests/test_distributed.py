@@ -45,8 +45,18 @@ def _write(cfg: Config, folder: Path) -> Path:
 
 def torchrun(config: Path, *args: str, nproc: int = 2, timeout: float = 240):
     """`torchrun --standalone --nproc-per-node N -m alignmt train CONFIG ARGS`, bounded."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={nproc}", "-m", "alignmt", "train", str(config), *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "alignmt",
+        "train",
+        str(config),
+        *args,
+    ]
     return subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout)
 
 
@@ -59,8 +69,10 @@ def records(run_dir: Path) -> list[dict]:
 
 
 def corpus_config(folder: Path, **train) -> Config:
-    cfg = toy_corpus_config(folder, **{"steps": 6, "log_every": 2, "eval_every": 3,
-                                       "lr": 3e-3, "batch_size": 8, **train})  # fmt: skip
+    cfg = toy_corpus_config(
+        folder,
+        **{"steps": 6, "log_every": 2, "eval_every": 3, "lr": 3e-3, "batch_size": 8, **train},
+    )
     return replace(cfg, model=replace(cfg.model, dropout=0.0))
 
 
@@ -71,8 +83,9 @@ def corpus_config(folder: Path, **train) -> Config:
 def test_two_gloo_processes_train_the_weights_one_process_accumulating_two_does(tmp_path):
     # BLEU wavers this early, so the plateau schedule halves the rate now and then: rank 0
     # decides that, and the other process must follow
-    two = corpus_config(tmp_path / "two", schedule="plateau", plateau_patience=1, eval_every=2,
-                        steps=12)  # fmt: skip
+    two = corpus_config(
+        tmp_path / "two", schedule="plateau", plateau_patience=1, eval_every=2, steps=12
+    )
     done = torchrun(_write(two, tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     one = replace(two, out_dir=str(tmp_path / "one"), train=replace(two.train, accumulate=2))
@@ -153,10 +166,20 @@ def test_sigterm_to_one_process_stops_both_with_a_checkpoint_and_resuming_matche
     uninterrupted one, dropout masks included (each process's generator is saved)."""
     cfg = reverse_config(tmp_path / "stopped")
     config = _write(cfg, tmp_path)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "-m", "alignmt", "train", str(config)]  # fmt: skip
-    launcher = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=2",
+        "-m",
+        "alignmt",
+        "train",
+        str(config),
+    ]
+    launcher = subprocess.Popen(
+        cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     _wait_for_record(Path(cfg.out_dir), launcher)
     workers = _children(launcher.pid)
     assert len(workers) == 2
@@ -192,8 +215,9 @@ def _progress(path: Path) -> dict:
 def test_sigterm_stops_a_single_process_run_with_a_checkpoint_of_its_step(tmp_path):
     cfg = reverse_config(tmp_path, steps=100_000)
     cmd = [sys.executable, "-m", "alignmt", "train", str(_write(cfg, tmp_path))]
-    process = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)  # fmt: skip
+    process = subprocess.Popen(
+        cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     _wait_for_record(Path(cfg.out_dir), process)
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=30)
@@ -213,11 +237,23 @@ def test_killing_one_of_two_processes_makes_the_other_exit_with_an_error(tmp_pat
         port = s.getsockname()[1]
     ranks = []
     for rank in (0, 1):
-        env = {**_env(), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
-        ranks.append(subprocess.Popen([sys.executable, "-m", "alignmt", "train", str(config)],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))  # fmt: skip
+        env = {
+            **_env(),
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        ranks.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "alignmt", "train", str(config)],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     try:
         _wait_for_record(Path(cfg.out_dir), ranks[0])
         ranks[1].kill()
@@ -294,10 +330,16 @@ def test_a_signal_at_a_step_due_for_evaluation_leaves_it_to_the_resumed_run(tmp_
     for name in ("last.safetensors", "model.safetensors"):
         a, b = weights(Path(stopped.out_dir) / name), weights(Path(straight.out_dir) / name)
         assert all(torch.equal(a[k], b[k]) for k in a), name
-    evals = [[r["step"], r["bleu"], r["valid_loss"]] for r in records(Path(stopped.out_dir))
-             if "bleu" in r]  # fmt: skip
-    assert evals == [[r["step"], r["bleu"], r["valid_loss"]]
-                     for r in records(Path(straight.out_dir)) if "bleu" in r]  # fmt: skip
+    evals = [
+        [r["step"], r["bleu"], r["valid_loss"]]
+        for r in records(Path(stopped.out_dir))
+        if "bleu" in r
+    ]
+    assert evals == [
+        [r["step"], r["bleu"], r["valid_loss"]]
+        for r in records(Path(straight.out_dir))
+        if "bleu" in r
+    ]
 
 
 def test_a_demo_stopped_by_a_signal_stops_instead_of_comparing_a_half_trained_model(

@@ -286,8 +286,12 @@ def test_gap_table_gives_each_later_run_its_distance_from_the_first_and_its_shar
     def runs(*bleus):
         return [BucketScore(n, 10, b) for n, b in zip(BUCKETS, bleus, strict=True)]
 
-    rows = {"attention": runs(40.0, 36.0, 20.0), "vanilla": runs(30.0, 27.0, 5.0),
-            "empty": runs(10.0, None, 20.0), "zero": runs(0.0, 0.0, 0.0)}  # fmt: skip
+    rows = {
+        "attention": runs(40.0, 36.0, 20.0),
+        "vanilla": runs(30.0, 27.0, 5.0),
+        "empty": runs(10.0, None, 20.0),
+        "zero": runs(0.0, 0.0, 0.0),
+    }
     lines = format_gap_table({k: rows[k] for k in ("attention", "vanilla")}).splitlines()
     assert lines[0] == "| run | < 10 | 10–20 | > 20 |"
     assert lines[2:] == ["| vanilla | 10.0 (75%) | 9.0 (75%) | 15.0 (25%) |"]

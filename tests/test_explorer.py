@@ -131,8 +131,9 @@ def test_the_written_page_holds_the_servers_answers(client, snapshot_run, vanill
     models = load_models([snapshot_run, vanilla_run])
     data = precompute(models, [SENTENCE], beam_size=3)
     page = self_contained(data, "alignmt explore test")
-    blob = re.search(r'<script id="alignmt-data" type="application/json">(.*?)</script>', page,
-                     re.S).group(1)  # fmt: skip
+    blob = re.search(
+        r'<script id="alignmt-data" type="application/json">(.*?)</script>', page, re.S
+    ).group(1)
     stored = json.loads(blob)
     assert stored["command"] == "alignmt explore test"
     answers = stored["sentences"][0]["results"]
@@ -165,8 +166,21 @@ def test_explore_writes_one_page_and_names_bad_input_lines(snapshot_run, tmp_pat
     sentences = tmp_path / "in.txt"
     sentences.write_text(f"{SENTENCE}\n{OTHER}\n")
     out = tmp_path / "page.html"
-    assert main(["explore", str(snapshot_run), "--input", str(sentences), "--out", str(out),
-                 "--beam", "2"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "explore",
+                str(snapshot_run),
+                "--input",
+                str(sentences),
+                "--out",
+                str(out),
+                "--beam",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert "2 sentences" in capsys.readouterr().out
     assert out.stat().st_size < 2_000_000 and "alignmt-data" in out.read_text()
 
@@ -212,8 +226,10 @@ def _report(timings: list[dict], where: str) -> None:
     kinds: dict[str, list[float]] = {}
     for t in timings:
         kinds.setdefault(t["kind"], []).append(t["ms"])
-    lines = [f"{k}: n={len(v)} median {statistics.median(v):.1f} ms, max {max(v):.1f} ms"
-             for k, v in kinds.items()]  # fmt: skip
+    lines = [
+        f"{k}: n={len(v)} median {statistics.median(v):.1f} ms, max {max(v):.1f} ms"
+        for k, v in kinds.items()
+    ]
     print(f"\nexplorer interactions ({where}, from the click to the frame that shows it):")
     print("\n".join("  " + line for line in lines))
 
@@ -267,9 +283,14 @@ def test_a_user_steps_forces_overrides_and_opens_the_beam(
             assert elsewhere != before["top"][0]
             page.override(elsewhere)
             steered = page.panel()
-            truth = api.post("/v1/step", json={"sentence": SENTENCE,
-                                               "prefix": expected["tokens"][:1],
-                                               "override": {"1": elsewhere}}).json()  # fmt: skip
+            truth = api.post(
+                "/v1/step",
+                json={
+                    "sentence": SENTENCE,
+                    "prefix": expected["tokens"][:1],
+                    "override": {"1": elsewhere},
+                },
+            ).json()
             assert steered["tokens"] == truth["tokens"]
             assert steered["alpha"][elsewhere] == 1.0 and steered["top"] == [elsewhere]
             assert steered["whatif"]["changed"] == (truth["tokens"] != expected["tokens"])
@@ -299,17 +320,33 @@ def test_the_written_page_steps_offline_from_a_file(browser, snapshot_run, vanil
     sentences = tmp_path / "in.txt"
     sentences.write_text(f"{SENTENCE}\n{OTHER}\n")
     out = tmp_path / "page.html"
-    assert main(["explore", str(snapshot_run), str(vanilla_run), "--input", str(sentences),
-                 "--out", str(out)]) == 0  # fmt: skip
-    stored = json.loads(re.search(r'type="application/json">(.*?)</script>', out.read_text(),
-                                  re.S).group(1))  # fmt: skip
+    assert (
+        main(
+            [
+                "explore",
+                str(snapshot_run),
+                str(vanilla_run),
+                "--input",
+                str(sentences),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    stored = json.loads(
+        re.search(r'type="application/json">(.*?)</script>', out.read_text(), re.S).group(1)
+    )
     expected = stored["sentences"][1]["results"]["run"]["step"]
 
     page = Explorer(browser)
     page.open(out.as_uri(), offline=True)
     page.wait_for(1)  # the page shows its first sentence by itself
-    page.act("const s = document.getElementById('sentence-pick');"
-             "s.value = arguments[0]; s.dispatchEvent(new Event('change'))", OTHER)  # fmt: skip
+    page.act(
+        "const s = document.getElementById('sentence-pick');"
+        "s.value = arguments[0]; s.dispatchEvent(new Event('change'))",
+        OTHER,
+    )
     page.key("ArrowRight")
     page.key("ArrowRight")
     shown = page.panel()
@@ -321,7 +358,11 @@ def test_the_written_page_steps_offline_from_a_file(browser, snapshot_run, vanil
     # What-if needs the server, and the page says so instead of failing silently.
     before = len(page.timings())
     page.js("document.querySelectorAll('.panel .topk li')[1].click()")
-    WebDriverWait(browser, 10).until(lambda driver: "needs the server" in driver.execute_script(
-        "return document.getElementById('notice').textContent"))  # fmt: skip
+    WebDriverWait(browser, 10).until(
+        lambda driver: (
+            "needs the server"
+            in driver.execute_script("return document.getElementById('notice').textContent")
+        )
+    )
     assert len(page.timings()) == before and page.panel()["tokens"] == expected["tokens"]
     assert page.resources() == []  # nothing fetched: no network needed

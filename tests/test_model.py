@@ -54,10 +54,18 @@ def test_padding_does_not_change_the_translation(arch):
 def test_one_batch_is_overfit_to_near_zero_loss(arch):
     torch.manual_seed(0)
     cfg = ModelConfig(
-        rnn=arch["rnn"], emb_dim=16, enc_hidden=32, enc_layers=arch["layers"],
-        bidirectional=arch["bidirectional"], dec_hidden=32, dec_layers=arch["layers"],
-        attention=arch["attention"], attn_dim=32, order=arch["order"], init="bridge",
-    )  # fmt: skip
+        rnn=arch["rnn"],
+        emb_dim=16,
+        enc_hidden=32,
+        enc_layers=arch["layers"],
+        bidirectional=arch["bidirectional"],
+        dec_hidden=32,
+        dec_layers=arch["layers"],
+        attention=arch["attention"],
+        attn_dim=32,
+        order=arch["order"],
+        init="bridge",
+    )
     model = Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB)
     src, src_len, tgt_in, tgt_len = padded_batch(src_lens=(7, 3, 5, 6), tgt_lens=(6, 2, 4, 5))
     tgt_out = torch.roll(tgt_in, -1, dims=1)  # y_1 .. y_n </s>, built from tgt_in
@@ -103,8 +111,15 @@ def test_a_readout_layer_in_the_luong_order_is_refused_not_ignored():
 @pytest.mark.parametrize("order", ["bahdanau", "luong"])
 def test_tied_embeddings_share_one_matrix_with_the_output_projection(order):
     readout = dict(readout="tanh", readout_dim=8) if order == "bahdanau" else {}
-    cfg = ModelConfig(emb_dim=8, enc_hidden=4, dec_hidden=8, attention="general", order=order,
-                      tie_embeddings=True, **readout)  # fmt: skip
+    cfg = ModelConfig(
+        emb_dim=8,
+        enc_hidden=4,
+        dec_hidden=8,
+        attention="general",
+        order=order,
+        tie_embeddings=True,
+        **readout,
+    )
     model = Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB)
     proj = model.decoder.proj if order == "luong" else model.decoder.output.proj
     assert proj.weight is model.decoder.embed.weight
@@ -121,5 +136,8 @@ def test_tied_embeddings_share_one_matrix_with_the_output_projection(order):
 
 def test_tying_needs_the_layer_before_the_vocabulary_to_have_emb_dim_units():
     with pytest.raises(ValueError, match=r"tie_embeddings needs 8 .* found 24"):
-        Seq2Seq.from_config(ModelConfig(emb_dim=8, enc_hidden=4, dec_hidden=8, tie_embeddings=True),
-                            src_vocab=VOCAB, tgt_vocab=VOCAB)  # fmt: skip
+        Seq2Seq.from_config(
+            ModelConfig(emb_dim=8, enc_hidden=4, dec_hidden=8, tie_embeddings=True),
+            src_vocab=VOCAB,
+            tgt_vocab=VOCAB,
+        )

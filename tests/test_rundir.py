@@ -26,7 +26,7 @@ def tiny(folder, **train_keys) -> Config:
         data=DataConfig(task="reverse", min_len=2, max_len=4),
         train=TrainConfig(**{"steps": 12, "log_every": 4, "batch_size": 16, **train_keys}),
         out_dir=str(folder / "run"),
-    )  # fmt: skip
+    )
 
 
 def step_of(path) -> int:
@@ -111,8 +111,9 @@ def test_the_clock_kept_at_a_checkpoint_counts_the_validation_before_it(tmp_path
         return real(*args, **kwargs)
 
     monkeypatch.setattr(module, "validate", slow_validate)
-    run_dir = train(toy_corpus_config(tmp_path, steps=10, eval_every=10, log_every=5),
-                    progress=False).run_dir  # fmt: skip
+    run_dir = train(
+        toy_corpus_config(tmp_path, steps=10, eval_every=10, log_every=5), progress=False
+    ).run_dir
     records = [json.loads(r) for r in (run_dir / "metrics.jsonl").read_text().splitlines()]
     logged = max(r["seconds"] for r in records if "loss" in r)
     with safe_open(str(run_dir / "last.safetensors"), framework="pt") as f:
@@ -176,13 +177,14 @@ def _meta(path) -> dict[str, str]:
     [
         (dict(drop=("src_vocab",)), r"metadata lacks \['src_vocab'\]"),
         (dict(tgt_vocab="{"), r"its tgt_vocab is unreadable"),
-        (dict(tgt_vocab=json.dumps({"itos": ["<pad>", "<s>", "</s>", "<unk>", "x"]})),
-         r"weights do not fit the model"),
+        (
+            dict(tgt_vocab=json.dumps({"itos": ["<pad>", "<s>", "</s>", "<unk>", "x"]})),
+            r"weights do not fit the model",
+        ),
     ],
     ids=["missing vocabulary", "garbage vocabulary", "vocabulary of another size"],
-)  # fmt: skip
-def test_a_missing_or_wrong_vocabulary_is_named_not_a_traceback(toy_run, tmp_path, change,
-                                                                message):  # fmt: skip
+)
+def test_a_missing_or_wrong_vocabulary_is_named_not_a_traceback(toy_run, tmp_path, change, message):
     path = tmp_path / "model.safetensors"
     path.write_bytes((toy_run / "model.safetensors").read_bytes())
     _rewrite(path, **change)

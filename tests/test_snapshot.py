@@ -21,10 +21,19 @@ def tiny_config(folder, **train) -> Config:
     return Config(
         model=ModelConfig(emb_dim=8, enc_hidden=8, dec_hidden=16, attn_dim=8),
         data=DataConfig(task="reverse", min_len=2, max_len=4),
-        train=TrainConfig(**{"steps": 12, "snapshot_every": 5, "log_every": 4, "lr": 1e-2,
-                             "batch_size": 16, "schedule": "constant", **train}),
+        train=TrainConfig(
+            **{
+                "steps": 12,
+                "snapshot_every": 5,
+                "log_every": 4,
+                "lr": 1e-2,
+                "batch_size": 16,
+                "schedule": "constant",
+                **train,
+            }
+        ),
         out_dir=str(folder / "run"),
-    )  # fmt: skip
+    )
 
 
 def snapshot(run_dir, step: int) -> dict[str, torch.Tensor]:

@@ -107,10 +107,21 @@ def test_the_same_seed_trains_the_same_weights(tmp_path):
 
 def test_a_checkpoint_reloads_to_identical_logits_config_and_vocabularies(tmp_path):
     model = tiny_model(dtype=torch.float32, rnn="lstm", layers=2, readout="maxout")
-    cfg = Config(model=ModelConfig(
-        rnn="lstm", emb_dim=5, enc_hidden=4, enc_layers=2, bidirectional=True, dec_hidden=8,
-        dec_layers=2, attn_dim=6, init="bridge", readout="maxout", readout_dim=3,
-    ))  # fmt: skip
+    cfg = Config(
+        model=ModelConfig(
+            rnn="lstm",
+            emb_dim=5,
+            enc_hidden=4,
+            enc_layers=2,
+            bidirectional=True,
+            dec_hidden=8,
+            dec_layers=2,
+            attn_dim=6,
+            init="bridge",
+            readout="maxout",
+            readout_dim=3,
+        )
+    )
     vocab = Vocab(ALPHABET[:9])
     path = save_checkpoint(tmp_path, model, cfg, vocab, vocab, step=7)
     assert not list(tmp_path.glob("*.tmp"))  # written to a temporary name, then renamed
@@ -160,8 +171,9 @@ def test_early_stopping_ends_the_run_after_evaluations_without_improvement(tmp_p
 
 
 def test_the_plateau_schedule_halves_the_rate_after_each_evaluation_without_improvement(tmp_path):
-    cfg = toy_corpus_config(tmp_path, steps=20, eval_every=5, schedule="plateau",
-                            plateau_patience=1, lr=1e-12)  # fmt: skip
+    cfg = toy_corpus_config(
+        tmp_path, steps=20, eval_every=5, schedule="plateau", plateau_patience=1, lr=1e-12
+    )
     lrs = [r["lr"] for r in _records(train(cfg, progress=False).run_dir) if "lr" in r]
     assert lrs == pytest.approx([1e-12, 1e-12, 0.5e-12, 0.25e-12])
 
@@ -179,8 +191,9 @@ def test_a_killed_run_resumed_from_its_last_checkpoint_ends_with_the_same_weight
     train_killed_at(config(tmp_path / "killed"), 23, monkeypatch)
     train(config(tmp_path / "killed"), progress=False, resume=True)
 
-    whole, resumed = (load_file(str(tmp_path / d / "run" / "last.safetensors"))
-                      for d in ("whole", "killed"))  # fmt: skip
+    whole, resumed = (
+        load_file(str(tmp_path / d / "run" / "last.safetensors")) for d in ("whole", "killed")
+    )
     assert whole.keys() == resumed.keys()
     for name, tensor in whole.items():  # weights, optimizer moments and RNG state
         assert torch.equal(tensor, resumed[name]), name

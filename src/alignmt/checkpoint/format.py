@@ -78,15 +78,19 @@ def parse_header(path: Path, meta: dict[str, str]) -> Header:
     try:
         cfg = config_from_dict(yaml.safe_load(meta["config"]), source=f"{path} (stored config)")
     except (ConfigError, yaml.YAMLError) as err:
-        raise ValueError(f"{err}; it was written by alignmt {written}, this is alignmt "
-                         f"{__version__}: a newer alignmt may read it") from None  # fmt: skip
+        raise ValueError(
+            f"{err}; it was written by alignmt {written}, this is alignmt "
+            f"{__version__}: a newer alignmt may read it"
+        ) from None
     char = CharTokenizer().to_json()
     fields = {}
     for name, parse, default in [
-        ("src_vocab", Vocab.from_json, None), ("tgt_vocab", Vocab.from_json, None),
-        ("step", int, None), ("src_tokenizer", tokenizer_from_json, char),
+        ("src_vocab", Vocab.from_json, None),
+        ("tgt_vocab", Vocab.from_json, None),
+        ("step", int, None),
+        ("src_tokenizer", tokenizer_from_json, char),
         ("tgt_tokenizer", tokenizer_from_json, char),
-    ]:  # fmt: skip
+    ]:
         try:
             fields[name] = parse(meta.get(name, default))
         except (ValueError, KeyError, TypeError) as err:
@@ -102,13 +106,18 @@ def check_same_model(path: Path, cfg: Config, src_vocab: Vocab, tgt_vocab: Vocab
         return  # restore_train_state says so
     header = load_header(path)
     stored, asked = asdict(header.config.model), asdict(cfg.model)
-    changed = [f"model.{k}: {stored[k]!r} there, {asked[k]!r} now" for k in stored
-               if stored[k] != asked[k]]  # fmt: skip
-    for side, there, now in (("source", header.src_vocab, src_vocab),
-                             ("target", header.tgt_vocab, tgt_vocab)):  # fmt: skip
+    changed = [
+        f"model.{k}: {stored[k]!r} there, {asked[k]!r} now" for k in stored if stored[k] != asked[k]
+    ]
+    for side, there, now in (
+        ("source", header.src_vocab, src_vocab),
+        ("target", header.tgt_vocab, tgt_vocab),
+    ):
         if there != now:
-            changed.append(f"the {side} vocabulary: {len(there)} entries there, {len(now)} "
-                           f"built now{_first_difference(there, now)}")  # fmt: skip
+            changed.append(
+                f"the {side} vocabulary: {len(there)} entries there, {len(now)} "
+                f"built now{_first_difference(there, now)}"
+            )
     if changed:
         raise ValueError(
             f"{path}: cannot resume this checkpoint under the config given, which differs "

@@ -183,12 +183,18 @@ def capture_train_state(
     `save_checkpoint`: Adam's moments, the generator states of every process (`rngs`, in
     rank order, from `rng_states`), Python's, and the loop's `progress`."""
     opt = optimizer.state_dict()
-    tensors = {f"rng.{rank}.{kind}": state for rank, states in enumerate(rngs)
-               for kind, state in states.items()}  # fmt: skip
+    tensors = {
+        f"rng.{rank}.{kind}": state
+        for rank, states in enumerate(rngs)
+        for kind, state in states.items()
+    }
     for param, moments in opt["state"].items():
         tensors |= {f"optim.{param}.{name}": value for name, value in moments.items()}
-    values = {"progress": progress, "param_groups": opt["param_groups"],
-              "python_rng": random.getstate()}  # fmt: skip
+    values = {
+        "progress": progress,
+        "param_groups": opt["param_groups"],
+        "python_rng": random.getstate(),
+    }
     return tensors, values
 
 

@@ -20,8 +20,9 @@ def run(args: argparse.Namespace) -> int:
     print_scores(results, args.beam)
     out = Path(args.out or "runs/compare")
     files = write_plots(results, out)
-    (out / "scores.json").write_text(json.dumps([r.as_dict() for r in results.values()],
-                                                indent=2) + "\n")  # fmt: skip
+    (out / "scores.json").write_text(
+        json.dumps([r.as_dict() for r in results.values()], indent=2) + "\n"
+    )
     print("\nExamples (longest first of every 100th line):")
     for i in sorted(range(0, len(src), 100), key=lambda i: -len(src[i]))[:3]:
         print(f"\n  source    {src[i]}\n  reference {ref[i]}")

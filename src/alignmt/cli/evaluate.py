@@ -44,8 +44,13 @@ def load_test_set(args: argparse.Namespace, run_dir: str) -> tuple[list[str], li
         return src, ref, cfg.data.src_lang
     if not cfg.data.test:
         raise ValueError(f"{run_dir}: its config names no data.test; pass --src and --ref")
-    pairs = read_split(cfg.data.test, src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang,
-                       swap=cfg.data.tsv_swap, what="data.test")  # fmt: skip
+    pairs = read_split(
+        cfg.data.test,
+        src_lang=cfg.data.src_lang,
+        tgt_lang=cfg.data.tgt_lang,
+        swap=cfg.data.tsv_swap,
+        what="data.test",
+    )
     return [p.src for p in pairs], [p.tgt for p in pairs], cfg.data.src_lang
 
 
@@ -98,8 +103,10 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
     """Precision, recall and AER of the attention's alignments of the test set (Och & Ney
     2003) against gold links and/or eflomal's; nothing is translated."""
     if args.heatmaps or args.attention or args.sentence_bleu:
-        raise ValueError("--heatmaps, --attention and --sentence-bleu need translations: "
-                         "run them without --gold-alignments and --reference-aligner")  # fmt: skip
+        raise ValueError(
+            "--heatmaps, --attention and --sentence-bleu need translations: "
+            "run them without --gold-alignments and --reference-aligner"
+        )
     if args.reference_aligner:
         try:  # before any work, so that a missing install fails at once
             import_eflomal()
@@ -121,11 +128,14 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
     if args.reference_aligner:
         start = time.perf_counter()
         links = eflomal_reference_links(
-            ckpt.config.data, translator, [s.words for s in sources],
+            ckpt.config.data,
+            translator,
+            [s.words for s in sources],
             [r.words for r in references],
-            progress=lambda stage: print(f"[{time.perf_counter() - start:5.1f} s] {stage}",
-                                         file=sys.stderr, flush=True),
-        )  # fmt: skip
+            progress=lambda stage: print(
+                f"[{time.perf_counter() - start:5.1f} s] {stage}", file=sys.stderr, flush=True
+            ),
+        )
         golds["eflomal (forward links, all sure)"] = (links, links)
     _print_alignment_scores(Path(args.run_dir).name, hyps, golds)
     return 0
@@ -134,17 +144,23 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
 def _print_alignment_scores(
     name: str, hyps: list[set[Link]], golds: dict[str, tuple[list[set[Link]], list[set[Link]]]]
 ) -> None:
-    print(f"Attention of {name}, teacher-forced argmax over {len(hyps):,} sentence pairs "
-          f"({sum(map(len, hyps)):,} links):\n")  # fmt: skip
+    print(
+        f"Attention of {name}, teacher-forced argmax over {len(hyps):,} sentence pairs "
+        f"({sum(map(len, hyps)):,} links):\n"
+    )
     print("| reference | sure links | sure + possible | precision | recall | AER |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name, (sures, possibles) in golds.items():
         score = alignment_error_rate(hyps, sures, possibles)
-        print(f"| {name} | {sum(map(len, sures)):,} | {sum(map(len, possibles)):,} | "
-              f"{score.precision:.1%} | {score.recall:.1%} | {score.aer:.1%} |")  # fmt: skip
-    print("\nA: the attention's links, S: sure, P: sure + possible; counts summed over the "
-          "corpus (Och & Ney 2003): precision |A∩P|/|A|, recall |A∩S|/|S|, "
-          "AER 1 - (|A∩S| + |A∩P|)/(|A| + |S|)")  # fmt: skip
+        print(
+            f"| {name} | {sum(map(len, sures)):,} | {sum(map(len, possibles)):,} | "
+            f"{score.precision:.1%} | {score.recall:.1%} | {score.aer:.1%} |"
+        )
+    print(
+        "\nA: the attention's links, S: sure, P: sure + possible; counts summed over the "
+        "corpus (Och & Ney 2003): precision |A∩P|/|A|, recall |A∩S|/|S|, "
+        "AER 1 - (|A∩S| + |A∩P|)/(|A| + |S|)"
+    )
 
 
 def print_scores(results: dict[str, Evaluation], beam: int | None) -> None:
@@ -180,9 +196,13 @@ def _print_sentence_bleu(
 
 def _dump_attention(path: Path, best: list[Translation]) -> None:
     rows = [
-        {"line": i + 1, "source": t.src_tokens, "output": t.tokens,
-         "attention": None if t.attention is None else t.attention.round(decimals=4).tolist()}
+        {
+            "line": i + 1,
+            "source": t.src_tokens,
+            "output": t.tokens,
+            "attention": None if t.attention is None else t.attention.round(decimals=4).tolist(),
+        }
         for i, t in enumerate(best)
-    ]  # fmt: skip
+    ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rows, ensure_ascii=False) + "\n")

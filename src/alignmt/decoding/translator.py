@@ -136,9 +136,11 @@ class Translator:
             One list of `nbest` translations per line, in input order.
         """
         return self.translate_tokens(
-            [self.source_tokens(line) for line in lines], nbest=nbest, batch_size=batch_size,
+            [self.source_tokens(line) for line in lines],
+            nbest=nbest,
+            batch_size=batch_size,
             warn=warn,
-        )  # fmt: skip
+        )
 
     def source_tokens(self, line: str) -> list[str]:
         """The source tokenizer's tokens of a raw sentence; none for a blank one."""
@@ -173,9 +175,14 @@ class Translator:
                 hyps = decode_batches(self.model, batches, width=batch_size, **limits)
                 return [[h] for h in hyps]
             return beam_decode_batches(
-                self.model, batches, width=batch_size, beam_size=cfg.beam_size, nbest=nbest,
-                alpha=cfg.length_penalty, **limits,
-            )  # fmt: skip
+                self.model,
+                batches,
+                width=batch_size,
+                beam_size=cfg.beam_size,
+                nbest=nbest,
+                alpha=cfg.length_penalty,
+                **limits,
+            )
 
     @torch.no_grad()
     def step_through(
@@ -195,9 +202,15 @@ class Translator:
         src, max_len = self._one_source_ids(src_tokens)
         with self.autocast():
             steps = step_through(
-                self.model, src, max_len=max_len, prefix=prefix_ids, override=override,
-                top_k=top_k, beam_size=beam_size, alpha=self.search.length_penalty,
-            )  # fmt: skip
+                self.model,
+                src,
+                max_len=max_len,
+                prefix=prefix_ids,
+                override=override,
+                top_k=top_k,
+                beam_size=beam_size,
+                alpha=self.search.length_penalty,
+            )
         attention = _stack([s.attention for s in steps])
         hyp = Hypothesis([s.token for s in steps], sum(s.log_prob for s in steps), attention)
         return Stepped(self._translation(src_tokens, hyp), steps)
@@ -210,9 +223,12 @@ class Translator:
         src, max_len = self._one_source_ids(src_tokens)
         with self.autocast():
             trace = beam_trace(
-                self.model, src, max_len=max_len, beam_size=beam_size,
+                self.model,
+                src,
+                max_len=max_len,
+                beam_size=beam_size,
                 alpha=self.search.length_penalty,
-            )  # fmt: skip
+            )
         return src_tokens, trace
 
     def hypothesis(self, src_tokens: list[str], trace: BeamTrace, node: int) -> Translation:
@@ -278,8 +294,9 @@ class Translator:
             more = f"; and {len(lines) - shown} more lines" if len(lines) > shown else ""
             log.warning(
                 "source tokens not in the vocabulary, read as <unk>: %s%s",
-                "; ".join(lines[:shown]), more,
-            )  # fmt: skip
+                "; ".join(lines[:shown]),
+                more,
+            )
 
 
 def hard_alignment(attention: Tensor, tokens: Sequence[str]) -> str:

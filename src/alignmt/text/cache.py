@@ -72,8 +72,9 @@ class TokenArrays:
             seqs = [pair[side] for pair in pairs]
             lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
             offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-            ids = np.fromiter((i for seq in seqs for i in seq), dtype=np.int32,
-                              count=int(offsets[-1]))  # fmt: skip
+            ids = np.fromiter(
+                (i for seq in seqs for i in seq), dtype=np.int32, count=int(offsets[-1])
+            )
             sides += [ids, offsets]
         return cls(*sides)
 
@@ -95,8 +96,13 @@ class TokenArrays:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The four arrays by file name stem (`ARRAYS`)."""
-        return dict(zip(ARRAYS, (self.src_ids, self.src_offsets, self.tgt_ids, self.tgt_offsets),
-                        strict=True))  # fmt: skip
+        return dict(
+            zip(
+                ARRAYS,
+                (self.src_ids, self.src_offsets, self.tgt_ids, self.tgt_offsets),
+                strict=True,
+            )
+        )
 
 
 def id_dtype(vocab_size: int) -> np.dtype:
@@ -148,8 +154,9 @@ def new_array(folder: Path | None, name: str, dtype: np.dtype, length: int) -> n
     """A (length,) array to fill: a memory-mapped `folder/name.npy`, or in RAM for None."""
     if folder is None:
         return np.empty(length, dtype=dtype)
-    return np.lib.format.open_memmap(folder / f"{name}.npy", mode="w+", dtype=dtype,
-                                     shape=(length,))  # fmt: skip
+    return np.lib.format.open_memmap(
+        folder / f"{name}.npy", mode="w+", dtype=dtype, shape=(length,)
+    )
 
 
 def write_cache(
@@ -214,8 +221,9 @@ def load_cache(folder: Path) -> Cached:
     meta = _load_json(folder, META, json.loads)
     if meta.get("format") != FORMAT:
         raise _damaged(folder, META, f"format {meta.get('format')!r}, expected {FORMAT}")
-    tokenizers = tuple(_load_json(folder, f"{s}_tokenizer.json", tokenizer_from_json)
-                       for s in SIDES)  # fmt: skip
+    tokenizers = tuple(
+        _load_json(folder, f"{s}_tokenizer.json", tokenizer_from_json) for s in SIDES
+    )
     vocabs = tuple(_load_json(folder, f"{s}_vocab.json", Vocab.from_json) for s in SIDES)
     arrays = {name: _load_array(folder, name, meta) for name in ARRAYS}
     for side, vocab in zip(SIDES, vocabs, strict=True):
@@ -257,8 +265,9 @@ def _load_array(folder: Path, name: str, meta: dict[str, Any]) -> np.ndarray:
     except (OSError, ValueError) as err:
         raise _damaged(folder, file, f"not a readable .npy file ({err})") from None
     if array.dtype != dtype or array.shape != (length,):
-        raise _damaged(folder, file, f"{array.dtype} {array.shape}, {META} says "
-                                     f"{dtype} ({length},)")  # fmt: skip
+        raise _damaged(
+            folder, file, f"{array.dtype} {array.shape}, {META} says {dtype} ({length},)"
+        )
     return array
 
 
@@ -269,13 +278,19 @@ def _check_side(
     if len(offsets) != meta.get("pairs", -1) + 1:
         raise _damaged(folder, file, f"{len(offsets)} offsets for {meta.get('pairs')} pairs")
     if offsets[0] != 0 or offsets[-1] != len(ids):
-        raise _damaged(folder, file, f"offsets run from {offsets[0]} to {offsets[-1]}, "
-                                     f"not from 0 to {len(ids)} (the ids' length)")  # fmt: skip
+        raise _damaged(
+            folder,
+            file,
+            f"offsets run from {offsets[0]} to {offsets[-1]}, "
+            f"not from 0 to {len(ids)} (the ids' length)",
+        )
     if np.any(offsets[1:] < offsets[:-1]):
         raise _damaged(folder, file, "offsets decrease")
     # Every id must be <unk> or a real token: a special or an id past the vocabulary
     # would only fail far into training, in make_batch or in the embedding.
     if len(ids) and not (vocab.unk_id <= int(ids.min()) and int(ids.max()) < len(vocab)):
-        problem = (f"ids from {ids.min()} to {ids.max()}, outside {vocab.unk_id}.."
-                   f"{len(vocab) - 1} of {side}_vocab.json")  # fmt: skip
+        problem = (
+            f"ids from {ids.min()} to {ids.max()}, outside {vocab.unk_id}.."
+            f"{len(vocab) - 1} of {side}_vocab.json"
+        )
         raise _damaged(folder, f"{side}_ids.npy", problem)

@@ -129,9 +129,12 @@ def _decode(raw: bytes, path: Path, lineno: int) -> str:
 # What a corpus line may not hold: (what it is, what to do about it).
 _NOT_TEXT = {
     "\0": ("a NUL byte", "is it a binary or UTF-16 file? corpora are read as UTF-8"),
-    "\r": ("a carriage return that ends no line", "lines end in \\n or \\r\\n: for classic "
-           "Mac line ends, tr '\\r' '\\n'; for stray ones, tr -d '\\r'"),
-}  # fmt: skip
+    "\r": (
+        "a carriage return that ends no line",
+        "lines end in \\n or \\r\\n: for classic "
+        "Mac line ends, tr '\\r' '\\n'; for stray ones, tr -d '\\r'",
+    ),
+}
 
 
 def _check_text(line: str, path: Path, lineno: int) -> str:

@@ -61,8 +61,9 @@ class Part:
 class _Tokenise:
     """Turns a chunk of pairs into a `Part`, in a worker process or in this one."""
 
-    def __init__(self, tokenizers: list[str], max_tokens: int, max_ratio: float,
-                 folder: str | None) -> None:  # fmt: skip
+    def __init__(
+        self, tokenizers: list[str], max_tokens: int, max_ratio: float, folder: str | None
+    ) -> None:
         self.tokenizers = [tokenizer_from_json(spec) for spec in tokenizers]
         self.max_tokens, self.max_ratio, self.folder = max_tokens, max_ratio, folder
 
@@ -87,8 +88,10 @@ class _Tokenise:
             arrays[f"{side}_lengths"] = enc.lengths[keep].astype(np.int32)
             tables.append([enc.table[i] for i in used])
             counts.append(count[used])
-        dropped = {kind: (int(mask.sum()), np.asarray(lines)[mask][:SHOWN].tolist())
-                   for kind, mask in (("long", long), ("ratio", ratio))}  # fmt: skip
+        dropped = {
+            kind: (int(mask.sum()), np.asarray(lines)[mask][:SHOWN].tolist())
+            for kind, mask in (("long", long), ("ratio", ratio))
+        }
         tokens = (len(arrays["src_codes"]), len(arrays["tgt_codes"]))
         path = None
         if self.folder is not None:
@@ -135,8 +138,12 @@ def tokenise(
         Each chunk's part, and each side's token table (code -> token) with the tokens'
         counts in the kept pairs.
     """
-    args = ([t.to_json() for t in tokenizers], max_tokens, max_ratio,
-            None if folder is None else str(folder))  # fmt: skip
+    args = (
+        [t.to_json() for t in tokenizers],
+        max_tokens,
+        max_ratio,
+        None if folder is None else str(folder),
+    )
     chunks = _chunks(rows)
     first = list(itertools.islice(chunks, 2))
     if workers == 1 or len(first) < 2:
@@ -193,8 +200,11 @@ class Seen:
 
     def add(self, table: list[str], counts: np.ndarray) -> np.ndarray:
         """Count a part's tokens (`table` lists each once); returns code -> number."""
-        numbers = np.fromiter((self.numbers.setdefault(t, len(self.numbers)) for t in table),
-                              dtype=np.int32, count=len(table))  # fmt: skip
+        numbers = np.fromiter(
+            (self.numbers.setdefault(t, len(self.numbers)) for t in table),
+            dtype=np.int32,
+            count=len(table),
+        )
         if len(self.numbers) > len(self.counts):
             grown = np.zeros(max(2 * len(self.counts), len(self.numbers)), dtype=np.int64)
             grown[: len(self.counts)] = self.counts

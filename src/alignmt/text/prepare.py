@@ -96,14 +96,24 @@ def prepare_text(cfg: DataConfig, seed: int, *, progress: bool | None = None) ->
     valid = (
         read_split(cfg.valid, **split, what="data.valid")[: cfg.limit or None] if cfg.valid else []
     )
-    valid_ids = [(src_vocab.encode(tokenizers[0].encode(p.src)),
-                  tgt_vocab.encode(tokenizers[1].encode(p.tgt))) for p in valid]  # fmt: skip
+    valid_ids = [
+        (
+            src_vocab.encode(tokenizers[0].encode(p.src)),
+            tgt_vocab.encode(tokenizers[1].encode(p.tgt)),
+        )
+        for p in valid
+    ]
     return Text(tokenizers, src_vocab, tgt_vocab, built.arrays, valid, valid_ids)
 
 
 def _stream(cfg: DataConfig) -> PairStream:
-    return stream_split(cfg.train, src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang,
-                        swap=cfg.tsv_swap, what="data.train")  # fmt: skip
+    return stream_split(
+        cfg.train,
+        src_lang=cfg.src_lang,
+        tgt_lang=cfg.tgt_lang,
+        swap=cfg.tsv_swap,
+        what="data.train",
+    )
 
 
 def _rows(cfg: DataConfig) -> tuple[Iterator[tuple[int, str, str]], PairStream]:
@@ -117,14 +127,27 @@ def _rows(cfg: DataConfig) -> tuple[Iterator[tuple[int, str, str]], PairStream]:
 
 def _settings(cfg: DataConfig, seed: int) -> dict[str, Any]:
     """Everything besides the corpus files that the training arrays depend on."""
-    keys = ("tokenizer", "src_lang", "tgt_lang", "tsv_swap", "lowercase", "min_freq",
-            "max_tokens", "limit", "max_len_ratio")  # fmt: skip
+    keys = (
+        "tokenizer",
+        "src_lang",
+        "tgt_lang",
+        "tsv_swap",
+        "lowercase",
+        "min_freq",
+        "max_tokens",
+        "limit",
+        "max_len_ratio",
+    )
     settings: dict[str, Any] = {key: getattr(cfg, key) for key in keys}
     # A tokenizer library's new release may cut the same text differently.
     if cfg.tokenizer == "sentencepiece":
-        settings |= dict(spm_vocab_size=cfg.spm_vocab_size, spm_model_type=cfg.spm_model_type,
-                         spm_sample=cfg.spm_sample, seed=seed,
-                         library=version("sentencepiece"))  # fmt: skip
+        settings |= dict(
+            spm_vocab_size=cfg.spm_vocab_size,
+            spm_model_type=cfg.spm_model_type,
+            spm_sample=cfg.spm_sample,
+            seed=seed,
+            library=version("sentencepiece"),
+        )
     elif cfg.tokenizer == "moses":
         settings["library"] = version("sacremoses")
     return settings
@@ -139,8 +162,11 @@ def _cached(cfg: DataConfig, seed: int, show: bool) -> Cached:
         return load_cache(folder)
     root.mkdir(parents=True, exist_ok=True)
     for other in root.glob(f".{folder.name}.*.building"):
-        log.warning("%s: another process is building this cache, or was killed doing it and "
-                    "left this behind (delete it then)", other)  # fmt: skip
+        log.warning(
+            "%s: another process is building this cache, or was killed doing it and "
+            "left this behind (delete it then)",
+            other,
+        )
     # Built beside its final place and renamed into it when complete: a concurrent reader
     # never sees half a cache, and a killed build leaves only this ".building" folder.
     building = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".building", dir=root))
@@ -167,14 +193,27 @@ def _log_summary(cfg: DataConfig, meta: dict[str, Any]) -> None:
     summary = f"{stream.report.path}: {read['lines']} lines, {read['pairs']} kept, "
     summary += f"{empty} dropped as empty" + (f" ({where('empty')})" if empty else "")
     log.log(logging.WARNING if empty else logging.INFO, "%s", summary)
-    for kind, rule in (("long", f"longer than {cfg.max_tokens} tokens (data.max_tokens)"),
-                       ("ratio", f"with one side over {cfg.max_len_ratio:g} times as long as "
-                                 "the other (data.max_len_ratio)")):  # fmt: skip
+    for kind, rule in (
+        ("long", f"longer than {cfg.max_tokens} tokens (data.max_tokens)"),
+        (
+            "ratio",
+            f"with one side over {cfg.max_len_ratio:g} times as long as "
+            "the other (data.max_len_ratio)",
+        ),
+    ):
         if dropped[kind]["count"]:
-            log.warning("dropped %d of %d pairs %s: %s", dropped[kind]["count"], read["pairs"],
-                        rule, where(kind))  # fmt: skip
-    log.info("data.train: %d pairs; vocabularies: %d source, %d target tokens", meta["pairs"],
-             *meta["vocab_sizes"])  # fmt: skip
+            log.warning(
+                "dropped %d of %d pairs %s: %s",
+                dropped[kind]["count"],
+                read["pairs"],
+                rule,
+                where(kind),
+            )
+    log.info(
+        "data.train: %d pairs; vocabularies: %d source, %d target tokens",
+        meta["pairs"],
+        *meta["vocab_sizes"],
+    )
 
 
 # --- Building -------------------------------------------------------------------------------
@@ -190,20 +229,28 @@ def _build(cfg: DataConfig, seed: int, folder: Path | None, show: bool) -> Cache
         done, seen, stream = _tokenise(cfg, tokenizers, folder, workers, show)
     report = stream.report
     empty = [int(where.rsplit(":", 1)[1]) for where in report.empty[: parts.SHOWN]]
-    dropped = dict(empty=dict(count=len(report.empty), first=empty),
-                   **{kind: parts.dropped(done, kind) for kind in ("long", "ratio")})  # fmt: skip
+    dropped = dict(
+        empty=dict(count=len(report.empty), first=empty),
+        **{kind: parts.dropped(done, kind) for kind in ("long", "ratio")},
+    )
     if not any(part.kept for part in done):
         raise _nothing_left(report, {kind: d["count"] for kind, d in dropped.items()})
     vocabs = tuple(side.vocab(cfg.min_freq) for side in seen)
     arrays = parts.assemble(done, seen, vocabs, folder)
     meta = dict(
-        settings=_settings(cfg, seed), dropped=dropped,
+        settings=_settings(cfg, seed),
+        dropped=dropped,
         read=dict(corpus=report.path, lines=report.read, pairs=sum(p.read for p in done)),
         tokens=[int(arrays.src_offsets[-1]), int(arrays.tgt_offsets[-1])],
-        pairs=len(arrays), vocab_sizes=[len(v) for v in vocabs],
-    )  # fmt: skip
-    log.info("data.train: tokenised %d pairs in %.1f s with %d worker(s)", len(arrays),
-             time.perf_counter() - start, workers)  # fmt: skip
+        pairs=len(arrays),
+        vocab_sizes=[len(v) for v in vocabs],
+    )
+    log.info(
+        "data.train: tokenised %d pairs in %.1f s with %d worker(s)",
+        len(arrays),
+        time.perf_counter() - start,
+        workers,
+    )
     return Cached(arrays, tokenizers, vocabs, meta)
 
 
@@ -243,12 +290,17 @@ def _tokenizers(
 ) -> tuple[Tokenizer, Tokenizer]:
     langs = (cfg.src_lang, cfg.tgt_lang)
     if cfg.tokenizer != "sentencepiece":
-        return tuple(build_tokenizer(cfg.tokenizer, lang=lang, lowercase=cfg.lowercase)
-                     for lang in langs)  # fmt: skip
+        return tuple(
+            build_tokenizer(cfg.tokenizer, lang=lang, lowercase=cfg.lowercase) for lang in langs
+        )
     sample = _spm_sample(cfg, seed, show)
     log.info("data.train: training SentencePiece on %d sentences a side", len(sample[0]))
-    options = dict(vocab_size=cfg.spm_vocab_size, model_type=cfg.spm_model_type,
-                   lowercase=cfg.lowercase, seed=seed)  # fmt: skip
+    options = dict(
+        vocab_size=cfg.spm_vocab_size,
+        model_type=cfg.spm_model_type,
+        lowercase=cfg.lowercase,
+        seed=seed,
+    )
     sides = [f"data.train: {_stream(cfg).report.path}, the {lang} side" for lang in langs]
     if workers > 1 and len(sample[0]) >= parts.CHUNK_PAIRS:  # worth two processes' start-up
         with parts.processes(2) as pool:
@@ -281,8 +333,9 @@ def _spm_sample(cfg: DataConfig, seed: int, show: bool) -> tuple[list[str], list
     sample: list[tuple[str, str]] = []
     index: list[int] = []
     rows, stream = _rows(cfg)
-    with tqdm(desc="sampling for SentencePiece", unit=" pairs", disable=not show,
-              file=sys.stderr) as bar:  # fmt: skip
+    with tqdm(
+        desc="sampling for SentencePiece", unit=" pairs", disable=not show, file=sys.stderr
+    ) as bar:
         for i, (_, src, tgt) in enumerate(rows):
             if i < size:
                 sample.append((src, tgt))
@@ -298,9 +351,12 @@ def _spm_sample(cfg: DataConfig, seed: int, show: bool) -> tuple[list[str], list
 
 
 def _tokenise(
-    cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer], folder: Path | None,
-    workers: int, show: bool,
-) -> tuple[list[Part], tuple[Seen, Seen], PairStream]:  # fmt: skip
+    cfg: DataConfig,
+    tokenizers: tuple[Tokenizer, Tokenizer],
+    folder: Path | None,
+    workers: int,
+    show: bool,
+) -> tuple[list[Part], tuple[Seen, Seen], PairStream]:
     """Every training pair tokenised, in corpus order, as parts (their codes in files in
     `folder`, or in memory for None); every token seen, counted; and the stream, whose
     report says what was read."""

@@ -222,8 +222,9 @@ class SentencePieceTokenizer(Tokenizer):
                     for piece in pieces
                 ]
         lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        codes = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32,
-                            count=int(lengths.sum()))  # fmt: skip
+        codes = np.fromiter(
+            itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum())
+        )
         return Encoded(codes, lengths, table + list(extra))
 
     def decode(self, tokens: Sequence[str]) -> str:

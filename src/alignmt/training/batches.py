@@ -56,8 +56,9 @@ class Step:
     tokens: int  # target tokens (</s> included) of the update's micro-batches on all ranks
 
 
-def steps(text: Text, cfg: DataConfig, train: TrainConfig, seed: int, state: Progress,
-          world: World) -> Iterator[Step]:  # fmt: skip
+def steps(
+    text: Text, cfg: DataConfig, train: TrainConfig, seed: int, state: Progress, world: World
+) -> Iterator[Step]:
     """The updates of a run from where `state` says it is, for this process."""
     if len(text.train):
         return _corpus_steps(text, train, seed, state, world)
@@ -77,8 +78,9 @@ def _corpus_steps(
     while True:
         rows = [next(order) for _ in range(world.size * cfg.accumulate)]
         tokens = sum(int(lengths[r, 1].sum()) + len(r) for r in rows)  # + 1 a row: </s>
-        batches = [make_batch(text.train.pairs(r), text.src_vocab, text.tgt_vocab)
-                   for r in rows[mine]]  # fmt: skip
+        batches = [
+            make_batch(text.train.pairs(r), text.src_vocab, text.tgt_vocab) for r in rows[mine]
+        ]
         yield Step(batches, tokens)
 
 
@@ -90,8 +92,9 @@ def corpus_order(text: Text, cfg: TrainConfig, seed: int, state: Progress) -> It
     """
     while True:
         rng = random.Random(f"{seed}/epoch {state.epoch}")
-        order = bucket_batches(text.train.lengths, batch_size=cfg.batch_size,
-                               batch_tokens=cfg.batch_tokens, rng=rng)  # fmt: skip
+        order = bucket_batches(
+            text.train.lengths, batch_size=cfg.batch_size, batch_tokens=cfg.batch_tokens, rng=rng
+        )
         while state.batch < len(order):
             state.batch += 1
             yield list(order[state.batch - 1])
@@ -108,10 +111,14 @@ def _task_steps(
     rng.setstate(as_tuples(state.task_rng))
     mine = _share(world, train.accumulate)
     while True:
-        drawn = [tasks.sample_pairs(cfg.task, rng, train.batch_size, cfg.min_len, cfg.max_len)
-                 for _ in range(world.size * train.accumulate)]  # fmt: skip
+        drawn = [
+            tasks.sample_pairs(cfg.task, rng, train.batch_size, cfg.min_len, cfg.max_len)
+            for _ in range(world.size * train.accumulate)
+        ]
         state.task_rng = rng.getstate()
         tokens = sum(len(t) + 1 for pairs in drawn for _, t in pairs)
-        batches = [make_batch([(vocab.encode(s), vocab.encode(t)) for s, t in pairs], vocab, vocab)
-                   for pairs in drawn[mine]]  # fmt: skip
+        batches = [
+            make_batch([(vocab.encode(s), vocab.encode(t)) for s, t in pairs], vocab, vocab)
+            for pairs in drawn[mine]
+        ]
         yield Step(batches, tokens)

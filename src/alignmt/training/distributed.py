@@ -171,8 +171,9 @@ class Objective(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor,
-                label_smoothing: float) -> Tensor:  # fmt: skip
+    def forward(
+        self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float
+    ) -> Tensor:
         return self.model.loss(src, src_len, tgt_in, tgt_out, label_smoothing)
 
 
@@ -234,8 +235,13 @@ def check_resume(saved: dict[str, Any], world: World, accumulate: int, where: st
     size, acc = saved.get("world_size", 1), saved.get("accumulate", 1)
     if size * acc == world.size * accumulate:
         if size != world.size:
-            log.warning("%s: trained on %d processes, continuing on %d with train.accumulate=%d",
-                        where, size, world.size, accumulate)  # fmt: skip
+            log.warning(
+                "%s: trained on %d processes, continuing on %d with train.accumulate=%d",
+                where,
+                size,
+                world.size,
+                accumulate,
+            )
         return
     raise ValueError(
         f"{where}: this run was trained with {size} process(es) x train.accumulate={acc} "

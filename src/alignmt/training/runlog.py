@@ -84,8 +84,10 @@ def _history(path: Path, step: int) -> tuple[list[int], list[float], list[dict]]
         except ValueError:
             if number == len(lines):  # written after the checkpoint, when the run was killed
                 break
-            raise ValueError(f"{path}:{number}: not a JSON record; the file was damaged or "
-                             "edited (delete the line to resume)") from None  # fmt: skip
+            raise ValueError(
+                f"{path}:{number}: not a JSON record; the file was damaged or "
+                "edited (delete the line to resume)"
+            ) from None
         if record["step"] > step:
             continue
         kept.append(line)
