@@ -180,7 +180,7 @@ def write_cache(
     (folder / META).write_text(json.dumps(meta, indent=1, ensure_ascii=False))
 
 
-def publish(built: Path, folder: Path) -> None:
+def rename_into_place(built: Path, folder: Path) -> None:
     """Rename the finished `built` folder to `folder` in one step, so that a reader sees
     all of a cache or none; if another process published it first, keep theirs."""
     try:
@@ -208,7 +208,7 @@ def load_cache(folder: Path) -> Cached:
     """A cache folder's contents, checked before use.
 
     Args:
-        folder: a folder that `publish` made.
+        folder: a folder that `rename_into_place` made.
 
     Returns:
         The arrays (memory-mapped), tokenizers, vocabularies and meta.json.

@@ -38,7 +38,7 @@ from alignmt.text.cache import (
     cache_key,
     cache_root,
     load_cache,
-    publish,
+    rename_into_place,
     write_cache,
 )
 from alignmt.text.corpus import Pair, PairStream, ReadReport, locations
@@ -174,7 +174,7 @@ def _cached(cfg: DataConfig, seed: int, show: bool) -> Cached:
         built = _build(cfg, seed, building, show)
         write_cache(building, built.arrays, built.tokenizers, built.vocabs, built.meta)
         del built  # unmaps the arrays before the folder moves
-        publish(building, folder)
+        rename_into_place(building, folder)
     finally:
         shutil.rmtree(building, ignore_errors=True)
     log.info("data.train: tokenised corpus cached in %s", folder)

@@ -31,7 +31,7 @@ SPACE = "\u2581"  # "▁", the visible space of CharTokenizer (SentencePiece's o
 
 
 @dataclass
-class Encoded:
+class TokenCodes:
     """Many sentences' tokens as integer codes into a table, the form that stores compactly.
 
     Layout: the codes of sentence i follow those of sentence i - 1:
@@ -53,7 +53,7 @@ class Tokenizer(ABC):
     def encode(self, text: str) -> list[str]:
         """The tokens of one raw sentence."""
 
-    def encode_batch(self, texts: Sequence[str]) -> Encoded:
+    def encode_batch(self, texts: Sequence[str]) -> TokenCodes:
         """The tokens of many raw sentences, each exactly as `encode` cuts it, as codes.
 
         Args:
@@ -69,7 +69,7 @@ class Tokenizer(ABC):
             tokens = self.encode(text)
             lengths[i] = len(tokens)
             codes += [table.setdefault(token, len(table)) for token in tokens]
-        return Encoded(np.array(codes, dtype=np.int32), lengths, list(table))
+        return TokenCodes(np.array(codes, dtype=np.int32), lengths, list(table))
 
     @abstractmethod
     def decode(self, tokens: Sequence[str]) -> str:
@@ -204,7 +204,7 @@ class SentencePieceTokenizer(Tokenizer):
             text = text.lower()
         return self._sp.encode(text, out_type=str)
 
-    def encode_batch(self, texts: Sequence[str]) -> Encoded:
+    def encode_batch(self, texts: Sequence[str]) -> TokenCodes:
         # Ids for the whole batch in one call are several times faster than string pieces
         # sentence by sentence; the piece table turns them back into those same pieces.
         if self.lowercase:
@@ -225,7 +225,7 @@ class SentencePieceTokenizer(Tokenizer):
         codes = np.fromiter(
             itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lengths.sum())
         )
-        return Encoded(codes, lengths, table + list(extra))
+        return TokenCodes(codes, lengths, table + list(extra))
 
     def decode(self, tokens: Sequence[str]) -> str:
         # Through ids, so that a piece the model lacks (Vocab's "<unk>" is its id 0 anyway)
