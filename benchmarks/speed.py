@@ -1,4 +1,4 @@
-"""Speed benchmark (issue 4's protocol): training tokens/s, peak memory, greedy and beam-5
+"""Speed benchmark: training tokens/s, peak memory, greedy and beam-5
 decoding sentences/s and their BLEU, on the matched Multi30k en→de model, with the FLOPs
 arithmetic and the machine's measured matmul speed so that the fraction of the ceiling shows.
 
@@ -47,7 +47,7 @@ MAX_OUTPUT = dict(max_len_ratio=0.0, max_len_offset=100)  # "max output length 1
 
 
 def matched_config(steps: int, device: str, precision: str = "float32") -> Config:
-    """The model every toolkit in issue 4's table ran: 11.6M parameters, 512 x V output;
+    """The model every toolkit of docs/benchmarks.md ran: 11.6M parameters, 512 x V output;
     training under autocast at `precision`."""
     return Config(
         model=ModelConfig(

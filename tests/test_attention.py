@@ -1,4 +1,4 @@
-"""Scorers and the masked softmax against the paper, the seed's exercises and NumPy."""
+"""Scorers and the masked softmax against the papers' equations, hand arithmetic and NumPy."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_worked_example_of_seed_001_is_reproduced_to_its_printed_precision():
 
 @pytest.mark.parametrize("kind", ["additive", "concat", "general"])
 def test_equal_scores_give_the_mean_of_the_real_encoder_states(kind):
-    """Exercise 37.1: an uninformed attention averages the (unpadded) states."""
+    """An uninformed attention (equal scores) averages the unpadded states."""
     module = scorer(kind)
     with torch.no_grad():  # zero the last layer of the score: every e_ij becomes 0
         (module.v if kind != "general" else module.W).weight.zero_()
@@ -81,7 +81,7 @@ def test_equal_scores_give_the_mean_of_the_real_encoder_states(kind):
 
 
 def test_concat_score_equals_separate_projections_when_W_is_split():
-    """Exercise 37.2: v^T tanh(W [s; h]) = v^T tanh(W_q s + W_k h) for W = [W_q | W_k]."""
+    """v^T tanh(W [s; h]) = v^T tanh(W_q s + W_k h) for W = [W_q | W_k]."""
     concat = scorer("concat")
     additive = AdditiveAttention(query_dim=D, key_dim=C, attn_dim=A).double()
     with torch.no_grad():

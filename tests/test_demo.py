@@ -37,7 +37,7 @@ def share_at(run_dir, step: int, lengths, n: int) -> float:
 
 @pytest.mark.slow
 def test_attention_learns_the_anti_diagonal_and_beats_the_bottleneck(tmp_path):
-    """The core issue's bar, with the demo's default config: attention reaches >= 99% greedy
+    """The bar the demo must clear, with the demo's default config: attention reaches >= 99% greedy
     exact match at every length 3-10 with its argmax on the anti-diagonal for >= 98% of
     positions, while vanilla's exact match at length 10 is far below."""
     cfg = load_config(overrides=[f"out_dir={tmp_path}"])

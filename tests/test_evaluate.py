@@ -1,7 +1,7 @@
 """Tests for alignmt.evaluate's corpus metrics: the scores are sacreBLEU's own, sentences land in
-the right length buckets, and the seed's d2l sentence BLEU reproduces its printed examples.
+the right length buckets, and the d2l book's sentence BLEU reproduces its printed examples.
 
-Expected values come from sacreBLEU called directly, the seed's printout or hand arithmetic,
+Expected values come from sacreBLEU called directly, the book's printout or hand arithmetic,
 never from alignmt itself.
 """
 

@@ -3,7 +3,7 @@ tests' oracle.
 
 Written from the equations, not from the torch modules: no batching, no masks folded into
 matrix products, an explicit loop over source positions. The torch code must agree with it
-to 1e-10 in float64 (tests/test_reference_parity.py).
+to 1e-10 in float64 (tests/test_attention.py, test_encoder.py and test_decoder.py).
 
 Conventions. Vectors are 1-D arrays; H is (T, C), one encoder state h_j per row; a weight
 W maps x to W @ x, so a matrix is (out, in). RNN cells follow PyTorch's gate order
@@ -211,12 +211,12 @@ def vanilla_step(y_emb, hs, cs, context, layers, out: ReadoutWeights):
     return readout(np.concatenate([hs[-1], *fixed, y_emb]), out), hs, cs
 
 
-# --- the seeds' worked example (seed 001, §37.2.2) ------------------------------------------
+# --- a worked example, small enough to follow by hand ---------------------------------------
 
 
 def worked_example() -> tuple[Array, Array]:
-    """Additive attention by hand: three encoder states, one query. Returns (alpha, c);
-    the seed prints alpha = [0.430, 0.217, 0.353] and c = [0.783, 0.570]."""
+    """Additive attention by hand: three encoder states, one query. Returns (alpha, c),
+    which are alpha = [0.430, 0.217, 0.353] and c = [0.783, 0.570] to three decimals."""
     H = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     s_prev = np.array([0.5, 0.8])
     W_s = np.eye(2)

@@ -79,8 +79,8 @@ def corpus_scores(
     )
 
 
-# Source-length buckets in tokens, bounds inclusive; None: no upper bound. The short/medium/
-# long split of the issue: "< 10", "10–20", "> 20".
+# Source-length buckets in tokens, bounds inclusive; None: no upper bound: short, medium and
+# long sentences, "< 10", "10–20", "> 20".
 BUCKETS: tuple[tuple[int, int | None], ...] = ((0, 9), (10, 20), (21, None))
 
 
@@ -217,7 +217,7 @@ def bleu_by_length(
 
 
 def sentence_bleu_d2l(pred: str, label: str, k: int = 2) -> float:
-    """The seed's sentence BLEU (d2l's `bleu`), for printing a few examples, not for reporting.
+    """The d2l book's sentence BLEU (its `bleu`), for printing a few examples, not for reporting.
 
     Whitespace tokens; brevity penalty exp(min(0, 1 - len_label / len_pred)); then for
     n = 1 .. min(k, len_pred) the clipped n-gram precision p_n, weighted as p_n ** (0.5 ** n)

@@ -4,9 +4,9 @@ Owns `Translator`, which binds a model to the tokenizers and vocabularies it was
 with (all stored in its checkpoint, so a run folder alone translates raw text), sorts input
 by length into batches, and returns each sentence's hypotheses with their attention and
 hard alignment; it also steps through one sentence's decoding and traces its beam search
-(trace.py) in words. It decodes on its model's device, at its precision (device.py), and
-hands back everything on the CPU. Search itself is `search`'s; scoring translations is
-`evaluate`'s.
+(`trace`) in words. It decodes on its model's device, at its precision
+(`alignmt.model.device`), and hands back everything on the CPU. Search itself is `search`'s;
+scoring translations is `alignmt.analysis.scores`'.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """The demo: attention against the bottleneck on a synthetic task, measured live.
 
-Seed 001 (chapter 37) in one command: train a vanilla encoder-decoder (one fixed context,
-the final encoder state) and an attention model on the same task with the same budget,
+Bahdanau et al. (2015) in miniature, in one command: train a vanilla encoder-decoder (one
+fixed context, the final encoder state) and an attention model on the same task with the same
+budget,
 then score both by source length, in and out of the training distribution, and draw what
 attention learned. A third model, the same attention with Luong's decoder order (query s_i
 after the RNN step, input feeding), is scored against the exactly known gold alignment by
 alignment error rate next to the first. Both attention models keep snapshots of their
-weights, which answer exercise 37.3: at what step does the attention sharpen? Everything is
+weights, which answer: at what training step does the attention sharpen? Everything is
 written under one output folder:
 
     OUT/attention/model.safetensors        the attention model (`alignmt translate OUT/attention`)
@@ -41,7 +42,7 @@ from alignmt.text.tasks import ALPHABET
 from alignmt.text.vocab import EOS, Vocab
 from alignmt.training.run import TrainResult, train
 
-# Inputs drawn in the heatmap: the seed's words, and one longer than any training string.
+# Inputs drawn in the heatmap: short words, and one longer than any training string.
 HEATMAP_WORDS = ("hello", "attention", "bahdanau", "jointlylearning")
 ALIGNMENT_NAME = {"reverse": "anti-diagonal", "copy": "diagonal", "sort": "sorted position"}
 # The attention models, by run folder, and their decoder orders (`model.order`).
@@ -232,7 +233,7 @@ def format_table(scores: dict[str, list[TaskScores]], cfg: Config) -> str:
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     lines.append(
         f"\n* out of distribution: trained on lengths {cfg.data.min_len}-{cfg.data.max_len}. "
-        "TF: teacher-forced, over the string's characters (</s> excluded, as in seed 001); "
+        "TF: teacher-forced, over the string's characters (</s> excluded); "
         "exact match: free-running greedy decoding, which must also stop right after the string."
     )
     return "\n".join(lines)
@@ -263,7 +264,7 @@ def format_sharpening(
     every: int,
     cfg: Config,
 ) -> str:
-    """Exercise 37.3's answer: per decoder order, the first snapshot step at which attention
+    """When attention sharpens: per decoder order, the first snapshot step at which attention
     is sharp, with the share there and at the snapshot before (the answer's resolution)."""
     when = []
     for name, curve in sharpening.items():

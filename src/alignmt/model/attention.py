@@ -94,8 +94,8 @@ class AdditiveAttention(nn.Module):
 class ConcatAttention(nn.Module):
     """Luong et al. (2015), eq. 8 "concat": e_ij = v^T tanh(W [s; h_j]), W of shape (A, D + C).
 
-    Splitting W = [W_s | W_h] column-wise gives W [s; h] = W_s s + W_h h (seed 001,
-    exercise 37.2): the additive score with its two matrices stored as one. The split lets
+    Splitting W = [W_s | W_h] column-wise gives W [s; h] = W_s s + W_h h: the additive
+    score of Bahdanau et al. (2015) with its two matrices stored as one. The split lets
     the key half be computed once per sentence, as for additive attention.
     """
 

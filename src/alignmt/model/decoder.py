@@ -68,7 +68,7 @@ class Unrolled(NamedTuple):
 class Readout(nn.Module):
     """The output layer over [s_i; c_i; y_{i-1}] (Bahdanau et al. 2015, App. A.2.2).
 
-    "none" projects the features straight to the vocabulary (seed 000). "maxout" and "tanh"
+    "none" projects the features straight to the vocabulary. "maxout" and "tanh"
     first map them to R units, maxout taking the max of adjacent pairs of 2R linear units
     as in the paper; the vocabulary matmul then costs R x V instead of (D + C + E) x V.
     `forward` stops before that matmul, `proj`: the decoder applies it, or the training loss
@@ -130,7 +130,8 @@ class Decoder(nn.Module):
             layers=layers,
             dropout=dropout,
         )
-        # Seed 000: s_0 = tanh(W [h_fwd; h_bwd]) for every layer; seed 001 starts from zeros.
+        # Bahdanau et al. (2015, App. A.2.2) start from s_0 = tanh(W_s h_1^<-), the backward
+        # state; bridge reads both directions' final states, for every layer; zeros: none.
         self.bridge = nn.Linear(enc_dim, layers * hidden) if init == "bridge" else None
 
     def init_state(self, final: Tensor) -> DecoderState:

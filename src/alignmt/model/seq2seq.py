@@ -2,7 +2,7 @@
 
 Owns `encode` (source -> memory and initial decoder state), the teacher-forced `forward`
 and `loss`, and `decode_step`, the step function that search runs. The loss functions live
-in loss.py and decoding strategies in search.py.
+in `loss`; decoding strategies in `alignmt.decoding`.
 
 Dimension key, used in every shape comment of the package:
 

@@ -5,7 +5,7 @@ name the file and line, and a `ReadReport` that accounts for every line read: a 
 either kept or listed as dropped, never lost silently. Pairs can be read into memory
 (`read_parallel`, `read_tsv`) or streamed a line at a time (`stream_parallel`, `stream_tsv`),
 for corpora too big to hold as Python strings. Does not tokenise (`tokenize`) or
-batch (`data`), and imports no other alignmt module.
+batch (`split`, `alignmt.model.batch`), and imports no other alignmt module.
 """
 
 from __future__ import annotations

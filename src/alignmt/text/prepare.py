@@ -6,7 +6,7 @@ worker processes tokenise it a chunk at a time (`parts`), the merged counts make
 vocabularies, and the chunks' codes become `cache.TokenArrays` of ids. The result is kept in
 a cache folder keyed by the corpus's contents and the settings, so that a later run, or the
 other processes of this one, maps it instead of building it again. The validation split is
-small and stays in memory. Batching is `train`'s.
+small and stays in memory. Batching is `alignmt.training.batches`'.
 """
 
 from __future__ import annotations

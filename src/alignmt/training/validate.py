@@ -1,7 +1,7 @@
 """Validation during training: teacher-forced loss and greedy BLEU on the held-out pairs.
 
-What `train` measures at every `eval_every` steps to keep the best model, halve a plateaued
-learning rate and stop early. Scoring itself (sacreBLEU) is `evaluate`'s.
+What the loop measures at every `eval_every` steps to keep the best model, halve a plateaued
+learning rate and stop early. Scoring itself (sacreBLEU) is `alignmt.analysis.scores`'.
 """
 
 from __future__ import annotations
