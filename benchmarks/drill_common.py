@@ -93,7 +93,7 @@ def run_cli(argv: Sequence[str], stdin: str = "", *, tripwires: bool = False) ->
         stack.enter_context(
             mock.patch.object(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
         )
-        stack.enter_context(mock.patch("uvicorn.run", _trip))
+        stack.enter_context(mock.patch("alignmt.cli.serve.run_server", _trip))
         if tripwires:
             for module, name in _bound_work():
                 stack.enter_context(mock.patch.object(module, name, _trip))

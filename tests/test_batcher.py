@@ -72,8 +72,9 @@ def test_stopping_answers_the_jobs_still_waiting_and_a_broken_call_fails_only_it
         batcher = Batcher(Limits())
         batcher.start()
         with pytest.raises(RuntimeError, match="2 jobs got 1 results"):
-            await asyncio.gather(batcher.submit("k", lambda p: [0], 1, 1),
-                                 batcher.submit("k", lambda p: [0], 2, 1))  # fmt: skip
+            await asyncio.gather(
+                batcher.submit("k", lambda p: [0], 1, 1), batcher.submit("k", lambda p: [0], 2, 1)
+            )
         assert batcher.alive and await batcher.submit("k", list, 3, 1) == 3
         batcher.stop()
 

@@ -1,22 +1,19 @@
-"""The HTTP service through FastAPI's TestClient: every endpoint, hostile input, start-up,
-the request log, the import boundary; and a load test against a real uvicorn process. The
-queue and its thread are test_batcher.py's."""
+"""The HTTP service through FastAPI's TestClient: every endpoint, hostile input, HEAD,
+start-up, the request log; and a load test against a real uvicorn process. The queue and
+its thread are test_batcher.py's, slow clients test_serve_slow_clients.py's."""
 
 from __future__ import annotations
 
-import ast
 import json
 import logging
 import math
 import socket
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
 from fastapi.testclient import TestClient
 
-import alignmt
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.translator import Translator
 from alignmt.serve.app import create_app
@@ -55,6 +52,10 @@ def post(client, path, body):
     return response.status_code, response.json()
 
 
+def post_raw(client, raw: bytes):
+    return client.post("/v1/translate", content=raw, headers={"content-type": "application/json"})
+
+
 def test_models_describe_what_is_served(client, toy_run):
     assert client.get("/healthz").json() == {"status": "ok", "models": ["run", "vanilla"]}
     models = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
@@ -68,8 +69,11 @@ def test_models_describe_what_is_served(client, toy_run):
 
 
 def test_translate_answers_what_the_translator_computes(client, translator):
-    status, body = post(client, "/v1/translate", {"sentences": [SENTENCE, "a cat"],
-                        "beam_size": 3, "nbest": 2, "attention": True})  # fmt: skip
+    status, body = post(
+        client,
+        "/v1/translate",
+        {"sentences": [SENTENCE, "a cat"], "beam_size": 3, "nbest": 2, "attention": True},
+    )
     assert status == 200 and body["model"] == "run" and body["beam_size"] == 3
     expected = translator.with_beam(3).translate([SENTENCE, "a cat"], nbest=2)
     for got, hyps in zip(body["translations"], expected, strict=True):
@@ -93,15 +97,19 @@ def test_attention_is_left_out_unless_asked_for(client):
 
 
 def test_stepping_with_no_prefix_or_override_is_translate_with_beam_one(client):
-    _, translated = post(client, "/v1/translate",
-                         {"sentences": [SENTENCE], "beam_size": 1, "attention": True})  # fmt: skip
+    _, translated = post(
+        client, "/v1/translate", {"sentences": [SENTENCE], "beam_size": 1, "attention": True}
+    )
     status, stepped = post(client, "/v1/step", {"sentence": SENTENCE, "top_k": 3})
     assert status == 200
     hyp = translated["translations"][0]["hypotheses"][0]
     assert stepped["tokens"] == hyp["tokens"] and stepped["text"] == hyp["text"]
     assert [s["token"] for s in stepped["steps"]] == hyp["tokens"]
-    assert torch.allclose(torch.tensor([s["attention"] for s in stepped["steps"]]),
-                          torch.tensor(hyp["attention"]), atol=2e-5)  # fmt: skip
+    assert torch.allclose(
+        torch.tensor([s["attention"] for s in stepped["steps"]]),
+        torch.tensor(hyp["attention"]),
+        atol=2e-5,
+    )
     for s in stepped["steps"]:
         assert len(s["top_k"]) == 3 and s["top_k"][0]["token"] == s["token"]
         assert not s["forced"] and not s["overridden"]
@@ -112,8 +120,9 @@ def test_a_forced_prefix_starts_the_output(client):
     prefix = ["der", "kleiner"]
     assert free["tokens"][:2] != prefix
     for beam in (1, 3):
-        status, body = post(client, "/v1/step", {"sentence": SENTENCE, "prefix": prefix,
-                                                 "beam_size": beam})  # fmt: skip
+        status, body = post(
+            client, "/v1/step", {"sentence": SENTENCE, "prefix": prefix, "beam_size": beam}
+        )
         assert status == 200 and body["tokens"][:2] == prefix
         assert [s["forced"] for s in body["steps"][:3]] == [True, True, False]
 
@@ -129,8 +138,9 @@ def test_an_override_moves_that_steps_attention_to_one_source_word(client):
 def test_the_beam_trees_finished_hypotheses_are_translates_nbest(client):
     for sentence in (SENTENCE, "a cat", "the small red cat runs now"):
         _, tree = post(client, "/v1/beam", {"sentence": sentence, "beam_size": 4})
-        _, translated = post(client, "/v1/translate",
-                             {"sentences": [sentence], "beam_size": 4, "nbest": 4})  # fmt: skip
+        _, translated = post(
+            client, "/v1/translate", {"sentences": [sentence], "beam_size": 4, "nbest": 4}
+        )
         nbest = translated["translations"][0]["hypotheses"]
         finished = tree["finished"][: len(nbest)]
         assert [h["tokens"] for h in finished] == [h["tokens"] for h in nbest]
@@ -147,8 +157,9 @@ def test_a_vanilla_model_has_no_attention_to_show_or_override(client):
     status, body = post(client, "/v1/translate", request)
     hyp = body["translations"][0]["hypotheses"][0]
     assert status == 200 and hyp["attention"] is None and hyp["alignment"] is None
-    status, body = post(client, "/v1/step", {"model": "vanilla", "sentence": "a cat",
-                                             "override": {"0": 1}})  # fmt: skip
+    status, body = post(
+        client, "/v1/step", {"model": "vanilla", "sentence": "a cat", "override": {"0": 1}}
+    )
     assert status == 422 and "no attention" in body["error"]["message"]
 
 
@@ -204,6 +215,10 @@ def test_hostile_requests_get_a_4xx_that_says_what_is_wrong(client, path, body, 
         assert error["field"] == names
 
 
+NESTED = b'{"sentences": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"  # past the recursion limit
+NOT_UTF8 = b'{"sentences": ["a \xff cat"]}'
+
+
 @pytest.mark.parametrize(
     ("raw", "status"),
     [
@@ -211,17 +226,31 @@ def test_hostile_requests_get_a_4xx_that_says_what_is_wrong(client, path, body, 
         (b'{"sentences": ["a cat"', 422),  # truncated JSON
         (b"not json at all", 422),
         (b"[" * 200_000 + b"]" * 200_000, 413),  # nested past the body limit
-        (b'{"sentences": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", 400),  # deeply nested
+        (NESTED, 422),
         (b"\xff\xfe\x00 binary", 422),
+        (NOT_UTF8, 422),
     ],
 )
 def test_bodies_that_are_not_valid_json_requests_get_a_4xx(served, raw, status):
     limits = replace(LIMITS, max_body_bytes=300_000)
     with TestClient(create_app(served, limits)) as small:
-        response = small.post("/v1/translate", content=raw,
-                              headers={"content-type": "application/json"})  # fmt: skip
+        response = post_raw(small, raw)
     assert response.status_code == status
     assert response.json()["error"]["message"]
+
+
+def test_invalid_utf8_and_deep_nesting_get_the_422_of_any_body_that_is_not_json(client):
+    shape = post_raw(client, b"not json").json()["error"]
+    cases = [
+        (NOT_UTF8, "body: not valid UTF-8: byte 0xff at byte 18"),
+        (NESTED, "body: not valid JSON: nested too deeply"),
+    ]
+    for raw, said in cases:
+        response = post_raw(client, raw)
+        error = response.json()["error"]
+        assert response.status_code == 422 and error.keys() == shape.keys()
+        assert (error["code"], error["field"]) == ("invalid", "body")
+        assert error["message"].startswith(said) and error["errors"][0]["field"] == "body"
 
 
 def test_error_bodies_are_strict_json_and_echo_no_more_than_a_short_value(client):
@@ -233,8 +262,7 @@ def test_error_bodies_are_strict_json_and_echo_no_more_than_a_short_value(client
         b'{"sentences": ["a cat"], "model": "' + b"m" * 100_000 + b'"}',
     ]
     for raw in cases:
-        response = client.post("/v1/translate", content=raw,
-                               headers={"content-type": "application/json"})  # fmt: skip
+        response = post_raw(client, raw)
         assert 400 <= response.status_code < 500
         assert len(response.content) < 2_000
         json.loads(response.content, parse_constant=_refuse)  # no NaN or Infinity
@@ -242,6 +270,20 @@ def test_error_bodies_are_strict_json_and_echo_no_more_than_a_short_value(client
 
 def _refuse(constant):
     raise ValueError(f"{constant} is not JSON")
+
+
+def test_an_answer_with_more_attention_weights_than_the_limit_is_refused(served, translator):
+    tokens = translator.source_tokens(SENTENCE)
+    cells = translator.output_limit(tokens) * (len(tokens) + 1)  # the most of one hypothesis
+    request = {"sentences": [SENTENCE] * 2, "beam_size": 2, "nbest": 2, "attention": True}
+    with TestClient(create_app(served, replace(LIMITS, max_attention_cells=3 * cells))) as client:
+        status, body = post(client, "/v1/translate", request)
+        error = body["error"]
+        assert status == 422 and error["limit"] == "max_attention_cells"
+        assert (error["value"], error["max"]) == (4 * cells, 3 * cells)
+        assert f"nbest 2 x {2 * cells} output-by-source cells over 2 sentences" in error["message"]
+        for smaller in ({"attention": False}, {"nbest": 1}, {"model": "vanilla"}):
+            assert post(client, "/v1/translate", {**request, **smaller})[0] == 200
 
 
 def test_top_k_past_the_target_vocabulary_is_refused(served):
@@ -256,10 +298,39 @@ def test_a_wrong_method_or_content_type_says_so(client):
     response = client.get("/v1/translate")
     assert response.status_code == 405 and response.headers["allow"] == "POST"
     assert response.json()["error"]["code"] == "method_not_allowed"
-    response = client.post("/v1/translate", content=b"sentences=a", headers={
-        "content-type": "application/x-www-form-urlencoded"})  # fmt: skip
+    head = client.head("/v1/translate")
+    assert (head.status_code, head.headers["allow"], head.content) == (405, "POST", b"")
+    response = client.post(
+        "/v1/translate",
+        content=b"sentences=a",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
     error = response.json()["error"]
     assert response.status_code == 422 and error["field"] == "body"
+
+
+GET_ROUTES = [
+    "/",
+    "/healthz",
+    "/v1/models",
+    "/openapi.json",
+    "/docs",
+    "/docs/oauth2-redirect",
+    "/redoc",
+]
+
+
+def test_every_get_route_is_listed(client):
+    routes = {route.path for route in client.app.routes if "GET" in getattr(route, "methods", ())}
+    assert routes <= set(GET_ROUTES)
+
+
+@pytest.mark.parametrize("path", [*GET_ROUTES, "/static/explorer.js"])
+def test_head_is_answered_as_get_would_be_without_the_body(client, path):
+    got, head = client.get(path), client.head(path)
+    assert head.status_code == got.status_code == 200
+    assert head.headers == got.headers and int(got.headers["content-length"]) == len(got.content)
+    assert head.content == b""
 
 
 def test_an_app_can_be_started_again_after_it_stopped(served):
@@ -276,7 +347,7 @@ def test_an_app_can_be_started_again_after_it_stopped(served):
 def test_a_body_over_the_limit_is_refused_before_it_is_read(client):
     response = client.post("/v1/translate", json={"sentences": ["a" * 1_000_000]})
     error = response.json()["error"]
-    assert response.status_code == 413
+    assert response.status_code == 413 and response.headers["connection"] == "close"
     assert error["limit"] == "max_body_bytes" and error["value"] > error["max"] == 1_000_000
 
 
@@ -289,29 +360,6 @@ def test_each_request_is_logged_in_one_line_without_its_text(client, caplog):
     assert lines[0].startswith("POST /v1/translate 200 sentences=2 ms=")
     assert lines[1].startswith("POST /v1/translate 422 ")
     assert not any(word in line for line in lines for word in ("dog", "cat", "secret"))
-
-
-def test_the_service_never_imports_training_code():
-    """Follows every `alignmt.*` import from the serve modules, module by module (the
-    package's __init__, which re-exports train for users, aside)."""
-    src = Path(alignmt.__file__).parent
-    todo = [f"alignmt.serve.{p.stem}" for p in (src / "serve").glob("*.py")]
-    seen: set[str] = set()
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        path = src.parent / (name.replace(".", "/") + ".py")
-        if not path.is_file():
-            path = path.with_suffix("") / "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("alignmt."):
-                todo.append(node.module)
-            elif isinstance(node, ast.Import):
-                todo += [a.name for a in node.names if a.name.startswith("alignmt.")]
-    assert {"alignmt.checkpoint", "alignmt.decoding.search", "alignmt.decoding.translator"} <= seen
-    assert "alignmt.training.loop" not in seen
 
 
 def _free_port() -> int:
@@ -330,12 +378,22 @@ def test_a_real_server_under_32_concurrent_clients_answers_all_with_flat_memory(
     sentences = read_lines(str(SHARED / "data/multi30k/test_2016_flickr.en.gz"))
     port = _free_port()
     with local_server([toy_run], port) as server:
-        result = run_load("127.0.0.1", port, sentences, clients=32, requests=1_200,
-                          server_pid=server.pid, rss_every=200, timeout=30)  # fmt: skip
+        result = run_load(
+            "127.0.0.1",
+            port,
+            sentences,
+            clients=32,
+            requests=1_200,
+            server_pid=server.pid,
+            rss_every=200,
+            timeout=30,
+        )
     rss = ", ".join(f"{n}: {b / 2**20:.0f} MiB" for n, b in result.rss.items())
     latency = ", ".join(f"p{p} {result.percentile(p):.0f} ms" for p in (50, 95, 99))
-    print(f"\n{len(result.latencies)} requests in {result.seconds:.1f} s: "
-          f"{result.throughput:.0f}/s, {latency}; RSS {rss}")  # fmt: skip
+    print(
+        f"\n{len(result.latencies)} requests in {result.seconds:.1f} s: "
+        f"{result.throughput:.0f}/s, {latency}; RSS {rss}"
+    )
     assert result.errors == []
     assert len(result.latencies) == 1_200
     assert result.rss[1_200] <= 1.10 * result.rss[200]

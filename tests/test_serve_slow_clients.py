@@ -54,12 +54,15 @@ def port(toy_run) -> Iterator[int]:
         yield port
 
 
-def stall(port: int, sent: bytes) -> tuple[float, bytes]:
-    """Send `sent`, then nothing: the seconds until the server closed, and what it said."""
+def stall(port: int, sent: bytes, then: bytes = b"", pause: float = 0.0) -> tuple[float, bytes]:
+    """Send `sent`, after `pause` seconds `then`, then nothing: the seconds from the first
+    byte until the server closed, and what it said."""
     with socket.create_connection(("127.0.0.1", port)) as client:
         client.settimeout(DEADLINE + SLACK + 2)
         start = time.monotonic()
         client.sendall(sent)
+        time.sleep(pause)
+        client.sendall(then)
         answer = b""
         try:
             while chunk := client.recv(65_536):
@@ -117,6 +120,12 @@ def test_a_client_that_stalls_gets_a_408_at_the_deadline_while_others_are_served
     assert (error["code"], error["limit"], error["max"]) == ("timeout", "read_deadline", DEADLINE)
 
 
+def test_the_headers_and_the_body_share_one_deadline(port):
+    late = DEADLINE * 0.8  # the headers take most of it; the body's stall the rest
+    seconds, answer = stall(port, HEAD[:20], HEAD[20:] + b"Content-Length: 30\r\n\r\n{", late)
+    assert answer.startswith(b"HTTP/1.1 408 ") and seconds < DEADLINE + 0.6 < DEADLINE + late
+
+
 def test_a_connection_that_sends_nothing_is_closed_at_the_deadline(port):
     seconds, answer = stall(port, b"")
     assert DEADLINE - 0.05 <= seconds < DEADLINE + SLACK and answer == b""
@@ -153,7 +162,8 @@ def guarded(limits: Limits, scope_extra: dict, messages: list[dict]) -> tuple[li
     async def receive():
         if messages:
             return messages.pop(0)
-        await asyncio.sleep(3600)
+        await asyncio.sleep(5)  # a stall, then a client that gives up
+        return {"type": "http.disconnect"}
 
     async def send(message):
         sent.append(message)
@@ -177,7 +187,7 @@ def test_the_guard_answers_408_to_a_body_that_stalls_past_the_deadline(caplog):
 
 
 def test_the_guard_counts_the_time_the_headers_took():
-    past = {"extensions": {READ_BY: time.monotonic() - 0.1}}  # the server's note: used up
+    past = {"extensions": {READ_BY: {"by": time.monotonic() - 0.1}}}  # the headers took it all
     sent, _ = guarded(Limits(read_deadline=60), past, [])
     assert sent[0]["status"] == 408
 

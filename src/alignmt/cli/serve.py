@@ -6,12 +6,11 @@ import argparse
 import logging
 from dataclasses import fields
 
-import uvicorn
-
 from alignmt.model.device import pick_device
 from alignmt.serve.app import create_app
 from alignmt.serve.limits import Limits
 from alignmt.serve.registry import load_models
+from alignmt.serve.server import run_server
 
 
 def run(args: argparse.Namespace) -> int:
@@ -20,5 +19,5 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("alignmt.serve").setLevel(logging.INFO)
     url = f"http://{args.host}:{args.port}"
     print(f"serving {', '.join(models)}: the explorer at {url}/, the API at {url}/docs", flush=True)
-    uvicorn.run(create_app(models, limits), host=args.host, port=args.port, access_log=False)
+    run_server(create_app(models, limits), host=args.host, port=args.port, limits=limits)
     return 0

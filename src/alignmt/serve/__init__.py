@@ -1,7 +1,10 @@
 """The HTTP service behind `alignmt serve RUN_DIR ...`: a layer of its own over checkpoint,
-search, trace and translate, which never imports training.
+search, trace and translate, which never imports training, experiments, the command line
+or matplotlib.
 
-    app.py       the FastAPI app: routes, request checks, errors as JSON, the request log
+    server.py    run_server: uvicorn, with a deadline on reading each request's headers
+    app.py       the FastAPI app: routes, request checks, errors as JSON
+    guard.py     what every request passes first: body size, read deadline, HEAD; its log
     schemas.py   the pydantic models of every request and response body
     limits.py    what a server accepts (each a flag) and the errors past a limit
     batcher.py   the decoding thread and its queue: dynamic batching

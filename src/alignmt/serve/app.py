@@ -9,9 +9,7 @@ the client.
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -22,10 +20,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from alignmt.serve import decoding, page
 from alignmt.serve.batcher import Batcher
+from alignmt.serve.guard import RequestGuard, json_error
 from alignmt.serve.limits import Limits, RequestError, check_sentence, cut, invalid, over_limit
 from alignmt.serve.registry import ServedModel
 from alignmt.serve.schemas import (
@@ -48,6 +46,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": what}
     for status, what in [
         (404, "no model of that name"),
+        (408, "the request did not arrive whole within read_deadline"),
         (413, "the body is over max_body_bytes"),
         (422, "an invalid field, or a value past a limit"),
         (503, "the queue is full (retry after Retry-After seconds), or the decoder is not running"),
@@ -76,7 +75,7 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
         summary="Attention-based RNN translation, with what the decoder saw at every step.",
         lifespan=lifespan,
     )
-    app.add_middleware(RequestGuard, max_body_bytes=limits.max_body_bytes)
+    app.add_middleware(RequestGuard, limits=limits)
     _add_error_handlers(app)
     app.mount("/static", StaticFiles(directory=page.STATIC), name="static")
 
@@ -88,8 +87,8 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
         if name is None:
             return next(iter(models.values()))
         if name not in models:
-            raise RequestError(404, "not_found", f"no model named {cut(name)!r}; served: "
-                               f"{', '.join(models)}", value=cut(name))  # fmt: skip
+            message = f"no model named {cut(name)!r}; served: {', '.join(models)}"
+            raise RequestError(404, "not_found", message, value=cut(name))
         return models[name]
 
     def check_beam(beam_size: int | None, model: ServedModel) -> int:
@@ -111,10 +110,9 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
     async def translate(body: TranslateRequest, request: Request) -> Response:
         """Translate sentences: n-best hypotheses with scores, alignments and attention."""
         model = served(body.model)
-        request.state.sentences = len(body.sentences)
-        if len(body.sentences) > limits.max_sentences:
-            raise over_limit("max_sentences", len(body.sentences), limits.max_sentences,
-                             "sentences")  # fmt: skip
+        request.state.sentences = count = len(body.sentences)
+        if count > limits.max_sentences:
+            raise over_limit("max_sentences", count, limits.max_sentences, "sentences")
         for i, sentence in enumerate(body.sentences):
             check_sentence(sentence, f"sentences[{i}]", limits)
         beam = check_beam(body.beam_size, model)
@@ -179,36 +177,54 @@ def _json(content: bytes) -> Response:
     return Response(content, media_type="application/json")
 
 
-def _error(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
-    # ensure_ascii: a lone surrogate echoed from the request must not break the answer
-    return Response(json.dumps(body), status, headers, media_type="application/json")
-
-
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def refused(request: Request, error: RequestError) -> Response:
         retry = error.details.get("retry_after")
-        return _error(error.status, error.body(), {"Retry-After": str(retry)} if retry else None)
+        headers = {"Retry-After": str(retry)} if retry else None
+        return json_error(error.status, error.body(), headers)
 
     @app.exception_handler(RequestValidationError)
     async def malformed(request: Request, error: RequestValidationError) -> Response:
-        problems = [_problem(e) for e in error.errors()]
-        first = problems[0]
-        message = f"{first['field']}: {first['message']}"
-        body = {"code": "invalid", "message": message, "field": first["field"],
-                "value": first["value"], "errors": problems}  # fmt: skip
-        return _error(422, {"error": body})
+        return _invalid([_problem(e) for e in error.errors()])
 
     @app.exception_handler(HTTPException)
     async def http(request: Request, error: HTTPException) -> Response:
+        if error.status_code == 400:  # FastAPI's only 400: a body it could not parse
+            return _invalid([_unparsed(error)])
         code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "invalid")
         body = {"error": {"code": code, "message": str(error.detail)}}
-        return _error(error.status_code, body, error.headers)
+        return json_error(error.status_code, body, error.headers)
 
     @app.exception_handler(Exception)
     async def bug(request: Request, error: Exception) -> Response:
         log.exception("internal error on %s %s", request.method, request.url.path)
-        return _error(500, {"error": {"code": "error", "message": "internal server error"}})
+        return json_error(500, {"error": {"code": "error", "message": "internal server error"}})
+
+
+def _invalid(problems: list[dict[str, Any]]) -> Response:
+    """The 422 of a request that is not what its route takes: the first problem, and all."""
+    first = problems[0]
+    message = f"{first['field']}: {first['message']}"
+    body = {"code": "invalid", "message": message, "field": first["field"], "value": first["value"]}
+    body["errors"] = problems
+    return json_error(422, {"error": body})
+
+
+def _unparsed(error: HTTPException) -> dict[str, Any]:
+    """FastAPI's 400 for a body it could not parse, as a problem of the body; the cause is
+    what `json.loads` raised: bytes that are not UTF-8 (nor UTF-16 or 32) or, past Python's
+    recursion limit, nesting too deep."""
+    cause = error.__cause__
+    if isinstance(cause, UnicodeDecodeError):
+        byte = cause.object[cause.start : cause.start + 1].hex()
+        encoding = cause.encoding.upper()
+        message = f"not valid {encoding}: byte 0x{byte} at byte {cause.start} ({cause.reason})"
+    elif isinstance(cause, RecursionError):
+        message = "not valid JSON: nested too deeply to parse"
+    else:
+        message = f"not valid JSON: {error.detail}"
+    return {"field": "body", "message": message, "value": None}
 
 
 def _problem(error: dict[str, Any]) -> dict[str, Any]:
@@ -223,68 +239,3 @@ def _problem(error: dict[str, Any]) -> dict[str, Any]:
     field = field.replace(".[", "[").lstrip(".") or "body"
     message, value = error.get("msg", "invalid"), cut(error.get("input"))
     return {"field": field, "message": message, "value": value}
-
-
-class RequestGuard:
-    """ASGI middleware: refuses a body over `max_body_bytes` with 413 before anything parses
-    it, and logs one line per request (method, path, status, sentences, milliseconds),
-    never its text."""
-
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
-        self.app, self.max_body_bytes = app, max_body_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start, status = time.perf_counter(), [500]
-        scope["state"] = dict(scope.get("state") or {})
-
-        async def watch(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        try:
-            declared = dict(scope["headers"]).get(b"content-length", b"0")
-            size = int(declared) if declared.isdigit() else 0
-            body = None if size > self.max_body_bytes else await self._read(receive)
-            if body is None:
-                sent = max(size, self.max_body_bytes + 1)  # declared, or as far as read
-                error = over_limit("max_body_bytes", sent, self.max_body_bytes, "body bytes", 413)
-                await _error(413, error.body())(scope, receive, watch)
-                return
-            await self.app(scope, _replay(body, receive), watch)
-        finally:
-            ms = (time.perf_counter() - start) * 1000
-            log.info("%s %s %d sentences=%s ms=%.1f", scope["method"], scope["path"], status[0],
-                     scope["state"].get("sentences", 0), ms)  # fmt: skip
-
-    async def _read(self, receive: Receive) -> bytes | None:
-        """The whole body, or None once it passes the limit."""
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return b"".join(chunks)
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A receive that gives the app the body read already, then the client's later messages."""
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replay

@@ -104,9 +104,8 @@ class Batcher:
         with self._changed:
             if self._stopping:
                 raise RequestError(503, "busy", "the server is stopping")
-            if self._waiting + sentences > limits.max_queue:
-                error = over_limit("max_queue", self._waiting + sentences, limits.max_queue,
-                                   "sentences waiting", status=503)  # fmt: skip
+            if (waiting := self._waiting + sentences) > limits.max_queue:
+                error = over_limit("max_queue", waiting, limits.max_queue, "sentences waiting", 503)
                 error.details["retry_after"] = 1
                 raise error
             self._queue.append(job)
@@ -118,10 +117,10 @@ class Batcher:
             return await asyncio.wait_for(asyncio.wrap_future(job.future), limits.deadline)
         except asyncio.TimeoutError:
             # wait_for cancelled the future: a job the thread has not started never runs
+            message = f"no answer within the deadline of {limits.deadline} s"
             raise RequestError(
-                504, "timeout", f"no answer within the deadline of {limits.deadline} s",
-                limit="deadline", max=limits.deadline,
-            ) from None  # fmt: skip
+                504, "timeout", message, limit="deadline", max=limits.deadline
+            ) from None
 
     def _forget(self, job: Job, future: Future) -> None:
         """Take a job cancelled while waiting out of the queue: it holds no place there."""

@@ -30,8 +30,18 @@ class Limits:
     max_source_tokens: int = _limit(200, "source tokens of one sentence, as the model splits it")
     max_beam: int = _limit(16, "beam size")
     max_top_k: int = _limit(50, "candidates per step of /v1/step")
+    max_attention_cells: int = _limit(
+        2_000_000,
+        "attention weights one translate answer may hold (nbest x source tokens x output "
+        "limit, summed over sentences; about 8 bytes of JSON each)",
+    )
     max_queue: int = _limit(1_024, "sentences waiting to decode; past it: 503 and Retry-After")
     deadline: float = _limit(30.0, "seconds a request may take, queueing included; past it: 504")
+    read_deadline: float = _limit(
+        20.0,
+        "seconds a client has to send a whole request, headers and body, from connecting or "
+        "from its first byte; past it: 408 and the connection is closed",
+    )
     batch_width: int = _limit(64, "the most sentences decoding at once (dynamic batching)")
     batch_wait: float = _limit(0.002, "seconds the decoder waits for more sentences to batch")
 
@@ -61,10 +71,15 @@ class RequestError(Exception):
 def over_limit(limit: str, value: Any, maximum: Any, what: str, status: int = 422) -> RequestError:
     """The error for `value` past `limit` (a flag name without dashes, as in `Limits`)."""
     value = cut(value)
-    return RequestError(
-        status, "limit", f"{what}: {value} is over the limit of {maximum} ({limit})",
-        limit=limit, value=value, max=maximum,
-    )  # fmt: skip
+    message = f"{what}: {value} is over the limit of {maximum} ({limit})"
+    return RequestError(status, "limit", message, limit=limit, value=value, max=maximum)
+
+
+def read_timeout(limits: Limits) -> RequestError:
+    """The 408 of a client that did not send its whole request within `read_deadline`."""
+    seconds = limits.read_deadline
+    message = f"the request did not arrive within {seconds} s (read_deadline)"
+    return RequestError(408, "timeout", message, limit="read_deadline", max=seconds)
 
 
 def invalid(field: str, message: str, value: Any = None) -> RequestError:

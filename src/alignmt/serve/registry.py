@@ -14,8 +14,8 @@ import torch
 
 from alignmt.checkpoint.format import snapshot_steps
 from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint, load_snapshot
+from alignmt.config import Precision
 from alignmt.decoding.translator import Translator
-from alignmt.model.device import Precision
 from alignmt.serve.batcher import stop_past_deadline
 from alignmt.serve.schemas import ModelInfo
 
