@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+# Run as a script, this file's folder is on the path but not the repository root, from
+# which it imports its helpers (as `benchmarks.load`, ...).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.browser import Explorer, start_chromium
 from benchmarks.load import local_server

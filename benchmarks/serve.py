@@ -21,11 +21,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
+
+# Run as a script, this file's folder is on the path but not the repository root, from
+# which it imports its helpers (as `benchmarks.load`, ...).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from benchmarks.load import LoadResult, local_server, run_load
 
 from alignmt.checkpoint.torch_io import load_checkpoint
