@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import statistics
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+from benchmarks.load import free_port
 from fastapi.testclient import TestClient
 
 from alignmt.checkpoint.format import snapshot_steps
@@ -212,12 +212,6 @@ def browser():
     driver.quit()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _argmax(values: list[float]) -> int:
     return max(range(len(values)), key=values.__getitem__)
 
@@ -241,7 +235,7 @@ def test_a_user_steps_forces_overrides_and_opens_the_beam(
     from benchmarks.browser import Explorer
     from benchmarks.load import local_server
 
-    port = _free_port()
+    port = free_port()
     with TestClient(create_app(load_models([snapshot_run, vanilla_run]))) as api:
         expected = api.post("/v1/step", json={"sentence": SENTENCE}).json()
         beam = api.post("/v1/beam", json={"sentence": SENTENCE}).json()

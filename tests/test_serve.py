@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import logging
 import math
-import socket
 from dataclasses import replace
 
 import pytest
 import torch
+from benchmarks.load import free_port
 from fastapi.testclient import TestClient
 
 from alignmt.checkpoint.torch_io import load_checkpoint
@@ -362,12 +362,6 @@ def test_each_request_is_logged_in_one_line_without_its_text(client, caplog):
     assert not any(word in line for line in lines for word in ("dog", "cat", "secret"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @needs_shared_data
 def test_a_real_server_under_32_concurrent_clients_answers_all_with_flat_memory(toy_run):
@@ -376,7 +370,7 @@ def test_a_real_server_under_32_concurrent_clients_answers_all_with_flat_memory(
     from alignmt.text.corpus import read_lines
 
     sentences = read_lines(str(SHARED / "data/multi30k/test_2016_flickr.en.gz"))
-    port = _free_port()
+    port = free_port()
     with local_server([toy_run], port) as server:
         result = run_load(
             "127.0.0.1",
@@ -402,6 +396,6 @@ def test_a_real_server_under_32_concurrent_clients_answers_all_with_flat_memory(
 def test_a_server_that_cannot_start_is_reported_not_waited_for(tmp_path):
     from benchmarks.load import local_server
 
-    server = local_server([tmp_path / "no_run"], _free_port())
+    server = local_server([tmp_path / "no_run"], free_port())
     with pytest.raises(RuntimeError, match=r"exited at start-up with status 2: .*no_run"), server:
         pass
