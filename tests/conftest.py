@@ -220,3 +220,20 @@ def write_file(path: Path, data: str | bytes) -> Path:
     else:
         path.write_bytes(data)
     return path
+
+
+def brief_demo(out: Path, *flags: str):
+    """`alignmt demo` as a user runs it, briefly (40 steps, 20 strings per length), in a
+    subprocess writing to `out`: the finished process, whose exit status is checked."""
+    import subprocess
+    import sys
+
+    argv = ["demo", *flags, "--steps", "40", "--samples", "20", "--eval-lengths", "3,10,15"]
+    run = subprocess.run(
+        [sys.executable, "-m", "alignmt", *argv, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    return run

@@ -8,8 +8,6 @@ import http.client
 import json
 import math
 import socket
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -21,7 +19,7 @@ from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
 from alignmt.decoding.translator import Translator
 from alignmt.training.run import train
-from tests.conftest import LEXICON
+from tests.conftest import LEXICON, brief_demo
 
 pytestmark = [
     pytest.mark.cuda,
@@ -118,28 +116,7 @@ def test_the_demo_trains_and_scores_on_the_gpu(tmp_path):
     """`alignmt demo --device cuda` briefly: every model, snapshot and plot is made on the
     GPU with no CPU tensor meeting a CUDA model on the way."""
     out = tmp_path / "demo"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "alignmt",
-            "demo",
-            "--device",
-            "cuda",
-            "--steps",
-            "40",
-            "--samples",
-            "20",
-            "--eval-lengths",
-            "3,10,15",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr
+    run = brief_demo(out, "--device", "cuda")
     assert torch.cuda.get_device_name() in run.stdout.split("Training time")[1]
     results = json.loads((out / "results.json").read_text())
     assert len(results["sharpening"]["attention"]["share"]) == 21

@@ -14,6 +14,7 @@ from alignmt.checkpoint.format import snapshot_steps
 from alignmt.checkpoint.torch_io import load_checkpoint, load_snapshot
 from alignmt.config import load_config
 from alignmt.experiments.demo import EVAL_SEED, ORDER_NAME, ORDERS, run_demo
+from tests.conftest import brief_demo
 
 IN_DISTRIBUTION = (3, 4, 5, 6, 7, 8, 9, 10)
 
@@ -77,27 +78,7 @@ def demo_command(tmp_path_factory):
     """`alignmt demo` as a user runs it, briefly (40 steps): (the finished process, its output
     folder)."""
     out = tmp_path_factory.mktemp("command") / "demo"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "alignmt",
-            "demo",
-            "--steps",
-            "40",
-            "--samples",
-            "20",
-            "--eval-lengths",
-            "3,10,15",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    return run, out
+    return brief_demo(out), out
 
 
 @pytest.mark.slow
