@@ -147,6 +147,9 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
+    # torch, or flax: the same model in JAX/Flax (the [flax] extra), jit-compiled, writing
+    # the same run folder
+    backend: Literal["torch", "flax"] = "torch"
     steps: Count = 2000  # optimiser updates
     # >0: also stop after this many minutes of training (wall clock, evaluations included);
     # the cosine schedule then reaches zero at whichever of `steps` and `minutes` comes first

@@ -28,7 +28,7 @@ import yaml
 from safetensors import SafetensorError, safe_open
 
 from alignmt import __version__
-from alignmt.config import Config, ConfigError, config_from_dict
+from alignmt.config import Config, ConfigError, config_from_dict, dump_config
 from alignmt.text.tokenize import CharTokenizer, Tokenizer, tokenizer_from_json
 from alignmt.text.vocab import Vocab
 
@@ -67,6 +67,30 @@ def load_header(path: str | Path) -> Header:
     path = stored_path(path)
     with readable(path), safe_open(str(path), framework="pt") as f:
         return parse_header(path, f.metadata() or {})
+
+
+def header_metadata(
+    cfg: Config,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    step: int,
+    tokenizers: tuple[Tokenizer, Tokenizer] | None = None,
+) -> dict[str, str]:
+    """The string metadata every checkpoint carries, whichever framework writes it.
+
+    Args:
+        tokenizers: (source, target); None: characters, as the synthetic tasks use.
+    """
+    src_tok, tgt_tok = tokenizers or (CharTokenizer(), CharTokenizer())
+    return {
+        "alignmt": __version__,
+        "config": dump_config(cfg),
+        "src_vocab": src_vocab.to_json(),
+        "tgt_vocab": tgt_vocab.to_json(),
+        "step": str(step),
+        "src_tokenizer": src_tok.to_json(),
+        "tgt_tokenizer": tgt_tok.to_json(),
+    }
 
 
 def parse_header(path: Path, meta: dict[str, str]) -> Header:

@@ -18,11 +18,11 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save
 from torch import Tensor
 
-from alignmt import __version__
 from alignmt.checkpoint.format import (
     TRAIN_PREFIX,
     Header,
     as_tuples,
+    header_metadata,
     parse_header,
     readable,
     snapshot_path,
@@ -31,9 +31,9 @@ from alignmt.checkpoint.format import (
     weights_path,
 )
 from alignmt.checkpoint.rundir import publish
-from alignmt.config import Config, dump_config
+from alignmt.config import Config
 from alignmt.model.seq2seq import Seq2Seq
-from alignmt.text.tokenize import CharTokenizer, Tokenizer
+from alignmt.text.tokenize import Tokenizer
 from alignmt.text.vocab import Vocab
 
 
@@ -69,15 +69,7 @@ def save_checkpoint(
     path.parent.mkdir(parents=True, exist_ok=True)
     # clone: safetensors refuses tensors that share memory, as tied embeddings do
     tensors = {name: t.detach().cpu().clone() for name, t in model.state_dict().items()}
-    metadata = {
-        "alignmt": __version__,
-        "config": dump_config(cfg),
-        "src_vocab": src_vocab.to_json(),
-        "tgt_vocab": tgt_vocab.to_json(),
-        "step": str(step),
-    }
-    src_tok, tgt_tok = tokenizers or (CharTokenizer(), CharTokenizer())
-    metadata |= {"src_tokenizer": src_tok.to_json(), "tgt_tokenizer": tgt_tok.to_json()}
+    metadata = header_metadata(cfg, src_vocab, tgt_vocab, step, tokenizers)
     if train_state is not None:
         tensors |= {
             TRAIN_PREFIX + name: t.detach().cpu().clone() for name, t in train_state[0].items()
@@ -210,6 +202,12 @@ def restore_train_state(
     if not path.is_file():
         raise FileNotFoundError(f"{path}: nothing to resume (no last checkpoint in this run)")
     tensors, values = load_train_state(path)
+    if values.get("backend", "torch") != "torch":
+        raise ValueError(
+            f"{path}: was trained with train.backend={values['backend']}, whose optimiser state "
+            "train.backend=torch cannot resume; resume it with "
+            f"train.backend={values['backend']}, or start a new run"
+        )
     model.load_state_dict(load_weights(path))
     moments: dict[int, dict[str, Tensor]] = {}
     rngs: dict[int, dict[str, Tensor]] = {}

@@ -70,7 +70,7 @@ class Loop:
     ) -> None:
         self.cfg, self.model, self.optimizer, self.text = cfg, model, optimizer, text
         self.state, self.run_dir, self.world, self.device = state, run_dir, world, device
-        self.objective = wrap(model, world)
+        self.objective = self._wrap()
         self.log: RunLog | None = None  # rank 0 alone keeps the run log and the snapshots
         if world.main:
             self.log = RunLog(run_dir, state.step, tensorboard=cfg.train.tensorboard)
@@ -123,6 +123,10 @@ class Loop:
                 interval.clear()
             if self._checkpoint():
                 return
+
+    def _wrap(self):
+        """The module a training step calls (`distributed.wrap`)."""
+        return wrap(self.model, self.world)
 
     def _every(self, period: int) -> bool:
         """Whether the step just taken ends a period of `period` steps (0: no period)."""
@@ -199,16 +203,17 @@ class Loop:
         return bool(caught) or self.out_of_time
 
     def _set_lr(self) -> None:
-        factor = lr_factor(self.cfg.train)(self.state.step, self.elapsed) * self.state.lr_scale
         for group in self.optimizer.param_groups:
-            group["lr"] = self.cfg.train.lr * factor
+            group["lr"] = self._scheduled_lr()
+
+    def _scheduled_lr(self) -> float:
+        """The learning rate of the step about to be taken."""
+        factor = lr_factor(self.cfg.train)(self.state.step, self.elapsed) * self.state.lr_scale
+        return self.cfg.train.lr * factor
 
     def _log_interval(self, interval: list[Tensor | None]) -> str:
         """Record the interval's mean loss over every process's tokens; return it as text."""
-        done = [loss for loss in interval if loss is not None]
-        # every process skipped the same updates, so len(done) is the same on all
-        total = self.world.sum(torch.stack(done).sum() if done else torch.zeros(()))
-        loss = total / len(done) if done else None
+        loss = self._mean_loss([loss for loss in interval if loss is not None])
         state = self.state
         state.seconds = round(self._elapsed(), 3)
         if self.log:
@@ -216,7 +221,7 @@ class Loop:
                 {
                     "step": state.step,
                     "loss": loss,
-                    "lr": self.optimizer.param_groups[0]["lr"],
+                    "lr": self._lr(),
                     "epoch": state.epoch,
                     "seconds": state.seconds,
                     "tokens": state.tokens,
@@ -225,6 +230,15 @@ class Loop:
             )
         log.info("step %d loss %s", state.step, loss)
         return "skipped" if loss is None else f"{loss:.4f}"
+
+    def _mean_loss(self, done: list[Tensor]) -> float | None:
+        """The mean of the interval's applied updates' losses over every process's tokens."""
+        # every process skipped the same updates, so len(done) is the same on all
+        total = self.world.sum(torch.stack(done).sum() if done else torch.zeros(()))
+        return total / len(done) if done else None
+
+    def _lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
 
     def _evaluate_pending(self) -> bool:
         """The evaluation due at the step a signal stopped the run; True: stop early."""
@@ -247,7 +261,7 @@ class Loop:
         return stop
 
     def _evaluate(self) -> bool:
-        record = validate(self.model, self.text, self.cfg)
+        record = self._validate()
         record["step"] = self.state.step
         record["seconds"] = round(self._elapsed(), 3)
         self.log.evaluation(record)
@@ -255,6 +269,9 @@ class Loop:
         if self._improved(record):
             self._save(self.run_dir / WEIGHTS, with_state=False)
         return 0 < self.cfg.train.early_stop <= self.state.bad_evals
+
+    def _validate(self) -> dict[str, float]:
+        return validate(self.model, self.text, self.cfg)
 
     def _improved(self, record: dict[str, float]) -> bool:
         cfg, state = self.cfg.train, self.state
@@ -285,9 +302,12 @@ class Loop:
     def _save_last(self) -> None:
         """The resumable checkpoint; every process hands rank 0 its generator states."""
         self.state.seconds = round(self._elapsed(), 3)  # validation time included
-        rngs = self.world.gather(rng_states(self.device))
+        rngs = self.world.gather(self._rng_states())
         if self.world.main:
             self._save(self.run_dir / LAST, with_state=True, rngs=rngs)
+
+    def _rng_states(self) -> dict:
+        return rng_states(self.device)
 
     def _save(self, path: Path, *, with_state: bool, rngs: list | None = None) -> None:
         self.model.eval()

@@ -80,6 +80,10 @@ def train(
         The trained model, its vocabularies, the loss curve and the training time (on ranks
         other than 0 the curve is empty: rank 0 keeps the record).
     """
+    if cfg.train.backend == "flax":  # imported here: JAX is an optional extra
+        from alignmt.training import flax_loop
+
+        return flax_loop.train(cfg, progress=progress, resume=resume, overwrite=overwrite)
     world, device = join(cfg.train.device, cfg.train.wait_minutes)
     try:
         return _train(cfg, world, device, progress, resume, overwrite)

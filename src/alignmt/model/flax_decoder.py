@@ -1,0 +1,237 @@
+"""The decoders in Flax (Linen): decoder.py's three orders in one module, with its parameter
+names and equations.
+
+- "bahdanau" (Bahdanau et al. 2015, §3.1): s_{i-1} queries the encoder, c_i = sum_j alpha_ij
+  h_j, s_i = RNN(s_{i-1}, [y_{i-1}; c_i]), logits from [s_i; c_i; y_{i-1}] (through a
+  readout layer or not).
+- "luong" (Luong et al. 2015, §3 and §3.3): s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]), s_i
+  queries the encoder, h~_i = tanh(W_c [c_i; s_i]) is projected to the vocabulary.
+- "vanilla" (Cho et al. 2014): no attention; the final encoder state c feeds every step and
+  the output, or (Sutskever et al. 2014) only s_0.
+
+Teacher forcing runs the recurrence under `nn.scan` (one compiled step, looped by XLA); what
+does not depend on the recurrence (the embeddings' input gates, the readout, the vocabulary
+projection) runs on all steps at once outside it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from alignmt.model.flax_attention import make_attention
+from alignmt.model.flax_init import embedding_init, torch_dense, uniform
+from alignmt.model.flax_rnn import DecoderState, StackedCell
+
+Array = jax.Array
+
+
+class Memory(NamedTuple):
+    """What the decoder reads from the encoder; fixed for a whole sentence."""
+
+    states: Array  # (B, T_src, C) h_j
+    mask: Array  # (B, T_src) bool, True at real tokens
+    keys: Array | None  # (B, T_src, A | D | C) the scorer's key projection; None for vanilla
+    context: Array | None  # (B, C) vanilla's fixed context; else None
+
+
+class TiedBias(nn.Module):
+    """The vocabulary projection of tied embeddings (Press & Wolf 2017): the target embedding
+    matrix (V, E) transposed, plus a bias of its own."""
+
+    vocab_size: int
+    fan_in: int
+
+    @nn.compact
+    def __call__(self, features: Array, embedding: Array) -> Array:
+        bias = self.param("bias", uniform(self.fan_in**-0.5), (self.vocab_size,))
+        return features @ embedding.T + bias
+
+
+class Readout(nn.Module):
+    """The output layer over [s_i; c_i; y_{i-1}] (decoder.Readout): "none", "tanh", or
+    "maxout" over adjacent pairs of 2R units (Bahdanau et al. 2015, App. A.2.2)."""
+
+    in_dim: int
+    kind: str
+    readout_dim: int
+    vocab_size: int
+    dropout: float
+    tied: bool
+
+    def setup(self) -> None:
+        units = {"none": 0, "tanh": self.readout_dim, "maxout": 2 * self.readout_dim}[self.kind]
+        if units:
+            self.hidden = torch_dense(units, self.in_dim)
+        fan_in = self.readout_dim if units else self.in_dim
+        self.proj = (
+            TiedBias(self.vocab_size, fan_in) if self.tied else torch_dense(self.vocab_size, fan_in)
+        )
+        self.drop = nn.Dropout(self.dropout)
+
+    def __call__(self, features: Array, train: bool) -> Array:
+        """(..., in_dim) -> (..., R or in_dim), what `project` reads."""
+        if self.kind == "tanh":
+            features = jnp.tanh(self.hidden(features))
+        elif self.kind == "maxout":
+            pre = self.hidden(features)
+            features = pre.reshape(*pre.shape[:-1], -1, 2).max(axis=-1)  # (..., R)
+        return self.drop(features, deterministic=not train)
+
+    def project(self, features: Array, embedding: Array) -> Array:
+        """(..., R) -> (..., V) logits."""
+        return self.proj(features, embedding) if self.tied else self.proj(features)
+
+
+class Decoder(nn.Module):
+    """Embeddings, the recurrence, attention (or a fixed context) and the output layer."""
+
+    vocab_size: int
+    emb_dim: int
+    hidden: int
+    enc_dim: int
+    layers: int
+    cell_kind: str  # "gru" | "lstm"
+    initial: str  # s_0: "zeros" | "bridge"
+    dropout: float
+    pad_id: int
+    order: str  # "bahdanau" | "luong" | "vanilla"
+    score: str  # the attention score (attention.py's kinds)
+    attn_dim: int
+    readout: str
+    readout_dim: int
+    feed_context: bool  # vanilla: c at every step (True) or only in s_0
+    tied: bool
+
+    def setup(self) -> None:
+        std = self.emb_dim**-0.5 if self.tied else 1.0  # seq2seq._tie_output's reason
+        self.embed = nn.Embed(
+            self.vocab_size, self.emb_dim, embedding_init=embedding_init(self.pad_id, std)
+        )
+        extra = {"bahdanau": self.enc_dim, "luong": self.hidden}.get(
+            self.order, self.enc_dim if self.feed_context else 0
+        )
+        self.rnn = StackedCell(
+            self.cell_kind, self.emb_dim, extra, self.hidden, self.layers, self.dropout
+        )
+        if self.initial == "bridge":
+            self.bridge = torch_dense(self.layers * self.hidden, self.enc_dim)
+        if self.order != "vanilla":
+            self.attention = make_attention(
+                self.score, query_dim=self.hidden, key_dim=self.enc_dim, attn_dim=self.attn_dim
+            )
+        if self.order == "luong":
+            self.W_c = torch_dense(self.hidden, self.enc_dim + self.hidden, bias=False)  # eq. 5
+            self.proj = (
+                TiedBias(self.vocab_size, self.hidden)
+                if self.tied
+                else torch_dense(self.vocab_size, self.hidden)
+            )
+        else:
+            context = self.order == "bahdanau" or self.feed_context
+            self.output = Readout(
+                self.hidden + (self.enc_dim if context else 0) + self.emb_dim,
+                self.readout,
+                self.readout_dim,
+                self.vocab_size,
+                self.dropout,
+                self.tied,
+            )
+        self.drop = nn.Dropout(self.dropout)
+
+    def init_state(self, final: Array) -> DecoderState:
+        """s_0 from the encoder's final state (B, C): zeros, or tanh(W final) per layer."""
+        batch = final.shape[0]
+        if self.initial == "bridge":
+            hidden = jnp.tanh(self.bridge(final)).reshape(batch, self.layers, self.hidden)
+        else:
+            hidden = jnp.zeros((batch, self.layers, self.hidden), final.dtype)
+        return DecoderState(
+            hidden=hidden,
+            cell=jnp.zeros_like(hidden) if self.cell_kind == "lstm" else None,
+            feed=jnp.zeros((batch, self.hidden), final.dtype) if self.order == "luong" else None,
+        )
+
+    def prepare(self, states: Array, mask: Array, final: Array) -> Memory:
+        """What every step reads: the keys projected once, or vanilla's fixed context."""
+        if self.order == "vanilla":
+            return Memory(states, mask, None, final if self.feed_context else None)
+        return Memory(states, mask, self.attention.project_keys(states), None)
+
+    def __call__(self, tgt_in: Array, state: DecoderState, memory: Memory, train: bool):
+        """Teacher-forced unroll: logits (B, T_tgt, V), attention (B, T_tgt, T_src) or None,
+        and the state after the last step."""
+        features, attention, state = self.unroll(tgt_in, state, memory, train)
+        return self.project(features), attention, state
+
+    def unroll(self, tgt_in: Array, state: DecoderState, memory: Memory, train: bool):
+        """`__call__` up to the vocabulary projection: features (B, T_tgt, R)."""
+        emb = self.drop(self.embed(tgt_in), deterministic=not train)  # (B, T_tgt, E)
+
+        def body(module: Decoder, carry: DecoderState, gates: Array):
+            carry, feature, alpha = module.advance(gates, carry, memory, train)
+            return carry, (feature, alpha)
+
+        scan = nn.scan(
+            body,
+            variable_broadcast="params",
+            split_rngs={"params": False, "dropout": True},
+            in_axes=1,
+            out_axes=1,
+        )
+        state, (features, attention) = scan(self, state, self.input_gates(emb, memory))
+        return self.features(features, emb, memory, train), attention, state
+
+    def step(self, prev: Array, state: DecoderState, memory: Memory):
+        """One decoding step (no dropout): prev (B,) ids -> logits (B, V), the new state,
+        alpha (B, T_src) or None."""
+        emb = self.embed(prev)[:, None]  # (B, 1, E)
+        gates = self.input_gates(emb, memory)[:, 0]
+        state, feature, alpha = self.advance(gates, state, memory, False)
+        logits = self.project(self.features(feature[:, None], emb, memory, False))
+        return logits[:, 0], state, alpha
+
+    def input_gates(self, emb: Array, memory: Memory) -> Array:
+        """(B, T, E) -> (B, T, G): the first layer's input projection known before the loop."""
+        gates = self.rnn.embed_in(emb)
+        if self.order == "vanilla" and memory.context is not None:  # c is the same each step
+            gates = gates + self.rnn.extra_in(memory.context)[:, None]
+        return gates
+
+    def advance(self, gates: Array, state: DecoderState, memory: Memory, train: bool):
+        """One step of the recurrence and attention: (state, step features, alpha)."""
+        if self.order == "vanilla":
+            state = self.rnn(gates, state, train)
+            return state, state.hidden[:, -1], None
+        if self.order == "bahdanau":
+            context, alpha = self.attention(
+                state.hidden[:, -1], memory.keys, memory.states, memory.mask
+            )
+            state = self.rnn(gates + self.rnn.extra_in(context), state, train)
+            return state, jnp.concatenate([state.hidden[:, -1], context], -1), alpha
+        state = self.rnn(gates + self.rnn.extra_in(state.feed), state, train)
+        query = state.hidden[:, -1]  # (B, D) s_i
+        context, alpha = self.attention(query, memory.keys, memory.states, memory.mask)
+        attentional = jnp.tanh(self.W_c(jnp.concatenate([context, query], -1)))  # (B, D)
+        return state._replace(feed=attentional), attentional, alpha
+
+    def features(self, features: Array, emb: Array, memory: Memory, train: bool) -> Array:
+        """Step features (B, T, .) -> what the vocabulary projection reads (B, T, R)."""
+        if self.order == "luong":
+            return self.drop(features, deterministic=not train)
+        parts = [features]
+        if memory.context is not None:  # vanilla's fixed c
+            parts.append(
+                jnp.broadcast_to(memory.context[:, None], (*features.shape[:2], self.enc_dim))
+            )
+        return self.output(jnp.concatenate([*parts, emb], -1), train)  # [s_i; c_i; y_{i-1}]
+
+    def project(self, features: Array) -> Array:
+        """(B, T, R) -> (B, T, V)."""
+        embedding = self.embed.embedding
+        if self.order == "luong":
+            return self.proj(features, embedding) if self.tied else self.proj(features)
+        return self.output.project(features, embedding)

@@ -1,0 +1,179 @@
+"""Seq2Seq in Flax (Linen): seq2seq.py's model, weight for weight, in JAX.
+
+`FlaxSeq2Seq` is built from the same `ModelConfig` and holds the same tensors under the same
+names (Flax kernels are (in, out); `checkpoint.flax_io` maps them to and from a run folder).
+Its methods mirror the PyTorch model's: `encode`, the teacher-forced `__call__`, and
+`decode_step`, which search runs inside `jax.lax.while_loop`. Everything is a pure function
+of the parameters, so `jax.jit`, `jax.grad` and `jax.vmap` apply as they are.
+
+Shapes use seq2seq.py's dimension key (B, T_src, T_tgt, E, H, C, D, A, R, V, L).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from alignmt.config import ModelConfig
+from alignmt.model.flax_decoder import Decoder, Memory
+from alignmt.model.flax_init import embedding_init
+from alignmt.model.flax_rnn import DecoderState, Direction
+
+Array = jax.Array
+
+
+class Encoder(nn.Module):
+    """Embeddings and a (bi)directional L-layer GRU/LSTM over a padded batch (encoder.py)."""
+
+    vocab_size: int
+    emb_dim: int
+    hidden: int
+    layers: int
+    cell_kind: str
+    bidirectional: bool
+    dropout: float
+    state_dropout: float
+    pad_id: int
+
+    @nn.compact
+    def __call__(self, src: Array, src_len: Array, train: bool) -> tuple[Array, Array]:
+        """src (B, T_src) ids, src_len (B,) -> states (B, T_src, C), 0 at padding, and the
+        top layer's final state (B, C) = [h_fwd(last real token); h_bwd(first)]."""
+        embed = nn.Embed(
+            self.vocab_size, self.emb_dim, embedding_init=embedding_init(self.pad_id), name="embed"
+        )
+        drop = nn.Dropout(self.dropout)
+        inputs = drop(embed(src), deterministic=not train)  # (B, T_src, E)
+        for layer in range(self.layers):
+            if layer:  # nn.GRU's dropout: between stacked layers only
+                inputs = drop(inputs, deterministic=not train)
+            directions = [False, True] if self.bidirectional else [False]
+            runs = [
+                Direction(
+                    self.cell_kind,
+                    inputs.shape[-1],
+                    self.hidden,
+                    reverse,
+                    name=f"rnn_l{layer}" + ("_reverse" if reverse else ""),
+                )(inputs, src_len)
+                for reverse in directions
+            ]
+            inputs = jnp.concatenate([states for states, _ in runs], -1)  # (B, T_src, C)
+        final = jnp.concatenate([last for _, last in runs], -1)  # (B, C)
+        states = nn.Dropout(self.state_dropout)(inputs, deterministic=not train)
+        return states, final
+
+
+class FlaxSeq2Seq(nn.Module):
+    """An RNN encoder-decoder with or without attention, as `ModelConfig` describes."""
+
+    cfg: ModelConfig
+    src_vocab: int
+    tgt_vocab: int
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+
+    def setup(self) -> None:
+        cfg = self.cfg
+        check_config(cfg)
+        self.encoder = Encoder(
+            self.src_vocab,
+            cfg.emb_dim,
+            cfg.enc_hidden,
+            cfg.enc_layers,
+            cfg.rnn,
+            cfg.bidirectional,
+            cfg.dropout,
+            cfg.state_dropout,
+            self.pad_id,
+        )
+        self.decoder = Decoder(
+            vocab_size=self.tgt_vocab,
+            emb_dim=cfg.emb_dim,
+            hidden=cfg.dec_hidden,
+            enc_dim=cfg.enc_hidden * (2 if cfg.bidirectional else 1),
+            layers=cfg.dec_layers,
+            cell_kind=cfg.rnn,
+            initial=cfg.init,
+            dropout=cfg.dropout,
+            pad_id=self.pad_id,
+            order="vanilla" if cfg.attention == "none" else cfg.order,
+            score=cfg.attention,
+            attn_dim=cfg.attn_dim,
+            readout=cfg.readout,
+            readout_dim=cfg.readout_dim,
+            feed_context=cfg.context == "every_step",
+            tied=cfg.tie_embeddings,
+        )
+
+    @property
+    def has_attention(self) -> bool:
+        return self.cfg.attention != "none"
+
+    def encode(self, src: Array, src_len: Array, train: bool = False):
+        """src (B, T_src) ids ending in </s>, src_len (B,) -> (Memory, initial DecoderState)."""
+        states, final = self.encoder(src, src_len, train)
+        mask = src != self.pad_id  # (B, T_src)
+        return self.decoder.prepare(states, mask, final), self.decoder.init_state(final)
+
+    def __call__(self, src: Array, src_len: Array, tgt_in: Array, train: bool = False):
+        """Teacher forcing: logits (B, T_tgt, V) and attention (B, T_tgt, T_src) or None."""
+        memory, state = self.encode(src, src_len, train)
+        logits, attention, _ = self.decoder(tgt_in, state, memory, train)
+        return logits, attention
+
+    def decode_step(self, prev: Array, state: DecoderState, memory: Memory):
+        """One search step: prev (N,) -> logits (N, V), the new state, alpha (N, T_src)|None."""
+        return self.decoder.step(prev, state, memory)
+
+
+def sequence_loss(logits: Array, targets: Array, pad_id: int, label_smoothing: float = 0.0):
+    """Mean cross-entropy over real target tokens, label-smoothed as `F.cross_entropy` is
+    (Szegedy et al. 2016): (1 - eps) (-log p_y) + eps mean_v(-log p_v).
+
+    Args:
+        logits: (B, T_tgt, V).
+        targets: (B, T_tgt) ids y_1 .. y_n </s>, padded with pad_id.
+
+    Returns:
+        A scalar; 0 for a batch without real tokens.
+    """
+    logp = jax.nn.log_softmax(logits.astype(jnp.promote_types(logits.dtype, jnp.float32)))
+    nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]  # (B, T_tgt)
+    if label_smoothing:
+        nll = (1 - label_smoothing) * nll - label_smoothing * logp.mean(axis=-1)
+    real = targets != pad_id
+    return jnp.where(real, nll, 0).sum() / jnp.maximum(real.sum(), 1)
+
+
+def check_config(cfg: ModelConfig) -> None:
+    """The combinations `Seq2Seq.from_config` refuses, refused alike (same messages)."""
+    if cfg.attention == "none" and cfg.context == "init_only" and cfg.init != "bridge":
+        raise ValueError(
+            "model.context=init_only passes the source only through s_0, so it needs "
+            f"model.init=bridge (got init={cfg.init}: the decoder would never see it)"
+        )
+    if cfg.attention != "none" and cfg.order == "luong" and cfg.readout != "none":
+        raise ValueError(
+            f"model.readout={cfg.readout} has no place in the luong order, whose "
+            "attentional vector tanh(W_c [c_i; s_i]) is its readout; use readout=none"
+        )
+    if cfg.tie_embeddings:
+        enc_dim = cfg.enc_hidden * (2 if cfg.bidirectional else 1)
+        luong = cfg.attention != "none" and cfg.order == "luong"
+        units = cfg.dec_hidden if luong else _readout_in(cfg, enc_dim)
+        if units != cfg.emb_dim:
+            raise ValueError(
+                f"model.tie_embeddings needs {cfg.emb_dim} (emb_dim) units before the "
+                f"vocabulary projection, found {units}: use a tanh or maxout readout with "
+                "readout_dim = emb_dim (luong order: dec_hidden = emb_dim)"
+            )
+
+
+def _readout_in(cfg: ModelConfig, enc_dim: int) -> int:
+    if cfg.readout != "none":
+        return cfg.readout_dim
+    context = cfg.attention != "none" or cfg.context == "every_step"
+    return cfg.dec_hidden + (enc_dim if context else 0) + cfg.emb_dim
