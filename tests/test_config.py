@@ -259,6 +259,9 @@ RULED = [
     ("train.save_every", -1, 0, "must not be negative"),
     ("data.max_len_ratio", 0.5, 0.0, "must be 0 (keep all) or at least 1"),
     ("data.max_len_ratio", -1.0, 1.0, "must be 0 (keep all) or at least 1"),
+    ("data.valid_rows", -1, 0, "must not be negative"),
+    ("data.truncate", 1, 0, "must be 0 (keep whole) or at least 2"),
+    ("data.truncate", -1, 2, "must be 0 (keep whole) or at least 2"),
     # Probabilities
     ("model.dropout", 1.0, 0.0, "must be in [0, 1)"),
     ("model.state_dropout", -0.1, 0.5, "must be in [0, 1)"),

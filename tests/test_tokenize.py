@@ -9,6 +9,7 @@ import pytest
 
 from alignmt.text.tokenize import (
     CharTokenizer,
+    D2lTokenizer,
     MosesTokenizer,
     SentencePieceTokenizer,
     Tokenizer,
@@ -141,7 +142,7 @@ def test_sentencepiece_decodes_pieces_the_model_lacks_as_its_unknown_mark(sp):
 # --- JSON and the factory -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["moses", "char", "sentencepiece"])
+@pytest.mark.parametrize("kind", ["moses", "char", "sentencepiece", "d2l"])
 @pytest.mark.parametrize("lowercase", [False, True])
 def test_from_json_rebuilds_a_tokenizer_that_encodes_the_same(kind, lowercase, sentences):
     original = build_tokenizer(
@@ -156,7 +157,7 @@ def test_from_json_rebuilds_a_tokenizer_that_encodes_the_same(kind, lowercase, s
     assert [rebuilt.encode(s) for s in probes] == [original.encode(s) for s in probes]
 
 
-@pytest.mark.parametrize("kind", ["moses", "char", "sentencepiece"])
+@pytest.mark.parametrize("kind", ["moses", "char", "sentencepiece", "d2l"])
 @pytest.mark.parametrize("lowercase", [False, True])
 def test_encode_batch_gives_the_tokens_encode_gives(kind, lowercase, sentences):
     tokenizer = build_tokenizer(
@@ -178,7 +179,12 @@ def test_from_json_rejects_an_unknown_kind_and_names_it():
 
 @pytest.mark.parametrize(
     ("kind", "cls"),
-    [("moses", MosesTokenizer), ("char", CharTokenizer), ("sentencepiece", SentencePieceTokenizer)],
+    [
+        ("moses", MosesTokenizer),
+        ("char", CharTokenizer),
+        ("sentencepiece", SentencePieceTokenizer),
+        ("d2l", D2lTokenizer),
+    ],
 )
 def test_build_tokenizer_makes_the_kind_asked_for(kind, cls, sentences):
     tokenizer = build_tokenizer(

@@ -72,6 +72,18 @@ class AtMost:
         return f"must not exceed {self.key} ({bound})" if value > bound else None
 
 
+@dataclass(frozen=True)
+class Needs:
+    key: str  # dotted path of the field that a nonzero value needs set (or unset)
+    unset: bool = False
+
+    def problem(self, value: Any, cfg: Any) -> str | None:
+        other = reduce(getattr, self.key.split("."), cfg)
+        if not value or bool(other) != self.unset:
+            return None
+        return f"needs {self.key} {'unset' if self.unset else 'set'} (it is {other!r})"
+
+
 Count = Annotated[int, AtLeast(1)]  # a size or a number of things: 0 would mean nothing runs
 NonNegative = Annotated[int, AtLeast(0)]  # a count or interval whose 0 means none, all or off
 Positive = Annotated[float, Above(0)]
@@ -125,13 +137,23 @@ class DataConfig:
     src_lang: str = "en"  # file suffix and Moses language of the source
     tgt_lang: str = "de"
     tsv_swap: bool = False  # TSV only: read column 2 as the source and column 1 as the target
-    tokenizer: Literal["moses", "char", "sentencepiece"] = "moses"  # per side, trained on train
+    # per side, trained on train; d2l: d2l.ai's words, split on spaces after a space is put
+    # before , . ! ? (Zhang et al., "Dive into Deep Learning", §10.5)
+    tokenizer: Literal["moses", "char", "sentencepiece", "d2l"] = "moses"
     lowercase: bool = False  # lowercase both sides before tokenising
     spm_vocab_size: Count = 8000  # SentencePiece pieces per side
     spm_model_type: Literal["bpe", "unigram"] = "bpe"
     min_freq: Count = 1  # tokens seen fewer times in train become <unk>
     max_tokens: Count = 80  # training pairs longer than this (either side, tokens) are dropped
     limit: NonNegative = 0  # read only the first N pairs of train and valid (quick trials); 0: all
+    # >0: validate on the N pairs of `train` right after its first `limit` (one file split in
+    # two, as d2l.ai's num_train/num_val), instead of on a `valid` file
+    valid_rows: Annotated[NonNegative, Needs("data.limit"), Needs("data.valid", unset=True)] = 0
+    # >0: cut each side to this many tokens, </s> included (d2l.ai's num_steps), before
+    # max_tokens drops what is still longer; 0: keep whole
+    truncate: Annotated[int, ZeroOrAtLeast(2, "keep whole")] = 0
+    # count min_freq over the training pairs, or over every pair of the `train` file
+    vocab_from: Literal["train", "file"] = "train"
     # drop training pairs whose longer side has over this many times the tokens of the
     # shorter (misaligned lines); 0: keep all
     max_len_ratio: Annotated[float, ZeroOrAtLeast(1, "keep all")] = 0.0

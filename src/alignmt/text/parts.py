@@ -1,11 +1,11 @@
 """A corpus tokenised a chunk at a time, in worker processes: its parts, merged into arrays.
 
-Each worker process tokenises chunks of pairs (`tokenise`) and drops over-long and lopsided
-pairs, recording how many and the first few lines; a part is the chunk's kept pairs as codes
-into the chunk's own token table, written to a file (or kept in memory). `Seen` merges the
-tables and counts of the parts into one count per token, for the vocabularies, and `assemble`
-maps every part's codes to vocabulary ids, into `cache.TokenArrays`. What to read and which
-tokenizers to use is `prepare`'s.
+Each worker process tokenises chunks of pairs (`tokenise`), cuts them to a length if asked,
+and drops over-long and lopsided pairs, recording how many and the first few lines; a part is
+the chunk's kept pairs as codes into the chunk's own token table, written to a file (or kept
+in memory). `Seen` merges the tables and counts of the parts into one count per token, for
+the vocabularies, and `assemble` maps every part's codes to vocabulary ids, into
+`cache.TokenArrays`. What to read and which tokenizers to use is `prepare`'s.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from alignmt.text.cache import SIDES, TokenArrays, id_dtype, new_array
-from alignmt.text.tokenize import Tokenizer, tokenizer_from_json
+from alignmt.text.tokenize import TokenCodes, Tokenizer, tokenizer_from_json
 from alignmt.text.vocab import Vocab
 
 CHUNK_PAIRS = 32_768  # pairs a worker tokenises at a time
@@ -62,15 +62,23 @@ class _Tokenise:
     """Turns a chunk of pairs into a `Part`, in a worker process or in this one."""
 
     def __init__(
-        self, tokenizers: list[str], max_tokens: int, max_ratio: float, folder: str | None
+        self,
+        tokenizers: list[str],
+        max_tokens: int,
+        max_ratio: float,
+        folder: str | None,
+        cut: int = 0,
     ) -> None:
         self.tokenizers = [tokenizer_from_json(spec) for spec in tokenizers]
         self.max_tokens, self.max_ratio, self.folder = max_tokens, max_ratio, folder
+        self.cut = cut
 
     def __call__(self, chunk: Chunk) -> tuple[Part, list[list[str]], list[np.ndarray]]:
         """The part, and each side's table (code -> token) with the tokens' counts."""
         index, lines, *texts = chunk
         encoded = [tok.encode_batch(side) for tok, side in zip(self.tokenizers, texts, strict=True)]
+        if self.cut:
+            encoded = [first_tokens(enc, self.cut) for enc in encoded]
         lengths = np.stack([encoded[0].lengths, encoded[1].lengths])  # (2, n)
         long = (lengths > self.max_tokens).any(axis=0)  # (n,)
         ratio = np.zeros_like(long)
@@ -121,6 +129,7 @@ def tokenise(
     max_ratio: float,
     folder: Path | None,
     workers: int,
+    cut: int = 0,
 ) -> Iterator[tuple[Part, list[list[str]], list[np.ndarray]]]:
     """The rows tokenised a chunk at a time, in order; in `workers` processes when there is
     more than one chunk, with a few chunks queued at most, so that memory stays flat.
@@ -133,6 +142,8 @@ def tokenise(
             the shorter are dropped too.
         folder: where the parts' codes go, one file each; None: they stay in memory.
         workers: processes; 1 tokenises in this one.
+        cut: > 0: each side keeps only its first `cut` tokens, before `max_tokens` and
+            `max_ratio` look at it.
 
     Yields:
         Each chunk's part, and each side's token table (code -> token) with the tokens'
@@ -143,6 +154,7 @@ def tokenise(
         max_tokens,
         max_ratio,
         None if folder is None else str(folder),
+        cut,
     )
     chunks = _chunks(rows)
     first = list(itertools.islice(chunks, 2))
@@ -157,6 +169,15 @@ def tokenise(
                 yield queued.popleft().result()
         while queued:
             yield queued.popleft().result()
+
+
+def first_tokens(encoded: TokenCodes, cut: int) -> TokenCodes:
+    """Each sentence's first `cut` tokens; the table is kept whole, some entries now unused."""
+    starts = np.cumsum(encoded.lengths) - encoded.lengths  # (n,) each sentence's first code
+    position = np.arange(len(encoded.codes)) - np.repeat(starts, encoded.lengths)  # in sentence
+    return TokenCodes(
+        encoded.codes[position < cut], np.minimum(encoded.lengths, cut), encoded.table
+    )
 
 
 @contextmanager

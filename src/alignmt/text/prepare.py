@@ -3,10 +3,12 @@
 A synthetic task needs only its alphabet. A corpus's training split is streamed from disk,
 never held whole as Python strings: SentencePiece trains on a seeded sample of it, then
 worker processes tokenise it a chunk at a time (`parts`), the merged counts make the
-vocabularies, and the chunks' codes become `cache.TokenArrays` of ids. The result is kept in
-a cache folder keyed by the corpus's contents and the settings, so that a later run, or the
-other processes of this one, maps it instead of building it again. The validation split is
-small and stays in memory. Batching is `alignmt.training.batches`'.
+vocabularies (or those of a second pass over the whole file, `data.vocab_from=file`), and the
+chunks' codes become `cache.TokenArrays` of ids. The result is kept in a cache folder keyed
+by the corpus's contents and the settings, so that a later run, or the other processes of
+this one, maps it instead of building it again. The validation split is small and stays in
+memory: a file of its own, or the pairs of the training file right after the training pairs
+(`data.valid_rows`, d2l.ai's split of one file). Batching is `alignmt.training.batches`'.
 """
 
 from __future__ import annotations
@@ -92,18 +94,43 @@ def prepare_text(cfg: DataConfig, seed: int, *, progress: bool | None = None) ->
     built = _cached(cfg, seed, show) if cfg.cache else _build(cfg, seed, None, show)
     _log_summary(cfg, built.meta)
     tokenizers, (src_vocab, tgt_vocab) = built.tokenizers, built.vocabs
-    split = dict(src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, swap=cfg.tsv_swap)
-    valid = (
-        read_split(cfg.valid, **split, what="data.valid")[: cfg.limit or None] if cfg.valid else []
-    )
+    valid = _valid(cfg)
+    keep = _cut(cfg) or None  # the loss sees validation pairs cut as training pairs are
     valid_ids = [
         (
-            src_vocab.encode(tokenizers[0].encode(p.src)),
-            tgt_vocab.encode(tokenizers[1].encode(p.tgt)),
+            src_vocab.encode(tokenizers[0].encode(p.src)[:keep]),
+            tgt_vocab.encode(tokenizers[1].encode(p.tgt)[:keep]),
         )
         for p in valid
     ]
     return Text(tokenizers, src_vocab, tgt_vocab, built.arrays, valid, valid_ids)
+
+
+def _valid(cfg: DataConfig) -> list[Pair]:
+    """The validation pairs: `data.valid_rows` pairs of the training file after its first
+    `data.limit`, the `data.valid` file's (its first `limit`), or none."""
+    if cfg.valid_rows:
+        stream = _stream(cfg)
+        rows = itertools.islice(stream, cfg.limit, cfg.limit + cfg.valid_rows)
+        valid = [Pair(src, tgt, f"{stream.origin}:{line}") for line, src, tgt in rows]
+        if len(valid) < cfg.valid_rows:
+            log.warning(
+                "data.valid_rows: %s has %d pairs after the first %d, not %d",
+                stream.report.path,
+                len(valid),
+                cfg.limit,
+                cfg.valid_rows,
+            )
+        return valid
+    if not cfg.valid:
+        return []
+    split = dict(src_lang=cfg.src_lang, tgt_lang=cfg.tgt_lang, swap=cfg.tsv_swap)
+    return read_split(cfg.valid, **split, what="data.valid")[: cfg.limit or None]
+
+
+def _cut(cfg: DataConfig) -> int:
+    """Tokens a side keeps, </s> not counted (it is added to every side later); 0: all."""
+    return cfg.truncate - 1 if cfg.truncate else 0
 
 
 def _stream(cfg: DataConfig) -> PairStream:
@@ -137,6 +164,9 @@ def _settings(cfg: DataConfig, seed: int) -> dict[str, Any]:
         "max_tokens",
         "limit",
         "max_len_ratio",
+        "valid_rows",
+        "truncate",
+        "vocab_from",
     )
     settings: dict[str, Any] = {key: getattr(cfg, key) for key in keys}
     # A tokenizer library's new release may cut the same text differently.
@@ -227,6 +257,7 @@ def _build(cfg: DataConfig, seed: int, folder: Path | None, show: bool) -> Cache
     with _no_gc():
         tokenizers = _tokenizers(cfg, seed, workers, show)
         done, seen, stream = _tokenise(cfg, tokenizers, folder, workers, show)
+        counted = _count_file(cfg, tokenizers, workers, show) if cfg.vocab_from == "file" else seen
     report = stream.report
     empty = [int(where.rsplit(":", 1)[1]) for where in report.empty[: parts.SHOWN]]
     dropped = dict(
@@ -235,7 +266,7 @@ def _build(cfg: DataConfig, seed: int, folder: Path | None, show: bool) -> Cache
     )
     if not any(part.kept for part in done):
         raise _nothing_left(report, {kind: d["count"] for kind, d in dropped.items()})
-    vocabs = tuple(side.vocab(cfg.min_freq) for side in seen)
+    vocabs = tuple(side.vocab(cfg.min_freq) for side in counted)
     arrays = parts.assemble(done, seen, vocabs, folder)
     meta = dict(
         settings=_settings(cfg, seed),
@@ -362,11 +393,32 @@ def _tokenise(
     report says what was read."""
     rows, stream = _rows(cfg)
     done, seen = [], (Seen(), Seen())
-    limits = dict(max_tokens=cfg.max_tokens, max_ratio=cfg.max_len_ratio)
-    tokenised = parts.tokenise(rows, tokenizers, **limits, folder=folder, workers=workers)
+    tokenised = parts.tokenise(rows, tokenizers, **_limits(cfg), folder=folder, workers=workers)
     with tqdm(desc="tokenising", unit=" pairs", disable=not show, file=sys.stderr) as bar:
         for part, tables, counts in tokenised:
             part.numbers = tuple(s.add(t, c) for s, t, c in zip(seen, tables, counts, strict=True))
             done.append(part)
             bar.update(part.read)
     return done, seen, stream
+
+
+def _limits(cfg: DataConfig) -> dict[str, Any]:
+    """How `parts.tokenise` cuts and drops pairs."""
+    return dict(max_tokens=cfg.max_tokens, max_ratio=cfg.max_len_ratio, cut=_cut(cfg))
+
+
+def _count_file(
+    cfg: DataConfig, tokenizers: tuple[Tokenizer, Tokenizer], workers: int, show: bool
+) -> tuple[Seen, Seen]:
+    """The tokens of every pair of the training file, cut and dropped as training pairs are
+    but past `data.limit` too: the counts of `data.vocab_from=file`. A second pass over the
+    training rows, so that the parts' numbering stays that of the training pairs alone."""
+    seen = (Seen(), Seen())
+    rows = _stream(cfg)
+    tokenised = parts.tokenise(rows, tokenizers, **_limits(cfg), folder=None, workers=workers)
+    with tqdm(desc="counting the file", unit=" pairs", disable=not show, file=sys.stderr) as bar:
+        for part, tables, counts in tokenised:
+            for side, table, count in zip(seen, tables, counts, strict=True):
+                side.add(table, count)
+            bar.update(part.read)
+    return seen

@@ -1,11 +1,13 @@
 """Raw sentences to token strings and back, for one language side.
 
-Owns the three tokenisers a corpus can be cut with (Moses words, characters, SentencePiece
-subwords), SentencePiece training, and the JSON that rebuilds a tokeniser from a
-checkpoint. Does not own token ids: `data.Vocab` maps tokens to ids and unknown tokens to
-`<unk>` (`encode_batch`'s codes index a table of tokens, a compact form for big corpora).
-Bahdanau et al. (2015, Sec. 4.1) used words "after a usual tokenization", which
-`MosesTokenizer` reproduces; subwords and characters serve the corpora and models since.
+Owns the four tokenisers a corpus can be cut with (Moses words, characters, SentencePiece
+subwords, d2l.ai's space-split words), SentencePiece training, and the JSON that rebuilds a
+tokeniser from a checkpoint. Does not own token ids: `data.Vocab` maps tokens to ids and
+unknown tokens to `<unk>` (`encode_batch`'s codes index a table of tokens, a compact form for
+big corpora). Bahdanau et al. (2015, Sec. 4.1) used words "after a usual tokenization", which
+`MosesTokenizer` reproduces; subwords and characters serve the corpora and models since;
+`D2lTokenizer` reproduces the d2l.ai book's chapters (Zhang et al., "Dive into Deep
+Learning", §10.5 and §11.4).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import base64
 import io
 import itertools
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -24,7 +27,7 @@ import sentencepiece
 from sacremoses import MosesDetokenizer
 from sacremoses import MosesTokenizer as _SacreMosesTokenizer
 
-TokenizerKind = Literal["moses", "char", "sentencepiece"]
+TokenizerKind = Literal["moses", "char", "sentencepiece", "d2l"]
 KINDS: tuple[str, ...] = get_args(TokenizerKind)
 
 SPACE = "\u2581"  # "▁", the visible space of CharTokenizer (SentencePiece's own marker)
@@ -135,6 +138,39 @@ class CharTokenizer(Tokenizer):
 
     def __repr__(self) -> str:
         return f"CharTokenizer(lowercase={self.lowercase})"
+
+
+class D2lTokenizer(Tokenizer):
+    """The words of d2l.ai's `MTFraEng` (Zhang et al., "Dive into Deep Learning", §10.5).
+
+    Non-breaking spaces (U+202F, U+00A0) become spaces, a space goes before each of , . ! ?
+    that follows a non-space, and the text is split on spaces. Apostrophes stay inside words,
+    unlike Moses': "I'm home." -> ["i'm", "home", "."] when lowercased.
+    """
+
+    kind = "d2l"
+    _NBSP = str.maketrans({"\u202f": " ", "\xa0": " "})
+    _PUNCT = re.compile(r"(?<=[^ ])([,.!?])")  # d2l's no_space(char, prev_char)
+
+    def __init__(self, *, lowercase: bool = False) -> None:
+        self.lowercase = lowercase
+
+    def encode(self, text: str) -> list[str]:
+        if self.lowercase:
+            text = text.lower()
+        spaced = self._PUNCT.sub(r" \1", text.translate(self._NBSP))
+        # split(" "), not split(): d2l splits on spaces alone, dropping the empty strings
+        # that two spaces in a row leave.
+        return [token for token in spaced.split(" ") if token]
+
+    def decode(self, tokens: Sequence[str]) -> str:
+        return " ".join(tokens)  # as the book prints its translations: "va !"
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind, "lowercase": self.lowercase})
+
+    def __repr__(self) -> str:
+        return f"D2lTokenizer(lowercase={self.lowercase})"
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -249,6 +285,8 @@ def tokenizer_from_json(text: str) -> Tokenizer:
         return MosesTokenizer(lang=spec["lang"], lowercase=spec["lowercase"])
     if kind == "char":
         return CharTokenizer(lowercase=spec["lowercase"])
+    if kind == "d2l":
+        return D2lTokenizer(lowercase=spec["lowercase"])
     if kind == "sentencepiece":
         model = base64.b64decode(spec["model"])
         return SentencePieceTokenizer(model=model, lowercase=spec["lowercase"])
@@ -268,7 +306,7 @@ def build_tokenizer(
     """The tokeniser a data config asks for, trained on `train_sentences` if it needs training.
 
     Args:
-        kind: "moses", "char" or "sentencepiece".
+        kind: "moses", "char", "sentencepiece" or "d2l".
         lang: language code for Moses' rules (ignored by the others).
         lowercase: lowercase every sentence before tokenising.
         train_sentences: raw training sentences; required for "sentencepiece", ignored
@@ -283,6 +321,8 @@ def build_tokenizer(
         return MosesTokenizer(lang=lang, lowercase=lowercase)
     if kind == "char":
         return CharTokenizer(lowercase=lowercase)
+    if kind == "d2l":
+        return D2lTokenizer(lowercase=lowercase)
     if kind == "sentencepiece":
         if train_sentences is None:
             raise ValueError("train_sentences: required to train a sentencepiece tokenizer")
