@@ -26,7 +26,7 @@ LAYERS = [
     ["alignmt.text"],
     ["alignmt.checkpoint"],  # the format and atomic writes; its torch_io comes later
     ["alignmt.model"],
-    ["alignmt.checkpoint.torch_io"],
+    ["alignmt.checkpoint.torch_io", "alignmt.checkpoint.flax_io"],
     ["alignmt.decoding"],
     ["alignmt.analysis"],
     ["alignmt.training"],
@@ -49,6 +49,8 @@ NO_TORCH = [
     "alignmt.text.vocab",
     "alignmt.checkpoint.format",
     "alignmt.checkpoint.rundir",
+    "alignmt.model.flax_seq2seq",  # the Flax model and its run folders: JAX without torch
+    "alignmt.checkpoint.flax_io",
     "alignmt.analysis.scores",
     "alignmt.analysis.tables",
     "alignmt.serve.limits",

@@ -113,7 +113,7 @@ class Updates:
         def apply(params, opt_state, grads, lr):
             opt_state.hyperparams["learning_rate"] = lr
             updates, new_state = tx.update(grads, opt_state, params)
-            finite = jnp.isfinite(optax.global_norm(grads))
+            finite = jnp.isfinite(optax.tree.norm(grads))
 
             def keep(new, old):  # a non-finite update is not applied
                 return jnp.where(finite, new, old)
@@ -140,7 +140,8 @@ class Updates:
             grad = jax.tree_util.tree_map(lambda g, w=weight: g * w, grad)
             grads = grad if grads is None else jax.tree_util.tree_map(jnp.add, grads, grad)
             total = total + loss * weight
-        params, opt_state, finite = self.apply(params, opt_state, grads, lr)
+        # a float32 array, not a Python float (weakly typed): the state keeps one signature
+        params, opt_state, finite = self.apply(params, opt_state, grads, jnp.float32(lr))
         return params, opt_state, total, finite
 
 
@@ -200,7 +201,7 @@ class FlaxLoop(Loop):
             self.cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
         )
         tensors = tensors_from_params(jax.device_get(self.params), self.cfg.model)
-        model.load_state_dict({k: torch.from_numpy(v) for k, v in tensors.items()})
+        model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in tensors.items()})
         return model.eval()
 
     def _rng_states(self) -> dict:
@@ -248,6 +249,7 @@ def restore(path: Path, tx: optax.GradientTransformation, cfg: Config, text: Tex
     opt = [jnp.asarray(tensors[STATE + "opt" + jax.tree_util.keystr(p)]) for p, _ in leaves]
     key = jax.random.wrap_key_data(jnp.asarray(tensors[STATE + "key"]))
     random.setstate(as_tuples(values["python_rng"]))
+    params = jax.tree_util.tree_map(jnp.array, params)  # XLA's own (aligned) buffers: see below
     return params, jax.tree_util.tree_unflatten(tree, opt), key, values["progress"]
 
 
