@@ -108,6 +108,13 @@ def _translate(commands: Commands) -> None:
         help="refuse input with a line longer than this, in the model's source tokens, before "
         f"translating anything (default {Limits.max_source_tokens}, as `alignmt serve`)",
     )
+    translate.add_argument(
+        "--backend",
+        choices=["torch", "flax"],
+        default="torch",
+        help="decode with PyTorch, or with JAX/Flax (the [flax] extra; float32, compiled once "
+        "per padded batch shape) (default torch)",
+    )
 
 
 def _evaluate(commands: Commands) -> None:

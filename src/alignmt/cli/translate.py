@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.translator import Translator
-from alignmt.model.device import pick_device
 from alignmt.text.corpus import input_lines
+
+if TYPE_CHECKING:
+    from alignmt.config import SearchConfig
+    from alignmt.decoding.flax_translator import FlaxTranslator
+    from alignmt.decoding.translator import Translator
 
 
 def run(args: argparse.Namespace) -> int:
-    translator = translator_for(args.run_dir, args)
+    load = flax_translator_for if args.backend == "flax" else translator_for
+    translator = load(args.run_dir, args)
     if not 1 <= args.nbest <= translator.search.beam_size:
         raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
     tokens = [translator.source_tokens(line) for line in input_lines(sys.stdin.buffer)]
@@ -44,10 +48,34 @@ def check_lengths(tokens: list[list[str]], limit: int) -> None:
 
 def translator_for(run: str, args: argparse.Namespace) -> Translator:
     """The model of `run` on --device at --precision, searching with --beam and --replace-unk."""
+    # imported here, so that --backend flax loads no torch
+    from alignmt.checkpoint.torch_io import load_checkpoint
+    from alignmt.decoding.translator import Translator
+    from alignmt.model.device import pick_device
+
     ckpt = load_checkpoint(run, device=pick_device(args.device))
-    beam = args.beam
-    search = ckpt.config.search if beam is None else replace(ckpt.config.search, beam_size=beam)
+    search = search_for(ckpt.config.search, args)
+    return Translator.from_checkpoint(ckpt, search, precision=args.precision)
+
+
+def flax_translator_for(run: str, args: argparse.Namespace) -> FlaxTranslator:
+    """The model of `run` in JAX/Flax on --device, searching as `translator_for`'s does."""
+    try:
+        from alignmt.checkpoint.flax_io import load_flax
+        from alignmt.decoding.flax_translator import FlaxTranslator
+    except ImportError as missing:
+        raise ValueError(f"--backend flax needs the [flax] extra ({missing})") from None
+    if args.precision != "float32":
+        raise ValueError(f"--backend flax decodes in float32, not --precision {args.precision}")
+    ckpt = load_flax(run)
+    search = search_for(ckpt.config.search, args)
+    return FlaxTranslator.from_checkpoint(ckpt, search, device=args.device)
+
+
+def search_for(search: SearchConfig, args: argparse.Namespace) -> SearchConfig:
+    """A run's search with --beam and --replace-unk applied."""
+    search = search if args.beam is None else replace(search, beam_size=args.beam)
     search = replace(search, replace_unk=search.replace_unk or args.replace_unk)
     if search.beam_size < 1:
         raise ValueError(f"--beam must be at least 1, got {search.beam_size}")
-    return Translator.from_checkpoint(ckpt, search, precision=args.precision)
+    return search

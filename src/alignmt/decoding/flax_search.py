@@ -1,0 +1,398 @@
+"""Greedy and beam search over a `FlaxSeq2Seq`, compiled by XLA.
+
+search.py's searches in JAX: a batch runs as one `jax.lax.while_loop` over output steps in
+`jax.jit`, until all its sentences stop or its length bound. XLA compiles per shape, so
+stopped sentences' rows idle to the batch's end (search.py hands them to the next
+sentence), and `FlaxSearch` pads batches to a few bucketed shapes and counts compilations.
+A sentence gets search.py's output: its length limit, candidates, ranking and stopping rule
+(beam.py), GNMT's length normalisation (Wu et al. 2016, eq. 14); only rounding differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from alignmt.config import SearchConfig
+from alignmt.model.flax_seq2seq import FlaxSeq2Seq
+
+Array = jax.Array
+Params = Any  # FlaxSeq2Seq's parameter tree
+
+MIN_SRC = 8  # the narrowest source bucket: shorter sources share one compiled shape
+
+
+class FlaxHypothesis(NamedTuple):
+    """One output of a sentence."""
+
+    tokens: list[int]  # output ids, </s> excluded
+    ended: bool  # True: </s> ended it; False: the length limit did
+    score: float  # summed log-probability, </s>'s included
+    attention: np.ndarray | None  # (len(tokens) + ended, src_len) each step's alpha; None: vanilla
+
+
+class Output(NamedTuple):
+    """A batch's n best hypotheses per sentence (n = 1 for greedy); L = max_len."""
+
+    tokens: Array  # (B, n, L) int32, </s> included; positions past `length` are to be cut
+    length: Array  # (B, n) int32 output length, </s> included when produced
+    score: Array  # (B, n) float32 summed log-probabilities
+    found: Array  # (B, n) bool: False for a padding row, or where fewer than n outputs exist
+    attention: Array | None  # (B, n, L, T_src) each step's alpha; None without attention
+
+
+class Greedy(NamedTuple):
+    """Greedy search's loop carry: B sentences, one row each; L = max_len."""
+
+    step: Array  # () int32 the output position this step fills
+    prev: Array  # (B,) int32 each row's last token, <s> before the first
+    state: Any  # the DecoderState, (B, ...) fields
+    done: Array  # (B,) bool: ended with </s>, at its length limit, or a padding row
+    length: Array  # (B,) int32 tokens output, </s> included
+    score: Array  # (B,) float32 summed log-probabilities
+    tokens: Array  # (L, B) int32 each step's choice
+    attention: Array | None  # (L, B, T_src) each step's alpha
+
+
+class Beam(NamedTuple):
+    """Beam search's loop carry: B sentences of K beams in N = B * K rows (row b * K + k),
+    2K candidates per sentence and step, the n best ended hypotheses; L = max_len."""
+
+    step: Array  # () int32 the output position the candidates fill
+    prev: Array  # (B, K) int32 the live beams' last tokens
+    scores: Array  # (B, K) float32 their summed log-probabilities, best first
+    state: Any  # the DecoderState, (N, ...) fields
+    done: Array  # (B,) bool: stopped, or a padding row
+    ended: Array  # (B,) int32 how many hypotheses have ended
+    best: Array  # (B, n) float32 the best ended hypotheses' score / lp, best first
+    best_score: Array  # (B, n) float32 their summed log-probabilities
+    best_end: Array  # (B, n) int32 where they end: step * 2K + slot
+    tokens: Array  # (L, B, 2K) int32 every step's candidates' last tokens
+    parents: Array  # (L, B, 2K) int32 the live beam (0..K-1) each candidate extends
+    attention: Array | None  # (L, B, K, T_src) each live beam's alpha at each step
+
+
+def length_penalty(length: Any, alpha: Any) -> Any:
+    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14);
+    beam search ranks ended hypotheses by score / lp."""
+    return ((5 + length) / 6) ** alpha
+
+
+def max_output_len(src_len: Any, ratio: float, offset: int) -> np.ndarray:
+    """(B,) int32: the most tokens (</s> included) each sentence of src_len (B,) may output,
+    ratio * |x| + offset and at least 1, with search.max_output_len's float32 rounding."""
+    product = np.asarray(src_len, np.float32) * np.float32(ratio)
+    return np.maximum(product.astype(np.int64) + offset, 1).astype(np.int32)
+
+
+def bucket(n: int, floor: int = 1) -> int:
+    """The power of two at or above n, and at least `floor`: a padded size."""
+    return max(floor, 1 << max(n - 1, 0).bit_length())
+
+
+def _apply(model: FlaxSeq2Seq, params: Params, method: str, *args: Any) -> Any:
+    """`model.encode` or `model.decode_step` (`method`) on `args`, with float32 `params`."""
+    return model.apply({"params": params}, *args, method=method)
+
+
+def _log_sum_exp_from(logits: Array, largest: Array) -> Array:
+    """(..., 1) log sum_v exp(logits_v - largest), `largest` the max (steps.py's)."""
+    return jnp.log(jnp.exp(logits - largest).sum(axis=-1, keepdims=True))
+
+
+def _running(max_len: int, carry: Greedy | Beam) -> Array:
+    """The loop's condition: steps left, and a sentence not yet stopped."""
+    return (carry.step < max_len) & ~carry.done.all()
+
+
+def _repeat(fields: Any, times: int) -> Any:
+    """Each row of every batch-first array (None fields kept) `times` times: one per beam."""
+    return jax.tree_util.tree_map(lambda x: jnp.repeat(x, times, axis=0), fields)
+
+
+def greedy_search(
+    model: FlaxSeq2Seq, params: Params, src: Array, src_len: Array, limit: Array, *, max_len: int
+) -> Output:
+    """The most probable token at every step, as search.greedy_search picks it: an
+    `Output` with n = 1.
+
+    Args:
+        model, params: the model and its parameters.
+        src: (B, T_src) int32 source ids ending in </s>, padded; src_len: (B,) int32 >= 1.
+        limit: (B,) int32 each sentence's length limit (`max_output_len`); 0: padding.
+        max_len: static: at least limit.max(), the length of the output arrays.
+    """
+    memory, state = _apply(model, params, "encode", src, src_len)
+    batch, eos = src.shape[0], model.eos_id
+    carry = Greedy(
+        step=jnp.int32(0),
+        prev=jnp.full((batch,), model.bos_id, jnp.int32),
+        state=state,
+        done=limit <= 0,
+        length=jnp.zeros((batch,), jnp.int32),
+        score=jnp.zeros((batch,), jnp.float32),
+        tokens=jnp.full((max_len, batch), eos, jnp.int32),
+        attention=jnp.zeros((max_len, *src.shape)) if model.has_attention else None,
+    )
+
+    def body(g: Greedy) -> Greedy:
+        logits, state, alpha = _apply(model, params, "decode_step", g.prev, g.state, memory)
+        top = logits.max(axis=-1, keepdims=True)  # (B, 1): log_softmax's argmax is the logits'
+        live = ~g.done  # stopped rows run on, but their outputs no longer change
+        token = jnp.where(live, logits.argmax(axis=-1).astype(jnp.int32), eos)
+        length = jnp.where(live, g.step + 1, g.length)
+        log_prob = -_log_sum_exp_from(logits, top)[:, 0]  # top - logsumexp(logits)
+        return Greedy(
+            step=g.step + 1,
+            prev=token,
+            state=state,
+            done=g.done | (token == eos) | (length >= limit),
+            length=length,
+            score=g.score + jnp.where(live, log_prob, 0.0),
+            tokens=g.tokens.at[g.step].set(token),
+            attention=None if alpha is None else g.attention.at[g.step].set(alpha),
+        )
+
+    g = jax.lax.while_loop(partial(_running, max_len), body, carry)
+    attention = None if g.attention is None else g.attention.transpose(1, 0, 2)[:, None]
+    found = (limit > 0)[:, None]
+    return Output(g.tokens.T[:, None], g.length[:, None], g.score[:, None], found, attention)
+
+
+def beam_search(
+    model: FlaxSeq2Seq,
+    params: Params,
+    src: Array,
+    src_len: Array,
+    limit: Array,
+    alpha: Array | float,
+    *,
+    beam_size: int,
+    max_len: int,
+    nbest: int = 1,
+) -> Output:
+    """The K = beam_size best partial outputs of each sentence, as search.beam_search keeps
+    them; an `Output` with n = nbest, best first. Every step keeps a sentence's 2K best
+    one-token extensions: the K best that are not </s> live on, and a </s> among the K best
+    ends a hypothesis, ranked by score / `length_penalty`. A sentence stops once K have
+    ended, once its nbest-th best ended one ranks at least as high as its best live beam
+    ever could, or at its length limit, where its K best candidates end, </s> or not.
+
+    Args:
+        model, params, src, src_len, limit, max_len: as for `greedy_search`.
+        alpha: the length penalty's exponent; 0 ranks by summed log-probability.
+        beam_size, nbest: static: K >= 1, and hypotheses per sentence, 1 <= nbest <= K.
+    """
+    memory, state = _apply(model, params, "encode", src, src_len)
+    beam = _first_beam(model, state, limit, src.shape[1], beam_size, max_len, nbest)
+    body = partial(_beam_step, model, params, _repeat(memory, beam_size), limit, alpha)
+    return _backtrack(jax.lax.while_loop(partial(_running, max_len), body, beam))
+
+
+def _first_beam(
+    model: FlaxSeq2Seq, state: Any, limit: Array, t_src: int, k: int, max_len: int, nbest: int
+) -> Beam:
+    """The carry before the first step: only beam 0 live, or all K would extend <s> alike."""
+    batch = limit.shape[0]
+    return Beam(
+        step=jnp.int32(0),
+        prev=jnp.full((batch, k), model.bos_id, jnp.int32),
+        scores=jnp.full((batch, k), -jnp.inf).at[:, 0].set(0.0),
+        state=_repeat(state, k),
+        done=limit <= 0,
+        ended=jnp.zeros((batch,), jnp.int32),
+        best=jnp.full((batch, nbest), -jnp.inf),
+        best_score=jnp.zeros((batch, nbest)),
+        best_end=jnp.zeros((batch, nbest), jnp.int32),
+        tokens=jnp.zeros((max_len, batch, 2 * k), jnp.int32),
+        parents=jnp.zeros((max_len, batch, 2 * k), jnp.int32),
+        attention=jnp.zeros((max_len, batch, k, t_src)) if model.has_attention else None,
+    )
+
+
+def _beam_step(
+    model: FlaxSeq2Seq, params: Params, memory: Any, limit: Array, alpha: Any, beam: Beam
+) -> Beam:
+    """One step of every sentence's beams: the loop body of `beam_search`."""
+    batch, k = beam.scores.shape
+    prev = beam.prev.reshape(-1)
+    logits, state, weights = _apply(model, params, "decode_step", prev, beam.state, memory)
+    logits = logits.reshape(batch, k, -1)
+    cand, parents, tokens, rank = _candidates(beam.scores, logits, model.eos_id)
+    length = beam.step + 1  # the candidates' length
+    at_limit = length >= limit  # (B,)
+    # Of the K best, </s> ends a hypothesis (at the limit all do); -inf ones are not live yet
+    ends = (rank < k) & jnp.isfinite(cand) & ((tokens == model.eos_id) | at_limit[:, None])
+    lp = length_penalty(length.astype(jnp.float32), alpha)
+    ended = jnp.where(ends, cand / lp, -jnp.inf)  # (B, 2K)
+    live = ~beam.done  # stopped sentences run on, but their results no longer change
+    best, best_score, best_end = _merge_ended(beam, ended, cand, live)
+    count = beam.ended + jnp.where(live, ends.sum(axis=1), 0)
+    # Scores only fall as beams grow and lp is monotone in the length, so the best live
+    # beam can rank at most its score over the larger lp of now and the limit.
+    lp_max = jnp.maximum(length_penalty(limit.astype(jnp.float32), alpha), lp)
+    cannot_improve = best[:, -1] >= cand[:, 0] / lp_max
+    rows = (jnp.arange(batch)[:, None] * k + parents[:, :k]).reshape(-1)  # each beam's parent
+    return Beam(
+        step=length,
+        prev=tokens[:, :k],
+        scores=cand[:, :k],
+        state=jax.tree_util.tree_map(lambda x: x[rows], state),
+        done=beam.done | at_limit | (count >= k) | cannot_improve,
+        ended=count,
+        best=best,
+        best_score=best_score,
+        best_end=best_end,
+        tokens=beam.tokens.at[beam.step].set(tokens),
+        parents=beam.parents.at[beam.step].set(parents),
+        attention=None
+        if weights is None
+        else beam.attention.at[beam.step].set(weights.reshape(batch, k, -1)),
+    )
+
+
+def _candidates(scores: Array, logits: Array, eos_id: int) -> tuple[Array, Array, Array, Array]:
+    """The 2K best one-token extensions of a sentence's K beams, those ending in </s> last
+    (beam.candidates): from scores (B, K) and logits (B, K, V), their scores, parents,
+    tokens and rank (place in best-first order before </s> went last), each (B, 2K)."""
+    batch, k, vocab = logits.shape
+    width = min(2 * k, vocab)
+    # A sentence's 2K best extensions are among each beam's own 2K best, and a beam's
+    # ranking is its logits': only K * 2K candidates need a log-probability.
+    top, token = jax.lax.top_k(logits, width)  # (B, K, W)
+    largest = top[..., :1]
+    total = scores[..., None] + top - largest - _log_sum_exp_from(logits, largest)
+    best, index = jax.lax.top_k(total.reshape(batch, k * width), 2 * k)  # best first
+    tokens = jnp.take_along_axis(token.reshape(batch, k * width), index, axis=1)
+    rank = jnp.argsort((tokens == eos_id).astype(jnp.int32), axis=1, stable=True)
+    take = partial(jnp.take_along_axis, indices=rank, axis=1)
+    return take(best), take(index // width), take(tokens), rank
+
+
+def _merge_ended(beam: Beam, ended: Array, cand: Array, live: Array) -> tuple[Array, ...]:
+    """`Beam.best`, `best_score` and `best_end` after a step, for `live` (B,) sentences: the
+    n best of those kept and the step's `ended` (B, 2K) (score / lp or -inf), older first."""
+    slots = ended.shape[1]
+    end = jnp.broadcast_to(beam.step * slots + jnp.arange(slots), ended.shape)
+    old = (beam.best, beam.best_score, beam.best_end)
+    merged = [jnp.concatenate(pair, axis=1) for pair in zip(old, (ended, cand, end), strict=True)]
+    _, index = jax.lax.top_k(merged[0], beam.best.shape[1])
+    new = [jnp.take_along_axis(x, index, axis=1) for x in merged]
+    return tuple(jnp.where(live[:, None], n, o) for n, o in zip(new, old, strict=True))
+
+
+def _backtrack(beam: Beam) -> Output:
+    """Each sentence's n best ended hypotheses, traced back through the parents (beam.py)."""
+    last, slot = jnp.divmod(beam.best_end, beam.tokens.shape[2])  # (B, n) each
+
+    def back(slot: Array, step: tuple) -> tuple[Array, tuple]:
+        t, tokens, parents, attention = step  # (), (B, 2K), (B, 2K), (B, K, T_src) | None
+        token = jnp.take_along_axis(tokens, slot, axis=1)  # (B, n)
+        parent = jnp.take_along_axis(parents, slot, axis=1)
+        alpha = None if attention is None else jnp.take_along_axis(attention, parent[..., None], 1)
+        return jnp.where(t <= last, parent, slot), (token, alpha)  # past its end: stay
+
+    steps = (jnp.arange(beam.tokens.shape[0]), beam.tokens, beam.parents, beam.attention)
+    _, (tokens, alpha) = jax.lax.scan(back, slot, steps, reverse=True)  # (L, B, n, ...)
+    attention = None if alpha is None else alpha.transpose(1, 2, 0, 3)
+    found = beam.best > -jnp.inf  # False: fewer than n outputs have a nonzero probability
+    return Output(tokens.transpose(1, 2, 0), last + 1, beam.best_score, found, attention)
+
+
+class FlaxSearch:
+    """Greedy (beam_size 1) or beam search of one model over lists of source ids,
+    jit-compiled once per padded batch shape.
+
+    Sentences go in sorted by length, `batch_size` at a time, each batch padded to B rows
+    and T_src columns, the powers of two at or above its size (at most `batch_size`) and
+    its longest source (at least `MIN_SRC`). A run compiles once per (B, T_src) bucket:
+    about once per source bucket, as sorted input fills every batch but the last.
+    """
+
+    def __init__(
+        self,
+        model: FlaxSeq2Seq,
+        params: Params,
+        search: SearchConfig,
+        *,
+        nbest: int = 1,
+        batch_size: int = 64,
+    ) -> None:
+        """`search`: beam_size, length_penalty and the length limit; nbest <= beam_size."""
+        if not 1 <= nbest <= search.beam_size or batch_size < 1:
+            raise ValueError(
+                f"need 1 <= nbest <= beam_size, batch_size >= 1: {nbest=}, {batch_size=}"
+            )
+        self.model, self.params, self.alpha = model, params, search.length_penalty
+        self.limits = (search.max_len_ratio, search.max_len_offset)
+        self.batch_size, self.static = batch_size, dict(beam_size=search.beam_size, nbest=nbest)
+        self.shapes: list[tuple[int, int]] = []  # (B, T_src) of each trace, i.e. compilation
+        self._search = jax.jit(self._traced, static_argnames=("beam_size", "max_len", "nbest"))
+
+    @property
+    def compilations(self) -> int:
+        """How many times the search has been traced and compiled."""
+        return len(self.shapes)
+
+    def __call__(self, sources: Sequence[Sequence[int]]) -> list[list[FlaxHypothesis]]:
+        """Search each source (ids ending in </s>); returns each sentence's nbest
+        hypotheses, best first (fewer only where fewer have a nonzero probability)."""
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        out: list[list[FlaxHypothesis]] = [[] for _ in sources]
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            for i, hyps in zip(rows, self._batch([sources[i] for i in rows]), strict=True):
+                out[i] = hyps
+        return out
+
+    def _traced(self, params, src, src_len, limit, alpha, *, beam_size, max_len, nbest):
+        self.shapes.append(src.shape)  # Python runs only while jax traces a new shape
+        args = (self.model, params, src, src_len, limit)
+        if beam_size == 1:
+            return greedy_search(*args, max_len=max_len)
+        return beam_search(*args, alpha, beam_size=beam_size, max_len=max_len, nbest=nbest)
+
+    def _batch(self, sources: list[Sequence[int]]) -> list[list[FlaxHypothesis]]:
+        """One batch padded to its bucket, searched."""
+        src, src_len = pad_batch(sources, min(bucket(len(sources)), self.batch_size), self.model)
+        limit = max_output_len(src_len, *self.limits)
+        limit[len(sources) :] = 0
+        max_len = int(max_output_len([src.shape[1]], *self.limits)[0])
+        # full float32 matmuls, not TF32 or bfloat16 passes: candidates rank as in PyTorch
+        with jax.default_matmul_precision("highest"):
+            args = (self.params, src, src_len, limit, np.float32(self.alpha))
+            out = self._search(*args, max_len=max_len, **self.static)
+        return _hypotheses(jax.device_get(out), src_len[: len(sources)], self.model.eos_id)
+
+
+def pad_batch(sources: Sequence[Sequence[int]], rows: int, model: FlaxSeq2Seq) -> tuple:
+    """Source ids as a padded batch: src (rows, T_src) and src_len (rows,) int32, T_src the
+    bucket of the longest source, >= MIN_SRC. Rows past the sources hold a bare </s>, a
+    source that the encoder reads without NaNs."""
+    cols = bucket(max(map(len, sources)), MIN_SRC)
+    src = np.full((rows, cols), model.pad_id, np.int32)
+    src[:, 0] = model.eos_id
+    src_len = np.ones(rows, np.int32)
+    for b, ids in enumerate(sources):
+        src[b, : len(ids)], src_len[b] = ids, len(ids)
+    return src, src_len
+
+
+def _hypotheses(out: Output, src_len: np.ndarray, eos_id: int) -> list[list[FlaxHypothesis]]:
+    """The found hypotheses of the first len(src_len) rows, cut to their lengths."""
+    result = []
+    for b, n_src in enumerate(src_len.tolist()):
+        hyps = []
+        for j in np.flatnonzero(out.found[b]):
+            n = int(out.length[b, j])
+            ids = out.tokens[b, j, :n].tolist()
+            ended = bool(ids) and ids[-1] == eos_id
+            alpha = None if out.attention is None else np.array(out.attention[b, j, :n, :n_src])
+            hyps.append(FlaxHypothesis(ids[: n - ended], ended, float(out.score[b, j]), alpha))
+        result.append(hyps)
+    return result
