@@ -112,7 +112,8 @@ class DotAttention(nn.Module):
         if self.query_dim != self.key_dim:
             raise ValueError(
                 f"dot attention needs the decoder state and encoder states to have the same "
-                f"size, got query_dim={self.query_dim} and key_dim={self.key_dim}"
+                f"size, got query_dim={self.query_dim} and key_dim={self.key_dim}; use "
+                "'general' or 'additive', or make dec_hidden equal enc_hidden x directions"
             )
 
     def project_keys(self, keys: Array) -> Array:

@@ -1,0 +1,450 @@
+"""The Flax twin of the model (`alignmt.model.flax_*`): float64 parity with the NumPy reference
+and float32 parity with PyTorch on the same weights over the architecture matrix, padding,
+the recurrent cells against nn.GRU / nn.LSTM, the loss and its gradients, and the configs it
+refuses. (The initial distributions are checked tensor by tensor in test_flax_io.py.)
+
+The matrix runs op by op under `jax.disable_jit()` (each scan becomes a Python loop over the
+same step function), which spares an XLA compile per architecture; a few architectures run
+jit-compiled against PyTorch too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+if os.environ.get("CI"):  # CI installs the [flax] extra: there a missing JAX is a failure
+    try:
+        import jax
+    except ImportError as err:
+        raise ImportError(f"CI installs the [flax] extra, but JAX does not import: {err}") from err
+else:
+    jax = pytest.importorskip(
+        "jax", reason="the [flax] extra is not installed: pip install -e '.[flax]'"
+    )
+
+import jax.numpy as jnp
+
+from alignmt import reference as ref
+from alignmt.checkpoint.flax_io import params_from_tensors, tensors_from_params
+from alignmt.config import ModelConfig
+from alignmt.model.flax_rnn import Direction
+from alignmt.model.flax_seq2seq import FlaxSeq2Seq, check_config, sequence_loss
+from alignmt.model.seq2seq import Seq2Seq
+from tests.conftest import ARCHITECTURES, VOCAB, arch_id, padded_batch
+from tests.test_decoder import CASES, reference_step
+from tests.test_encoder import cell_weights
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _full_float32_products_and_one_torch_thread():
+    """float32 matmuls in full precision, as PyTorch's (Hopper GPUs default JAX to TF32, which
+    misses 1e-5 by far); one torch thread: on tiny tensors a second only spins against XLA's."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with jax.default_matmul_precision("highest"):
+        yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def x64():
+    """float64 arrays stay float64 inside the test (JAX truncates them to float32 by default)."""
+    with jax.enable_x64(True):
+        yield
+
+
+def tiny_config(arch: dict, **changes) -> ModelConfig:
+    """conftest.tiny_model's config of `arch` (E = 5, H = 4, D = C, A = 6, R = 3, init bridge),
+    with `changes`."""
+    bi, layers = arch["bidirectional"], arch["layers"]
+    return ModelConfig(
+        **{
+            **dict(rnn=arch["rnn"], emb_dim=5, enc_hidden=4, enc_layers=layers, bidirectional=bi),
+            **dict(dec_hidden=4 * (2 if bi else 1), dec_layers=layers, attn_dim=6, init="bridge"),
+            **dict(attention=arch["attention"], order=arch["order"], readout_dim=3),
+            **dict(context=arch.get("context", "every_step"), **changes),
+        }
+    )
+
+
+def twins(arch: dict, dtype: torch.dtype = torch.float64, **changes):
+    """A seeded PyTorch model in eval mode and `dtype`, its Flax twin, and the twin's variables:
+    the same weights."""
+    cfg = tiny_config(arch, **changes)
+    torch.manual_seed(0)
+    model = Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB).to(dtype).eval()
+    params = params_from_tensors({k: v.numpy() for k, v in model.state_dict().items()}, cfg)
+    return model, FlaxSeq2Seq(cfg, VOCAB, VOCAB), {"params": params}
+
+
+def as_jax(*tensors: torch.Tensor) -> list[jax.Array]:
+    return [jnp.asarray(t.numpy()) for t in tensors]
+
+
+ARCH = {arch_id(arch): arch for arch in ARCHITECTURES}
+TIED = {"tie_embeddings": True}
+
+# test_decoder's cases (every architecture; readouts none, tanh, maxout), then s_0 = 0 and
+# tied embeddings (Bahdanau's tanh readout with R = E, Luong with D = E, vanilla init_only)
+MATRIX = [(arch, {"readout": readout}) for arch, readout in CASES] + [
+    (ARCH["gru-bi-L2-additive-bahdanau"], {"init": "zeros"}),
+    (ARCH["lstm-uni-L1-general-luong"], {"init": "zeros"}),
+    (ARCH["gru-uni-L1-none-bahdanau"], {"init": "zeros", "readout": "maxout"}),
+    (ARCH["lstm-bi-L2-dot-bahdanau"], {"init": "zeros"}),
+    (ARCH["gru-bi-L1-additive-bahdanau"], {"readout": "tanh", "readout_dim": 5, **TIED}),
+    (ARCH["lstm-bi-L1-general-luong"], {"emb_dim": 8, **TIED}),
+    # without attention, the order names no decoder: luong's builds the vanilla one too
+    (
+        ARCH["gru-uni-L2-none-bahdanau-init_only"],
+        {"order": "luong", "readout": "maxout", "readout_dim": 5, **TIED},
+    ),
+]
+
+
+def case_id(arch: dict, changes: dict) -> str:
+    return "-".join([arch_id(arch), *(f"{k}={v}" for k, v in changes.items())])
+
+
+MATRIX_IDS = [case_id(*case) for case in MATRIX]
+
+
+def reference_encoding(encoder, src: torch.Tensor, src_len: torch.Tensor):
+    """alignmt.reference's encoder states (B, T_src, C), 0 at padding, and final states (B, C)."""
+    layers = range(encoder.layers)
+    forward = [cell_weights(encoder.rnn, layer) for layer in layers]
+    backward = None
+    if encoder.directions == 2:
+        backward = [cell_weights(encoder.rnn, layer, "_reverse") for layer in layers]
+    emb, lstm = encoder.embed.weight.detach().numpy(), isinstance(encoder.rnn, nn.LSTM)
+    states = np.zeros((*src.shape, encoder.out_dim))
+    finals = []
+    for b, n in enumerate(src_len.tolist()):
+        H, final = ref.encode(emb[src[b, :n].numpy()], forward, backward, lstm)
+        states[b, :n] = H
+        finals.append(final)
+    return states, np.array(finals)
+
+
+@pytest.mark.parametrize("arch,changes", MATRIX, ids=MATRIX_IDS)
+def test_encoder_and_three_decoder_steps_match_the_numpy_reference_in_float64(arch, changes, x64):
+    model, flax_model, variables = twins(arch, **changes)
+    src, src_len, _, _ = padded_batch()  # (3, 6), lengths 6, 2, 4
+    with jax.disable_jit():
+        memory, state = flax_model.apply(variables, *as_jax(src, src_len), method="encode")
+    states, finals = reference_encoding(model.encoder, src, src_len)
+    assert memory.states.dtype == jnp.float64
+    np.testing.assert_allclose(memory.states, states, rtol=0, atol=1e-10)
+    cfg, decoder = flax_model.cfg, model.decoder
+    s_0 = np.zeros((3, cfg.dec_layers, cfg.dec_hidden))  # (B, L, D)
+    if cfg.init == "bridge":
+        W, bias = decoder.bridge.weight.detach().numpy(), decoder.bridge.bias.detach().numpy()
+        s_0 = np.tanh(finals @ W.T + bias).reshape(s_0.shape)
+    np.testing.assert_allclose(state.hidden, s_0, rtol=0, atol=1e-10)
+    fixed = cfg.attention == "none" and cfg.context == "every_step"
+    reference_memory = SimpleNamespace(  # what reference_step reads of torch's Memory
+        states=torch.from_numpy(states), context=torch.from_numpy(finals) if fixed else None
+    )
+    lstm, luong = cfg.rnn == "lstm", cfg.attention != "none" and cfg.order == "luong"
+    zeros = np.zeros((cfg.dec_layers, cfg.dec_hidden))
+    carried = [(list(s), list(zeros) if lstm else None, zeros[0] if luong else None) for s in s_0]
+    g = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        prev = torch.randint(4, VOCAB, (3,), generator=g).numpy()
+        with jax.disable_jit():
+            logits, state, alpha = flax_model.apply(
+                variables, prev, state, memory, method="decode_step"
+            )
+        for b, n in enumerate(src_len.tolist()):
+            expected = reference_step(decoder, b, prev, *carried[b], reference_memory, n)
+            ref_logits, hs, cs, feed, ref_alpha = expected
+            carried[b] = (hs, cs, feed)
+            np.testing.assert_allclose(logits[b], ref_logits, rtol=0, atol=1e-10)
+            np.testing.assert_allclose(state.hidden[b], np.array(hs), rtol=0, atol=1e-10)
+            if lstm:
+                np.testing.assert_allclose(state.cell[b], np.array(cs), rtol=0, atol=1e-10)
+            if luong:
+                np.testing.assert_allclose(state.feed[b], feed, rtol=0, atol=1e-10)
+            if cfg.attention == "none":
+                assert alpha is None
+            else:
+                np.testing.assert_allclose(alpha[b, :n], ref_alpha, rtol=0, atol=1e-10)
+                assert np.all(np.asarray(alpha[b, n:]) == 0)
+
+
+def forward_and_steps(module: FlaxSeq2Seq, src, src_len, tgt_in, steps: int = 2):
+    """The teacher-forced logits and attention, and `steps` decode_step calls fed tgt_in."""
+    logits, attention = module(src, src_len, tgt_in)
+    memory, state = module.encode(src, src_len)
+    stepped = []
+    for t in range(steps):
+        step_logits, state, alpha = module.decode_step(tgt_in[:, t], state, memory)
+        stepped.append((step_logits, alpha))
+    return logits, attention, stepped
+
+
+def assert_float32_logits_equal_pytorchs(arch: dict, changes: dict, compiled: bool) -> None:
+    model, flax_model, variables = twins(arch, torch.float32, **changes)
+    src, src_len, tgt_in, _ = padded_batch((4, 2, 3), (3, 2, 1))  # (3, 4), (3,), (3, 3)
+    with torch.no_grad():
+        out = model(src, src_len, tgt_in)
+        memory, state = model.encode(src, src_len)
+        expected = []
+        for t in range(2):
+            step_logits, state, alpha = model.decode_step(tgt_in[:, t], state, memory)
+            expected.append((step_logits, alpha))
+    run = lambda *args: flax_model.apply(variables, *args, method=forward_and_steps)  # noqa: E731
+    if compiled:
+        logits, attention, stepped = jax.jit(run)(*as_jax(src, src_len, tgt_in))
+    else:
+        with jax.disable_jit():
+            logits, attention, stepped = run(*as_jax(src, src_len, tgt_in))
+    assert logits.dtype == jnp.float32
+    np.testing.assert_allclose(logits, out.logits, rtol=0, atol=1e-5)
+    assert (attention is None) == (out.attention is None)
+    if attention is not None:
+        np.testing.assert_allclose(attention, out.attention, rtol=0, atol=1e-5)
+    for (step_logits, alpha), (torch_logits, torch_alpha) in zip(stepped, expected, strict=True):
+        np.testing.assert_allclose(step_logits, torch_logits, rtol=0, atol=1e-5)
+        if alpha is not None:
+            np.testing.assert_allclose(alpha, torch_alpha, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch,changes", MATRIX, ids=MATRIX_IDS)
+def test_float32_logits_and_attention_equal_pytorchs_on_the_same_weights(arch, changes):
+    assert_float32_logits_equal_pytorchs(arch, changes, compiled=False)
+
+
+COMPILED = [
+    (ARCH["gru-bi-L2-additive-bahdanau"], {"readout": "maxout"}),
+    (ARCH["lstm-uni-L1-general-luong"], {}),
+    (ARCH["lstm-bi-L2-none-bahdanau"], {"readout": "tanh"}),
+    MATRIX[-1],
+]
+
+
+@pytest.mark.parametrize("arch,changes", COMPILED, ids=[case_id(*c) for c in COMPILED])
+def test_jit_compiled_scans_give_pytorchs_logits_too(arch, changes):
+    assert_float32_logits_equal_pytorchs(arch, changes, compiled=True)
+
+
+# Each cell, direction and depth twice, and each kind of decoder once
+PADDED = [
+    ARCH["gru-bi-L1-additive-bahdanau"],
+    ARCH["gru-uni-L2-none-bahdanau-init_only"],
+    ARCH["lstm-bi-L2-general-luong"],
+    ARCH["lstm-uni-L1-dot-luong"],
+]
+
+
+def encode_and_decode(module: FlaxSeq2Seq, src, src_len, tgt_in):
+    """The memory, s_0, and the teacher-forced logits and attention."""
+    memory, state = module.encode(src, src_len)
+    logits, attention, _ = module.decoder(tgt_in, state, memory, False)
+    return memory, state, logits, attention
+
+
+@pytest.mark.parametrize("arch", PADDED, ids=arch_id)
+def test_padding_changes_no_state_and_no_logit_of_a_sentence(arch, x64):
+    """A sentence alone and in a batch padded past every sentence: the same states at its
+    real positions and logits at its real steps, exactly 0 states and weights at padding."""
+    _, flax_model, variables = twins(arch)
+    src, src_len, tgt_in, tgt_len = padded_batch()
+    src, tgt_in = F.pad(src, (0, 2)), F.pad(tgt_in, (0, 2))  # (3, 8), (3, 7)
+    run = lambda *args: flax_model.apply(variables, *as_jax(*args), method=encode_and_decode)  # noqa: E731
+    with jax.disable_jit():
+        memory, state, logits, attention = run(src, src_len, tgt_in)
+    for b, (n, m) in enumerate(zip(src_len.tolist(), tgt_len.tolist(), strict=True)):
+        with jax.disable_jit():
+            alone = run(src[b : b + 1, :n], src_len[b : b + 1], tgt_in[b : b + 1, :m])
+        np.testing.assert_allclose(memory.states[b, :n], alone[0].states[0], rtol=0, atol=1e-12)
+        assert np.all(np.asarray(memory.states[b, n:]) == 0)
+        np.testing.assert_allclose(state.hidden[b], alone[1].hidden[0], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(logits[b, :m], alone[2][0], rtol=0, atol=1e-12)
+        if attention is not None:
+            np.testing.assert_allclose(attention[b, :m, :n], alone[3][0], rtol=0, atol=1e-12)
+            assert np.all(np.asarray(attention[b, :, n:]) == 0)
+
+
+@pytest.mark.parametrize("rnn", ["gru", "lstm"])
+def test_the_backward_direction_starts_at_each_sentences_own_last_token(rnn, x64):
+    model, flax_model, variables = twins(ARCH[f"{rnn}-bi-L1-additive-bahdanau"])
+    src, src_len, _, _ = padded_batch()  # lengths 6, 2, 4 in 6 columns
+    with jax.disable_jit():
+        memory, _ = flax_model.apply(variables, *as_jax(src, src_len), method="encode")
+    backward = cell_weights(model.encoder.rnn, 0, "_reverse")
+    emb = model.encoder.embed.weight.detach().numpy()
+    for b, n in enumerate(src_len.tolist()):
+        x = emb[src.numpy()[b, n - 1 : n]]  # (1, E): </s>, the backward RNN's first input
+        first, _ = ref.encode(x, [backward], None, lstm=rnn == "lstm")  # one step from h = 0
+        np.testing.assert_allclose(memory.states[b, n - 1, 4:], first[0], rtol=0, atol=1e-12)
+
+
+def direction_params(rnn: nn.Module, suffix: str) -> dict:
+    """One direction of a PyTorch RNN layer as flax_rnn.Direction's parameters."""
+    get = lambda name: getattr(rnn, f"{name}{suffix}").detach().numpy()  # noqa: E731
+    return {
+        "ih": {"kernel": get("weight_ih").T, "bias": get("bias_ih")},
+        "hh": {"kernel": get("weight_hh").T, "bias": get("bias_hh")},
+    }
+
+
+@pytest.mark.parametrize("rnn", ["gru", "lstm"])
+def test_a_flax_direction_holds_a_pytorch_rnn_layer_exactly(rnn, x64):
+    torch.manual_seed(0)
+    layer = {"gru": nn.GRU, "lstm": nn.LSTM}[rnn](3, 4, batch_first=True, bidirectional=True)
+    layer = layer.double()
+    x, lengths = torch.randn(2, 5, 3, dtype=torch.float64), torch.tensor([5, 3])  # (B, T, I)
+    packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+    with torch.no_grad():
+        out, final = layer(packed)
+    states, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True)  # (B, T, 2H)
+    h_n = final[0] if rnn == "lstm" else final  # (2, B, H): forward, backward
+    for reverse in (False, True):
+        direction = Direction(rnn, 3, 4, reverse)
+        params = direction_params(layer, "_l0_reverse" if reverse else "_l0")
+        with jax.disable_jit():
+            flax_states, flax_final = direction.apply({"params": params}, *as_jax(x, lengths))
+        expected = states[..., 4:] if reverse else states[..., :4]
+        np.testing.assert_allclose(flax_states, expected, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(flax_final, h_n[int(reverse)], rtol=0, atol=1e-12)
+
+
+def test_gru_b_hn_sits_inside_the_reset_product_as_in_pytorch(x64):
+    """n = tanh(W_in x + b_in + r * (W_hn h + b_hn)): moving b_hn out of the product, into
+    b_in (where Flax's own GRUCell has its only bias), changes every state."""
+    torch.manual_seed(0)
+    gru = nn.GRU(3, 4, batch_first=True).double()
+    x = torch.randn(2, 5, 3, dtype=torch.float64)  # (B, T, I)
+    with torch.no_grad():
+        gru.bias_hh_l0[8:] = 1.5  # b_hn, the last of the r, z, n blocks
+        expected, _ = gru(x)  # (B, T, H)
+    inside, outside = direction_params(gru, "_l0"), direction_params(gru, "_l0")
+    outside["ih"]["bias"] = inside["ih"]["bias"] + np.r_[np.zeros(8), inside["hh"]["bias"][8:]]
+    outside["hh"]["bias"] = np.r_[inside["hh"]["bias"][:8], np.zeros(4)]
+    direction, lengths = Direction("gru", 3, 4), jnp.array([5, 5])
+    with jax.disable_jit():
+        held = direction.apply({"params": inside}, x.numpy(), lengths)[0]
+        moved = direction.apply({"params": outside}, x.numpy(), lengths)[0]
+    np.testing.assert_allclose(held, expected, rtol=0, atol=1e-12)
+    assert np.abs(np.asarray(moved) - expected.numpy()).max(axis=(0, 2)).min() > 1e-2  # (T,)
+
+
+def test_the_lstm_carry_is_c_then_h_and_steps_as_nn_lstmcell(x64):
+    torch.manual_seed(0)
+    cell = nn.LSTMCell(3, 4).double()
+    x, h, c = (torch.randn(2, n, dtype=torch.float64) for n in (3, 4, 4))
+    with torch.no_grad():
+        h_next, c_next = cell(x, (h, c))
+    params = direction_params(cell, "")
+    gates = x.numpy() @ params["ih"]["kernel"] + params["ih"]["bias"]  # (B, 4H): W_ih x + b_ih
+    carry, out = Direction("lstm", 3, 4).apply(
+        {"params": params}, (c.numpy(), h.numpy()), gates, method="step"
+    )
+    np.testing.assert_allclose(carry[0], c_next, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(carry[1], h_next, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(out, h_next, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_sequence_loss_equals_torch_cross_entropy_over_real_tokens(smoothing, x64):
+    logits = 3 * torch.randn(3, 5, VOCAB, dtype=torch.float64)  # (B, T_tgt, V)
+    _, _, targets, _ = padded_batch()  # (3, 5) ids, padded with 0
+    expected = F.cross_entropy(
+        logits.flatten(0, 1), targets.flatten(), ignore_index=0, label_smoothing=smoothing
+    )
+    loss = lambda logits, targets: float(sequence_loss(*as_jax(logits, targets), 0, smoothing))  # noqa: E731
+    assert loss(logits, targets) == pytest.approx(expected.item(), rel=1e-12, abs=0)
+    at_padding = (targets == 0)[..., None]
+    assert loss(logits.masked_fill(at_padding, 50.0), targets) == pytest.approx(expected.item())
+    assert loss(logits, torch.zeros_like(targets)) == 0.0  # no real token: 0, not nan
+
+
+def test_loss_gradients_equal_pytorchs_and_reach_the_attention_weights(x64):
+    model, flax_model, variables = twins(ARCH["gru-bi-L1-additive-bahdanau"], readout="maxout")
+    src, src_len, tgt_in, _ = padded_batch()
+    g = torch.Generator().manual_seed(2)
+    targets = torch.randint(1, VOCAB, tgt_in.shape, generator=g).masked_fill(tgt_in == 0, 0)
+    logits = model(src, src_len, tgt_in).logits.flatten(0, 1)
+    F.cross_entropy(logits, targets.flatten(), ignore_index=0, label_smoothing=0.1).backward()
+
+    def loss(params):
+        logits, _ = flax_model.apply({"params": params}, *as_jax(src, src_len, tgt_in))
+        return sequence_loss(logits, jnp.asarray(targets.numpy()), 0, 0.1)
+
+    grads = jax.jit(jax.grad(loss))(variables["params"])
+    for name in ("W_s", "W_h", "v"):
+        kernel = np.asarray(grads["decoder"]["attention"][name]["kernel"])
+        assert np.isfinite(kernel).all() and np.abs(kernel).min() > 0, name
+    flax_grads = tensors_from_params(grads, flax_model.cfg)
+    for name, param in model.named_parameters():
+        np.testing.assert_allclose(flax_grads[name], param.grad, rtol=0, atol=1e-10, err_msg=name)
+
+
+def refusal(build) -> str | None:
+    """The message of the ValueError that `build()` raises; None when it raises none."""
+    try:
+        build()
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def test_check_config_refuses_exactly_what_from_config_refuses_with_its_message():
+    """Over a grid of decoders, readouts, sizes and tying: the same verdict, the same words."""
+    refused = 0
+    for attention, order, context, init, readout, (R, D), tie in itertools.product(
+        ["additive", "none"],
+        ["bahdanau", "luong"],
+        ["every_step", "init_only"],
+        ["zeros", "bridge"],
+        ["none", "tanh", "maxout"],
+        [(4, 4), (3, 4), (4, 6)],  # E = 4: readout R = E, decoder D = E, or neither
+        [False, True],
+    ):
+        cfg = ModelConfig(
+            **dict(emb_dim=4, enc_hidden=2, dec_hidden=D, attention=attention, order=order),
+            **dict(context=context, init=init, readout=readout, readout_dim=R, tie_embeddings=tie),
+        )
+        expected = refusal(lambda: Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB))  # noqa: B023
+        assert refusal(lambda: check_config(cfg)) == expected, cfg  # noqa: B023
+        refused += expected is not None
+    assert 0 < refused < 288
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(attention="general", order="luong", readout="maxout"),
+        dict(attention="none", context="init_only", init="zeros"),
+        dict(emb_dim=8, enc_hidden=4, dec_hidden=8, tie_embeddings=True),
+    ],
+    ids=["luong-readout", "init_only-zeros", "tie-24-units"],
+)
+def test_the_flax_model_refuses_what_pytorch_refuses_when_it_is_set_up(changes):
+    cfg = ModelConfig(**changes)
+    expected = refusal(lambda: Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB))
+    assert expected is not None
+    assert refusal(lambda: model_shapes(cfg)) == expected
+
+
+def model_shapes(cfg: ModelConfig):
+    """FlaxSeq2Seq(cfg)'s parameter shapes, traced without running or compiling anything."""
+    src, src_len, tgt_in, _ = padded_batch()
+    init = FlaxSeq2Seq(cfg, VOCAB, VOCAB).init
+    return jax.eval_shape(init, jax.random.key(0), *as_jax(src, src_len, tgt_in))["params"]
+
+
+def test_dot_attention_between_states_of_different_sizes_is_refused():
+    cfg = ModelConfig(attention="dot", enc_hidden=8, bidirectional=True, dec_hidden=8)
+    with pytest.raises(ValueError, match="same size, got query_dim=8 and key_dim=16"):
+        Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB)
+    with pytest.raises(ValueError, match="same size, got query_dim=8 and key_dim=16"):
+        model_shapes(cfg)
