@@ -6,6 +6,7 @@ arithmetic and the machine's measured matmul speed so that the fraction of the c
     python benchmarks/speed.py --profile       # also: where decoding spends its time
     python benchmarks/speed.py --device cuda   # a GPU, where there is one
     python benchmarks/speed.py --device cuda --precision bfloat16   # under bf16 autocast
+    python benchmarks/speed.py --backend flax  # the same table for PyTorch and JAX/Flax
 
 Run from the repository root with ../shared beside it and nothing else using the CPU.
 Results and their history are in docs/benchmarks.md.
@@ -297,6 +298,9 @@ def main() -> None:
         choices=PRECISIONS,
         help="bfloat16: train and decode under autocast",
     )
+    parser.add_argument(
+        "--backend", default="torch", choices=["torch", "flax"], help="flax: a Flax column too"
+    )
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--interval", type=int, default=50)
@@ -362,9 +366,19 @@ def main() -> None:
         ),
         (f"BLEU lc after {args.steps} steps, greedy / beam 5", bleus),
     ]
-    print("| metric | alignmt |\n| --- | ---: |")
-    for name, value in rows:
-        print(f"| {name} | {value} |")
+    if args.backend == "flax":
+        from speed_flax import flax_column  # beside this script; imports JAX
+
+        rate = lambda search: measure_decoding(search, batches, device)  # noqa: E731
+        score = lambda outputs: bleu(outputs, order, pairs, text)  # noqa: E731
+        flax, flax_rate = flax_column(text, cfg, args, batches, rate, score)
+        rows = [(*row, value) for row, value in zip(rows, flax.values(), strict=False)]
+        rows.append(("compilation (Flax; PyTorch compiles nothing)", "-", flax["compile"]))
+        print(f"training, Flax / PyTorch: {flax_rate / speed.tokens_per_s:.2f}")
+    print("| metric | alignmt |" + " Flax |" * (args.backend == "flax"))
+    print("| --- | ---: |" + " ---: |" * (args.backend == "flax"))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
     print(
         f"\nFLOPs per target token (training, matmuls): {flops / 1e6:.1f} M "
         f"(source/target tokens {speed.src_per_tgt:.2f}, mean test source {src_len:.1f})"
