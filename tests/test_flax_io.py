@@ -36,18 +36,16 @@ from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.tasks import ALPHABET
 from alignmt.text.vocab import Vocab
 from tests.conftest import padded_batch
-from tests.test_flax_model import ARCH, MATRIX, MATRIX_IDS, as_jax, case_id, model_shapes, twins
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _full_float32_products_and_one_torch_thread():
-    """float32 matmuls in full precision, as PyTorch's (Hopper GPUs default JAX to TF32, which
-    misses 1e-5 by far); one torch thread: on tiny tensors a second only spins against XLA's."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with jax.default_matmul_precision("highest"):
-        yield
-    torch.set_num_threads(threads)
+from tests.test_flax_model import (  # the autouse fixture applies here too
+    ARCH,
+    MATRIX,
+    MATRIX_IDS,
+    _full_float32_products_and_one_torch_thread,  # noqa: F401
+    as_jax,
+    case_id,
+    model_shapes,
+    twins,
+)
 
 
 def leaves(params: dict) -> dict[tuple[str, ...], np.ndarray]:
