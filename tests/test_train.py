@@ -70,6 +70,29 @@ def test_training_stops_when_its_minutes_are_up_with_the_rate_annealed(tmp_path,
     assert (result.run_dir / "model.safetensors").is_file()
 
 
+def test_a_clock_that_runs_out_during_an_evaluation_makes_that_step_the_last(tmp_path, monkeypatch):
+    loop_module = importlib.import_module("alignmt.training.loop")
+    clock = [0.0]  # one second per update, 25 seconds per validation
+    real_step, real_validate = loop_module.train_step, loop_module.validate
+
+    def one_second_step(*args):
+        clock[0] += 1.0
+        return real_step(*args)
+
+    def slow_validate(*args):
+        clock[0] += 25.0
+        return real_validate(*args)
+
+    monkeypatch.setattr(loop_module.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(loop_module, "train_step", one_second_step)
+    monkeypatch.setattr(loop_module, "validate", slow_validate)
+    cfg = toy_corpus_config(tmp_path, steps=1000, minutes=0.5, eval_every=10)
+    result = train(cfg, progress=False)
+    # at step 10 (10 s) the evaluation is due and ends at 35 s, past the 30-s budget
+    assert [record["step"] for record in result.evals] == [10]
+    assert result.step == 10
+
+
 def test_clipping_bounds_the_gradient_norm_of_the_update():
     model = tiny_model(dtype=torch.float32)
     src, src_len, tgt_in, tgt_len = padded_batch()

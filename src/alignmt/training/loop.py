@@ -144,7 +144,9 @@ class Loop:
             self._save_last()
             return True
         if due:
-            return self._evaluate_and_save()  # True: early stop
+            # An evaluation can take minutes: when the clock runs out during it, this
+            # evaluated step is the last, rather than one more step and another evaluation.
+            return self._evaluate_and_save() or self._out_of_time()
         if self._every(cfg.save_every):
             self._save_last()
         return False
@@ -201,6 +203,12 @@ class Loop:
             )
         self.out_of_time = 0 < 60 * self.cfg.train.minutes <= self.elapsed
         return bool(caught) or self.out_of_time
+
+    def _out_of_time(self) -> bool:
+        """Whether train.minutes has run out, by the clock every process agrees on."""
+        (self.elapsed,) = self.world.agree(self._elapsed())
+        self.out_of_time = 0 < 60 * self.cfg.train.minutes <= self.elapsed
+        return self.out_of_time
 
     def _set_lr(self) -> None:
         for group in self.optimizer.param_groups:
