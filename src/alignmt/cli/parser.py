@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
     commands = parser.add_subparsers(required=True, metavar="COMMAND", dest="command")
-    for add in (_demo, _train, _translate, _evaluate, _compare, _serve, _explore):
+    for add in (_demo, _train, _translate, _evaluate, _compare, _average, _serve, _explore):
         add(commands)
     return parser
 
@@ -158,6 +158,24 @@ def _compare(commands: Commands) -> None:
     compare.add_argument("--replace-unk", action="store_true", help=REPLACE_UNK)
     add_test_options(compare)
     add_device_options(compare)
+
+
+def _average(commands: Commands) -> None:
+    average = commands.add_parser(
+        "average",
+        help="average a run's last checkpoints into a new run folder",
+        description="The element-wise mean of the weights the run kept at its last N steps "
+        "(its snapshots and last checkpoint), written as OUT/model.safetensors: a run folder "
+        "that translate, evaluate and serve load.",
+    )
+    average.add_argument("run_dir", metavar="RUN_DIR")
+    average.add_argument(
+        "--last", type=positive, required=True, metavar="N", help="how many kept steps (≥ 2)"
+    )
+    average.add_argument("--out", required=True, metavar="NEW_RUN", help="the folder to write")
+    average.add_argument(
+        "--overwrite", action="store_true", help="replace the run a NEW_RUN folder holds"
+    )
 
 
 def _serve(commands: Commands) -> None:
