@@ -6,7 +6,8 @@ import torch
 
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.search import length_penalty
-from alignmt.decoding.translator import Translator, hard_alignment, replace_unknown
+from alignmt.decoding.translator import Translator
+from alignmt.decoding.words import hard_alignment, replace_unknown
 from tests.conftest import LEXICON
 
 

@@ -20,9 +20,10 @@ import numpy as np
 from alignmt.checkpoint.flax_io import FlaxCheckpoint, Params
 from alignmt.config import DEVICES, SearchConfig
 from alignmt.decoding.flax_search import FlaxHypothesis, FlaxSearch
+from alignmt.decoding.words import hard_alignment, replace_unknown, warn_unknown
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 from alignmt.text.tokenize import Tokenizer
-from alignmt.text.vocab import EOS, UNK, Vocab
+from alignmt.text.vocab import EOS, Vocab
 
 log = logging.getLogger(__name__)
 
@@ -135,47 +136,6 @@ class FlaxTranslator:
             words = replace_unknown(words, src_tokens, hyp.attention)
         text = self.tgt_tokenizer.decode(words)
         return FlaxTranslation(text, out, self.source_as_read(src_tokens), hyp.score, hyp.attention)
-
-
-def warn_unknown(sentences: list[list[str]], vocab: Vocab, shown: int = 3) -> None:
-    """Name the lines with tokens the model never saw (they are read as <unk>), in
-    `Translator`'s words."""
-    known = vocab.stoi
-    unknown = [(n, sorted({t for t in s if t not in known})) for n, s in enumerate(sentences)]
-    lines = [f"line {n + 1}: {' '.join(words)!r}" for n, words in unknown if words]
-    if lines:
-        more = f"; and {len(lines) - shown} more lines" if len(lines) > shown else ""
-        shown_lines = "; ".join(lines[:shown])
-        log.warning("source tokens not in the vocabulary, read as <unk>: %s%s", shown_lines, more)
-
-
-def hard_alignment(attention: np.ndarray, tokens: Sequence[str]) -> str:
-    """Each output token's most-attended source token as Pharaoh `j-i` pairs, </s> on
-    either side left out: translator.hard_alignment on numpy.
-
-    Args:
-        attention: (len(tokens), T_src) weights, T_src including the source's </s>.
-        tokens: the output tokens.
-    """
-    rows = len(tokens) - (1 if tokens and tokens[-1] == EOS else 0)
-    if rows == 0 or attention.shape[1] < 2:
-        return ""
-    best = attention[:rows, :-1].argmax(axis=-1).tolist()  # (rows,)
-    return " ".join(f"{j}-{i}" for i, j in enumerate(best))
-
-
-def replace_unknown(words: list[str], src_tokens: list[str], attention: np.ndarray) -> list[str]:
-    """Each output <unk> replaced by the source token its attention weighs most, </s> aside
-    (Luong et al. 2015, "Addressing the rare word problem"): translator.replace_unknown on
-    numpy.
-
-    Args:
-        words: output tokens, </s> excluded.
-        src_tokens: the source tokens as written, </s> excluded.
-        attention: (>= len(words), len(src_tokens) + 1) weights; the last column is </s>.
-    """
-    best = attention[: len(words), : len(src_tokens)].argmax(axis=-1).tolist()
-    return [src_tokens[j] if w == UNK else w for w, j in zip(words, best, strict=True)]
 
 
 def jax_device(name: str) -> jax.Device:

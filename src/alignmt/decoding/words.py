@@ -1,0 +1,60 @@
+"""What both translators (PyTorch's and Flax's) make of a search's output in words, on plain
+arrays: the hard alignment, <unk> replacement, and the warning about unknown source words."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from alignmt.text.vocab import EOS, UNK, Vocab
+
+log = logging.getLogger(__name__)
+
+
+def hard_alignment(attention: np.typing.ArrayLike, tokens: Sequence[str]) -> str:
+    """Each output token's most-attended source token, in Pharaoh format: `j-i` pairs of
+    a source position j and an output position i, space-separated, as fairseq's
+    `--print-alignment` and Marian's `--alignment hard` write them. As there, </s> takes
+    no part on either side: the last output token if it is </s>, and the last source
+    column (always </s>).
+
+    Args:
+        attention: (len(tokens), T_src) weights, T_src including the source's </s>.
+        tokens: the output tokens.
+    """
+    attention = np.asarray(attention)
+    rows = len(tokens) - (1 if tokens and tokens[-1] == EOS else 0)
+    if rows == 0 or attention.shape[1] < 2:
+        return ""
+    best = attention[:rows, :-1].argmax(axis=-1).tolist()  # (rows,)
+    return " ".join(f"{j}-{i}" for i, j in enumerate(best))
+
+
+def replace_unknown(
+    words: list[str], src_tokens: list[str], attention: np.typing.ArrayLike
+) -> list[str]:
+    """Replace each output <unk> by the source token its attention weighs most, </s> aside
+    (Luong et al. 2015, "Addressing the rare word problem"): names and numbers the
+    vocabulary lacks are usually copied across unchanged.
+
+    Args:
+        words: output tokens, </s> excluded.
+        src_tokens: the source tokens as written (before <unk> mapping), </s> excluded.
+        attention: (>= len(words), len(src_tokens) + 1) weights; the last column is </s>.
+    """
+    attention = np.asarray(attention)
+    best = attention[: len(words), : len(src_tokens)].argmax(axis=-1).tolist()
+    return [src_tokens[j] if w == UNK else w for w, j in zip(words, best, strict=True)]
+
+
+def warn_unknown(sentences: list[list[str]], vocab: Vocab, shown: int = 3) -> None:
+    """Name the lines with tokens the model never saw (they are read as <unk>)."""
+    known = vocab.stoi
+    unknown = [(n, sorted({t for t in s if t not in known})) for n, s in enumerate(sentences)]
+    lines = [f"line {n + 1}: {' '.join(words)!r}" for n, words in unknown if words]
+    if lines:
+        more = f"; and {len(lines) - shown} more lines" if len(lines) > shown else ""
+        shown_lines = "; ".join(lines[:shown])
+        log.warning("source tokens not in the vocabulary, read as <unk>: %s%s", shown_lines, more)
