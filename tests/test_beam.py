@@ -101,7 +101,7 @@ def test_beam_finds_the_sequence_that_greedy_misses():
     ]
     step, state, memory = markov_step(rules)
     start = (state, memory, torch.tensor([9]))
-    tokens, _, score, _ = greedy_search(step, [start], bos_id=BOS, eos_id=EOS, width=1)
+    tokens, _, score, _, _ = greedy_search(step, [start], bos_id=BOS, eos_id=EOS, width=1)
     assert tokens[0, :2].tolist() == [X, EOS]
     assert math.isclose(float(score[0]), math.log(0.6 * 0.3), rel_tol=1e-12)
 

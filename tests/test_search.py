@@ -46,7 +46,7 @@ def scripted_step(script: list[list[int]], vocab: int = 6):
 def test_greedy_follows_the_argmax_and_stops_each_sentence_at_its_end_symbol():
     script = [[4, 5, EOS], [5, EOS], [4, 4, 4, 4, 4, 4]]
     step, state, memory = scripted_step(script)
-    tokens, lengths, scores, attention = greedy_search(
+    tokens, lengths, scores, token_scores, attention = greedy_search(
         step, [(state, memory, torch.tensor([9, 9, 4]))], bos_id=BOS, eos_id=EOS, width=3
     )
     assert lengths.tolist() == [3, 2, 4]  # the third sentence hit its length limit
@@ -55,6 +55,9 @@ def test_greedy_follows_the_argmax_and_stops_each_sentence_at_its_end_symbol():
     assert tokens[2, :4].tolist() == [4, 4, 4, 4]
     assert tokens.size(1) == 4  # stopped once every sentence had ended
     torch.testing.assert_close(scores, lengths.float() * math.log(0.7))
+    # each token's log-probability, zero past a sentence's end
+    expected = (torch.arange(4) < lengths[:, None]) * math.log(0.7)
+    torch.testing.assert_close(token_scores, expected.float())
     # finished sentences are padded with </s> and zero attention
     assert tokens[1, 2:].tolist() == [EOS, EOS]
     assert torch.equal(attention[1, 2:], torch.zeros(2, 2))
@@ -67,7 +70,7 @@ def test_an_ended_sentence_hands_its_row_to_the_next_one_from_any_batch():
         ((t[:3],), (table[:3],), torch.full((3,), 9)),
         ((t[3:],), (table[3:],), torch.full((2,), 9)),
     ]
-    tokens, lengths, scores, attention = greedy_search(
+    tokens, lengths, scores, _, attention = greedy_search(
         step, batches, bos_id=BOS, eos_id=EOS, width=2
     )
     # rows stay full while sentences wait: 0 and 1, then 2, 3 and 4 take over ended rows
@@ -96,7 +99,7 @@ def test_streamed_sentences_decode_as_they_do_alone():
 
 
 def test_greedy_search_of_no_sentence_returns_empty_outputs():
-    tokens, lengths, scores, attention = greedy_search(None, [], bos_id=BOS, eos_id=EOS, width=4)
+    tokens, lengths, scores, _, attention = greedy_search(None, [], bos_id=BOS, eos_id=EOS, width=4)
     assert tokens.shape == (0, 0) and lengths.shape == scores.shape == (0,) and attention is None
     with pytest.raises(ValueError, match="width must be at least 1"):
         greedy_search(None, [], bos_id=BOS, eos_id=EOS, width=0)
@@ -113,7 +116,7 @@ def test_the_step_function_sees_each_previous_choice():
         return logits, (t + 1,), None
 
     start = ((torch.zeros(1, dtype=torch.long),), None, torch.tensor([10]))
-    tokens, _, _, attention = greedy_search(step, [start], bos_id=BOS, eos_id=EOS, width=1)
+    tokens, _, _, _, attention = greedy_search(step, [start], bos_id=BOS, eos_id=EOS, width=1)
     assert seen == [[BOS], [4], [5]]
     assert tokens[0].tolist() == [4, 5, EOS] and attention is None
 
@@ -182,7 +185,7 @@ def test_bfloat16_logits_are_scored_and_ranked_in_float32():
     per_token = float(logits.bfloat16().float().log_softmax(-1)[X])
     step, state, memory = scripted_step(script)
     start = [(state, memory, torch.tensor([9, 9]))]
-    _, lengths, scores, attention = greedy_search(
+    _, lengths, scores, _, attention = greedy_search(
         bfloat16_step(step), start, bos_id=BOS, eos_id=EOS, width=2
     )
     assert lengths.tolist() == [6, 3]

@@ -82,6 +82,7 @@ def test_translate_answers_what_the_translator_computes(client, translator):
             assert (h["text"], h["tokens"], h["alignment"]) == (t.text, t.tokens, t.alignment)
             assert math.isclose(h["score"], t.score, rel_tol=1e-6)
             assert torch.allclose(torch.tensor(h["attention"]), t.attention, atol=1e-5)
+            assert h["probabilities"] == pytest.approx(t.probabilities, abs=1e-5)
     # The alignment is each output token's argmax source position, </s> aside on both sides.
     hyp = body["translations"][0]["hypotheses"][0]
     pairs = [tuple(map(int, p.split("-"))) for p in hyp["alignment"].split()]

@@ -187,16 +187,21 @@ def backtrack(history: list[BeamStep], batch: int, nbest: int) -> list[list[Hypo
     tokens, parents = (_stack(history, f, batch, steps, 0) for f in ("tokens", "parents"))
     attention = _stack(history, "attention", batch, steps, 0.0)  # (B, T, K, T_src) | None
     best, where = ended.flatten(1).topk(nbest, dim=1)  # (B, nbest) over every (step, slot)
-    scores = _stack(history, "scores", batch, steps, 0.0).flatten(1).gather(1, where)
+    sums = _stack(history, "scores", batch, steps, 0.0)  # (B, T, 2K)
+    scores = sums.flatten(1).gather(1, where)
     last, slot = where // ended.size(2), where % ended.size(2)  # (B, nbest) step, slot
-    trace, weights = _follow(tokens, parents, attention, last, slot)
+    trace, weights, path_sums = _follow(tokens, parents, attention, sums, last, slot)
+    # a token's log-probability: its candidate's summed score less its parent's
+    token_scores = torch.diff(path_sums, dim=2, prepend=path_sums.new_zeros(*slot.shape, 1))
     found, lengths, scores = (best > float("-inf")).tolist(), (last + 1).tolist(), scores.tolist()
+    token_scores = token_scores.tolist()
     return [
         [
             Hypothesis(
                 tokens=trace[i][n][: lengths[i][n]],
                 score=scores[i][n],
                 attention=None if weights is None else weights[i, n, : lengths[i][n]],
+                token_scores=token_scores[i][n][: lengths[i][n]],
             )
             for n in range(nbest)
             if found[i][n]
@@ -224,26 +229,34 @@ def _stack(
 
 
 def _follow(
-    tokens: Tensor, parents: Tensor, attention: Tensor | None, last: Tensor, slot: Tensor
-) -> tuple[list, Tensor | None]:
+    tokens: Tensor,
+    parents: Tensor,
+    attention: Tensor | None,
+    sums: Tensor,
+    last: Tensor,
+    slot: Tensor,
+) -> tuple[list, Tensor | None, Tensor]:
     """Back from each hypothesis' last step and slot through the parents.
 
     Args:
-        tokens, parents: (B, T, 2K) every step's, as `_stack` lays them out.
+        tokens, parents, sums: (B, T, 2K) every step's, as `_stack` lays them out.
         attention: (B, T, K, T_src) or None.
         last, slot: (B, nbest) each hypothesis' last step and its slot there.
 
     Returns:
-        the tokens (B, nbest, T) as lists and the attention (B, nbest, T, T_src) or None;
-        entries past a hypothesis' last step are to be cut.
+        the tokens (B, nbest, T) as lists, the attention (B, nbest, T, T_src) or None and
+        the summed scores (B, nbest, T) along each path; entries past a hypothesis' last
+        step are to be cut.
     """
     sentence = torch.arange(len(slot), device=slot.device)[:, None]  # (B, 1)
-    trace, weights = [], []
+    trace, weights, path = [], [], []
     for t in reversed(range(tokens.size(1))):
         trace.append(tokens[sentence, t, slot])  # (B, nbest)
+        path.append(sums[sentence, t, slot])
         parent = parents[sentence, t, slot]  # (B, nbest)
         if attention is not None:
             weights.append(attention[sentence, t, parent])  # (B, nbest, T_src)
         slot = torch.where(t <= last, parent, slot)
     trace = torch.stack(trace[::-1], dim=2).tolist()  # (B, nbest, T)
-    return trace, torch.stack(weights[::-1], dim=2) if weights else None
+    alpha = torch.stack(weights[::-1], dim=2) if weights else None
+    return trace, alpha, torch.stack(path[::-1], dim=2)

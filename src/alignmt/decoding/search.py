@@ -6,9 +6,10 @@ encoded batches; `decode`, `beam_decode` and their `_batches` forms bind them to
 State and memory are tuples of batch-first tensors (or None), so with the row operations of
 rows.py both searches hand the rows of an ended sentence to the next one waiting and drop
 rows once none waits (continuous batching: `refill`, one step shared by both). The
-searches' parts live beside them: what both make of a step in steps.py, greedy search's
-record of its steps in greedy.py, beam search's candidates, stopping rule and back-trace
-in beam.py, with length normalisation GNMT's (Wu et al. 2016, eq. 14).
+searches live beside this module: what both make of a step in steps.py, greedy search (and
+its sampling form, with sample.py's token choice) in greedy.py, beam search's candidates,
+stopping rule and back-trace in beam.py, with length normalisation GNMT's (Wu et al.
+2016, eq. 14).
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from alignmt.decoding.beam import (
     parent_rows,
     start_beams,
 )
-from alignmt.decoding.greedy import Token, greedy_outputs
+from alignmt.decoding.greedy import Pick, greedy_search, most_probable
 from alignmt.decoding.packed import packed_linears
 from alignmt.decoding.rows import Encoded, Pending, refill, select_rows
-from alignmt.decoding.steps import Hypothesis, StepFn, full_precision, log_sum_exp_from
+from alignmt.decoding.steps import Hypothesis, StepFn, full_precision
 from alignmt.model.seq2seq import Seq2Seq
 
 R = TypeVar("R")
@@ -53,54 +54,6 @@ def max_output_len(src_len: Tensor, ratio: float, offset: int) -> Tensor:
         (B,) int64.
     """
     return ((src_len.float() * ratio).long() + offset).clamp(min=1)
-
-
-@torch.no_grad()
-def greedy_search(
-    step: StepFn, batches: Iterable[Encoded], *, bos_id: int, eos_id: int, width: int
-) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-    """Pick the most probable token at every step, for at most `width` sentences at once.
-
-    Sentences are decoded in their input order, batch after batch, in rows that are reused:
-    when a sentence ends, the next one takes over its row at the next step (continuous
-    batching), so that steps stay full until the input runs out. Then ended sentences leave
-    the batch, and later steps compute only the rows still decoding.
-
-    Args:
-        step: the step function (see `StepFn`).
-        batches: `Encoded` batches, each a state, a memory (named tuples of batch-first
-            tensors or None) and the length limits; taken lazily, so a generator may encode
-            each batch only when its first sentence is needed. Memory fields whose second
-            dimension (the source length) differs between batches are zero-padded to the
-            longer one: the memory's mask must read zeros as padding.
-        bos_id, eos_id: start and end symbols.
-        width: the most sentences decoded in one step, >= 1.
-
-    Returns:
-        For all B sentences, in order: tokens (B, T) int64, lengths (B,) of each output
-        (</s> included when produced), scores (B,) summed log-probabilities, attention
-        (B, T, T_src) or None. Positions past a sentence's length hold eos_id and zero
-        attention; T_src is the longest source.
-    """
-    if width < 1:
-        raise ValueError(f"width must be at least 1, got {width}")
-    pending = Pending(batches, bos_id)
-    start = pending.take(width)
-    if start is None:
-        empty = torch.zeros(0, dtype=torch.long)
-        return empty.view(0, 0), empty, torch.zeros(0), None
-    state, memory, rows = start
-    history = []
-    while len(rows.sentence):
-        logits, state, alpha = step(rows.prev, state, memory)  # (W_t, V), (W_t, T_src) | None
-        logits, alpha = full_precision(logits), full_precision(alpha)
-        top, prev = logits.max(dim=-1)  # (W_t,): log_softmax's argmax is the logits'
-        log_probs = -log_sum_exp_from(logits, top[:, None]).squeeze(1)  # top - logsumexp(logits)
-        history.append(Token(rows.sentence, rows.position, prev, log_probs, alpha))
-        rows = rows._replace(position=rows.position + 1, prev=prev)
-        ended = (prev == eos_id) | (rows.position >= rows.limit)  # (W_t,)
-        state, memory, rows = refill(ended, pending, state, memory, rows)
-    return greedy_outputs(history, pending.taken, eos_id)
 
 
 @dataclass(frozen=True)
@@ -144,6 +97,7 @@ def decode_batches(
     width: int,
     max_len_ratio: float = 2.0,
     max_len_offset: int = 10,
+    pick: Pick = most_probable,
 ) -> list[Hypothesis]:
     """Greedy translations of many source batches, `width` sentences decoding at a time
     (see `greedy_search`: a sentence that ends hands its row to the next one). On the CPU,
@@ -155,12 +109,13 @@ def decode_batches(
             each encoded only when its first sentence is about to decode.
         width: the most sentences decoded in one step.
         max_len_ratio, max_len_offset: the length limit, see `max_output_len`.
+        pick: each step's token choice: the most probable, or `sample.sampler`'s draw.
 
     Returns:
         One `Hypothesis` per sentence, in input order; attention is cut to the sentence's
         source length and on the CPU.
     """
-    return _greedy(model, batches, _Options(width, max_len_ratio, max_len_offset))
+    return _greedy(model, batches, _Options(width, max_len_ratio, max_len_offset), pick)
 
 
 @torch.no_grad()
@@ -330,16 +285,21 @@ def beam_decode_batches(
 
 
 def _greedy(
-    model: Seq2Seq, batches: Iterable[tuple[Tensor, Tensor]], options: _Options
+    model: Seq2Seq,
+    batches: Iterable[tuple[Tensor, Tensor]],
+    options: _Options,
+    pick: Pick = most_probable,
 ) -> list[Hypothesis]:
     """`decode_batches` with its arguments in `options`."""
-    (tokens, lengths, scores, attention), src_lens = _run(model, batches, options, greedy_search)
-    rows, scores = tokens.tolist(), scores.tolist()
+    out, src_lens = _run(model, batches, options, partial(greedy_search, pick=pick))
+    tokens, lengths, scores, token_scores, attention = out
+    rows, scores, token_scores = tokens.tolist(), scores.tolist(), token_scores.tolist()
     return [
         Hypothesis(
             tokens=rows[b][:n],
             score=scores[b],
             attention=None if attention is None else attention[b, :n, : src_lens[b]].cpu(),
+            token_scores=token_scores[b][:n],
         )
         for b, n in enumerate(lengths.tolist())
     ]

@@ -24,6 +24,7 @@ class Hypothesis:
     tokens: list[int]  # output ids; ends with eos_id unless the length limit stopped it
     score: float  # sum of the tokens' log-probabilities
     attention: Tensor | None  # (len(tokens), src_len) alpha of each output token; None: vanilla
+    token_scores: list[float]  # each token's log-probability given those before it
 
 
 def full_precision(tensor: Tensor | None) -> Tensor | None:

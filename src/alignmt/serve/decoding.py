@@ -12,6 +12,7 @@ import math
 
 from torch import Tensor
 
+from alignmt.decoding.sample import Sampling
 from alignmt.decoding.translator import Translation, Translator
 from alignmt.serve.limits import Limits, RequestError, invalid, over_limit
 from alignmt.serve.registry import ServedModel
@@ -54,8 +55,9 @@ def translate_batch(
         results.append(b"")
         todo.append((len(results) - 1, len(tokens), len(split)))
         tokens += split
+    sampling = None if first.sample is None else Sampling(**first.sample.model_dump())
     translations = translator.translate_tokens(
-        tokens, nbest=first.nbest, batch_size=limits.batch_width, warn=False
+        tokens, nbest=first.nbest, batch_size=limits.batch_width, warn=False, sampling=sampling
     )
     for index, start, count in todo:
         request = requests[index]
@@ -84,10 +86,11 @@ def _check_attention_cells(
     if not (request.attention and translator.model.has_attention):
         return
     per_hypothesis = sum(translator.output_limit(tokens) * (len(tokens) + 1) for tokens in split)
-    cells, most = request.nbest * per_hypothesis, limits.max_attention_cells
+    cells, most = request.outputs * per_hypothesis, limits.max_attention_cells
     if cells > most:
         what = (
-            f"attention weights (nbest {request.nbest} x {per_hypothesis} output-by-source "
+            f"attention weights ({'samples' if request.sample else 'nbest'} {request.outputs} "
+            f"x {per_hypothesis} output-by-source "
             f"cells over {len(split)} sentences)"
         )
         raise over_limit("max_attention_cells", cells, most, what)
@@ -220,6 +223,7 @@ def hypothesis(t: Translation, attention: bool) -> Hypothesis:
         text=t.text,
         tokens=t.tokens,
         score=t.score,
+        probabilities=[round(p, DECIMALS) for p in t.probabilities],
         attention=_rounded(t.attention) if attention else None,
         alignment=t.alignment,
     )

@@ -27,11 +27,29 @@ class _Request(BaseModel):
     )
 
 
+class SampleOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    temperature: float = Field(1.0, gt=0, description="<1 sharpens, >1 flattens")
+    top_k: int = Field(0, ge=0, description="draw among the k most probable tokens; 0: all")
+    top_p: float = Field(1.0, gt=0, le=1, description="draw among the fewest tokens holding p")
+    samples: PositiveInt = Field(1, description="outputs drawn per sentence")
+    seed: int = Field(0, description="the same seed and sentences draw the same outputs")
+
+
 class TranslateRequest(_Request):
     sentences: list[str] = Field(min_length=1, description="raw source sentences")
     beam_size: PositiveInt | None = Field(None, description="1 is greedy; default: the run's")
     nbest: PositiveInt = Field(1, description="hypotheses per sentence, at most beam_size")
     attention: bool = Field(False, description="return each hypothesis' attention matrix")
+    sample: SampleOptions | None = Field(
+        None, description="draw outputs from the model instead of searching (nbest must be 1)"
+    )
+
+    @property
+    def outputs(self) -> int:
+        """Outputs per sentence: the samples drawn, or the n best."""
+        return self.sample.samples if self.sample else self.nbest
 
 
 class StepRequest(_Request):
@@ -73,6 +91,9 @@ class Hypothesis(BaseModel):
     text: str = Field(description="the detokenised output")
     tokens: list[str] = Field(description="output tokens, </s> included when produced")
     score: float = Field(description="summed log-probability")
+    probabilities: list[float] = Field(
+        description="each output token's probability given those before it (word-level confidence)"
+    )
     attention: list[list[float]] | None = Field(
         description="(output tokens x source tokens) weights, if asked for; null for vanilla"
     )

@@ -258,6 +258,9 @@ class Panel {
         class: `tok${i === this.at ? " current" : ""}${s.forced ? " forced" : ""}` +
           `${s.overridden ? " overridden" : ""}${changed(i) ? " new" : ""}`,
         "data-i": i,
+        "data-p": fixed(s.probability),
+        title: `p = ${fixed(s.probability)}`,
+        style: `--doubt: ${(1 - s.probability).toFixed(3)}`,
         onclick: () => timed("step", () => this.go(i)),
       }, s.token)));
   }
