@@ -49,14 +49,16 @@ NO_TORCH = [
     "alignmt.text.vocab",
     "alignmt.checkpoint.format",
     "alignmt.checkpoint.rundir",
+    "alignmt.checkpoint.average",
     "alignmt.model.flax_seq2seq",  # the Flax model and its run folders: JAX without torch
     "alignmt.checkpoint.flax_io",
+    "alignmt.decoding.words",  # both translators' word-level output
     "alignmt.analysis.scores",
     "alignmt.analysis.tables",
     "alignmt.serve.limits",
     "alignmt.cli",
 ]
-COMMANDS = ["demo", "train", "translate", "evaluate", "compare", "serve", "explore"]
+COMMANDS = ["demo", "train", "translate", "evaluate", "compare", "average", "serve", "explore"]
 
 # Imports the layers bottom-up in one interpreter: a module that loads a layer above its own
 # is caught the first time that layer is loaded, since nothing before it could have.

@@ -1,5 +1,5 @@
 """Checkpoint averaging: the element-wise mean of the weights a run kept at its last N steps,
-written as a new run folder that every command loads.
+written as a new run folder that every command loads. Plain arrays: no framework needed.
 
 Averaging the parameters of the last few checkpoints of one run smooths out the noise of the
 final updates and usually gains a little BLEU for nothing (Junczys-Dowmunt et al. 2016;
@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+import numpy as np
 from safetensors import safe_open
-from safetensors.torch import save
+from safetensors.numpy import save
 
 from alignmt.checkpoint.format import (
     LAST,
@@ -83,7 +83,7 @@ def average_run(run_dir: str | Path, last: int, out: str | Path, *, overwrite: b
                 "only checkpoints of one run can be averaged"
             )
     mean = _mean_weights([kept[step] for step in steps])
-    with safe_open(str(kept[steps[-1]]), framework="pt") as f:
+    with safe_open(str(kept[steps[-1]]), framework="np") as f:
         metadata = dict(f.metadata() or {})
     metadata.pop("train_state", None)
     metadata["averaged_steps"] = ",".join(map(str, steps))
@@ -95,18 +95,18 @@ def average_run(run_dir: str | Path, last: int, out: str | Path, *, overwrite: b
     return Averaged(path=path, steps=steps)
 
 
-def _mean_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
+def _mean_weights(paths: list[Path]) -> dict[str, np.ndarray]:
     """The element-wise mean of the model tensors of `paths`, summed in float64 and stored
     in each tensor's own dtype (so that N float32 copies of one tensor average to it
     exactly)."""
-    total: dict[str, torch.Tensor] = {}
-    dtypes: dict[str, torch.dtype] = {}
+    total: dict[str, np.ndarray] = {}
+    dtypes: dict[str, np.dtype] = {}
     for path in paths:
-        with readable(path), safe_open(str(path), framework="pt") as f:
+        with readable(path), safe_open(str(path), framework="np") as f:
             for name in f.keys():  # noqa: SIM118
                 if name.startswith(TRAIN_PREFIX):
                     continue
                 tensor = f.get_tensor(name)
                 dtypes[name] = tensor.dtype
-                total[name] = total.get(name, 0) + tensor.double()
-    return {name: (t / len(paths)).to(dtypes[name]) for name, t in total.items()}
+                total[name] = total.get(name, 0) + tensor.astype(np.float64)
+    return {name: (t / len(paths)).astype(dtypes[name]) for name, t in total.items()}

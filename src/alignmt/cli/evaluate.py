@@ -70,14 +70,15 @@ def evaluate_run(
 def run(args: argparse.Namespace) -> int:
     if args.gold_alignments or args.reference_aligner:
         return run_alignment_evaluation(args)
-    translator = translator_for(args.run_dir, args)
-    src, ref, lang = load_test_set(args, args.run_dir)
+    run_dir = args.run_dirs[0]  # an ensemble's first run names its test set and folder
+    translator = translator_for(args.run_dirs, args)
+    src, ref, lang = load_test_set(args, run_dir)
     beyond = [number for number in args.heatmaps if number > len(src)]
     if beyond:  # said before translating the whole test set, not after
         raise ValueError(f"--heatmaps: the test set has {len(src)} lines, not {beyond[0]}")
-    name = Path(args.run_dir).name
+    name = "+".join(Path(run).name for run in args.run_dirs)
     result, best = evaluate_run(name, translator, src, ref, lang, args.batch_size)
-    out = Path(args.out or Path(args.run_dir) / "eval")
+    out = Path(args.out or Path(run_dir) / ("eval" if len(args.run_dirs) == 1 else "eval_ensemble"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "hyps.txt").write_text("".join(h + "\n" for h in result.hyps))
     (out / "scores.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
@@ -102,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
 def run_alignment_evaluation(args: argparse.Namespace) -> int:
     """Precision, recall and AER of the attention's alignments of the test set (Och & Ney
     2003) against gold links and/or eflomal's; nothing is translated."""
+    if len(args.run_dirs) > 1:
+        raise ValueError("--gold-alignments and --reference-aligner score one run, not an ensemble")
+    run_dir = args.run_dirs[0]
     if args.heatmaps or args.attention or args.sentence_bleu:
         raise ValueError(
             "--heatmaps, --attention and --sentence-bleu need translations: "
@@ -112,9 +116,9 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
             import_eflomal()
         except ImportError as error:
             raise ValueError(str(error)) from None
-    ckpt = load_checkpoint(args.run_dir, device=pick_device(args.device))
+    ckpt = load_checkpoint(run_dir, device=pick_device(args.device))
     translator = Translator.from_checkpoint(ckpt, precision=args.precision)
-    src, ref, _ = load_test_set(args, args.run_dir)
+    src, ref, _ = load_test_set(args, run_dir)
     sources = [sentence_words(translator.src_tokenizer, line) for line in src]
     references = [sentence_words(translator.tgt_tokenizer, line) for line in ref]
     hyps = word_links(translator, sources, references, batch_size=args.batch_size)
@@ -137,7 +141,7 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
             ),
         )
         golds["eflomal (forward links, all sure)"] = (links, links)
-    _print_alignment_scores(Path(args.run_dir).name, hyps, golds)
+    _print_alignment_scores(Path(run_dir).name, hyps, golds)
     return 0
 
 

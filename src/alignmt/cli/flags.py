@@ -22,7 +22,13 @@ def failed(error: Exception) -> int:
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
     """A run folder to decode with, and how: beam, batch size, <unk> replacement, device."""
-    parser.add_argument("run_dir", help="a run folder (or a .safetensors checkpoint)")
+    parser.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="a run folder (or a .safetensors checkpoint); several decode as an ensemble, "
+        "averaging their log-probabilities at each step",
+    )
     parser.add_argument("--beam", type=positive, help="beam size, 1 = greedy (default: run config)")
     parser.add_argument(
         "--batch-size", type=positive, default=64, help="the most sentences decoded at once"

@@ -100,6 +100,31 @@ def _translate(commands: Commands) -> None:
         action="store_true",
         help="after each hypothesis, a tab and its hard alignment (Pharaoh source-output pairs)",
     )
+    sample = translate.add_argument_group(
+        "sampling", "draw each output token from the model instead of searching"
+    )
+    sample.add_argument("--sample", action="store_true", help="sample instead of searching")
+    sample.add_argument(
+        "--temperature", type=float, metavar="T", help="<1 sharpens, >1 flattens (default 1)"
+    )
+    sample.add_argument(
+        "--top-k", type=positive, metavar="K", help="draw among the K most probable tokens"
+    )
+    sample.add_argument(
+        "--top-p", type=float, metavar="P", help="draw among the fewest tokens holding P"
+    )
+    sample.add_argument(
+        "--samples", type=positive, metavar="N", help="outputs per line, tab-joined (default 1)"
+    )
+    sample.add_argument(
+        "--seed", type=int, metavar="S", help="the same seed, input and batch size draw alike"
+    )
+    translate.add_argument(
+        "--jsonl",
+        action="store_true",
+        help="a JSON list per line instead: each hypothesis' text, tokens, the probability of "
+        "each token (word-level confidence), score and, with --alignment, alignment",
+    )
     translate.add_argument(
         "--max-source-tokens",
         type=positive,

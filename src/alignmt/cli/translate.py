@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -12,26 +13,64 @@ from alignmt.text.corpus import input_lines
 if TYPE_CHECKING:
     from alignmt.config import SearchConfig
     from alignmt.decoding.flax_translator import FlaxTranslator
-    from alignmt.decoding.translator import Translator
+    from alignmt.decoding.translator import Translation, Translator
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.backend == "flax" and (args.jsonl or args.sample):
+        raise ValueError("--jsonl (token probabilities) and --sample need --backend torch")
     load = flax_translator_for if args.backend == "flax" else translator_for
-    translator = load(args.run_dir, args)
-    if not 1 <= args.nbest <= translator.search.beam_size:
+    if args.backend == "flax" and len(args.run_dirs) > 1:
+        raise ValueError("--backend flax decodes one run, not an ensemble")
+    translator = load(args.run_dirs if args.backend == "torch" else args.run_dirs[0], args)
+    if not args.sample and not 1 <= args.nbest <= translator.search.beam_size:
         raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
     tokens = [translator.source_tokens(line) for line in input_lines(sys.stdin.buffer)]
     check_lengths(tokens, args.max_source_tokens)
-    results = translator.translate_tokens(tokens, nbest=args.nbest, batch_size=args.batch_size)
+    sampling = sampling_for(args)
+    results = translator.translate_tokens(
+        tokens, nbest=args.nbest, batch_size=args.batch_size, **sampling
+    )
     # Input is read as UTF-8 whatever the locale, so output is written as UTF-8 too: in an
     # ASCII or cp1252 locale the first line it could not hold would end the output there.
     sys.stdout.reconfigure(encoding="utf-8")
     for hyps in results:
-        if args.alignment:
+        if args.jsonl:
+            print(json.dumps([as_json(h, args.alignment) for h in hyps], ensure_ascii=False))
+        elif args.alignment:
             print("\t".join(f"{h.text}\t{h.alignment or ''}" for h in hyps))
         else:
             print("\t".join(h.text for h in hyps))
     return 0
+
+
+def as_json(translation: Translation, alignment: bool) -> dict:
+    """One hypothesis of a --jsonl line: its text, its tokens with each one's probability
+    (word-level confidence), its summed log-probability and, if asked, its alignment."""
+    out = {
+        "text": translation.text,
+        "tokens": translation.tokens,
+        "probabilities": [round(p, 5) for p in translation.probabilities],
+        "score": round(translation.score, 5),
+    }
+    return out | ({"alignment": translation.alignment} if alignment else {})
+
+
+def sampling_for(args: argparse.Namespace) -> dict:
+    """translate_tokens' `sampling` argument from --sample and its flags, or nothing."""
+    sampled = ("temperature", "top_k", "top_p", "samples", "seed")
+    if not args.sample:
+        given = [name for name in sampled if getattr(args, name) is not None]
+        given = ["--" + name.replace("_", "-") for name in given]
+        if given:
+            raise ValueError(f"{', '.join(given)} only apply with --sample")
+        return {}
+    if args.nbest > 1:
+        raise ValueError("--sample draws outputs instead of searching: use --samples, not --nbest")
+    from alignmt.decoding.sample import Sampling
+
+    options = {name: getattr(args, name) for name in sampled if getattr(args, name) is not None}
+    return {"sampling": Sampling(**options)}
 
 
 def check_lengths(tokens: list[list[str]], limit: int) -> None:
@@ -46,16 +85,20 @@ def check_lengths(tokens: list[list[str]], limit: int) -> None:
             )
 
 
-def translator_for(run: str, args: argparse.Namespace) -> Translator:
-    """The model of `run` on --device at --precision, searching with --beam and --replace-unk."""
+def translator_for(runs: str | list[str], args: argparse.Namespace) -> Translator:
+    """The model of a run (or the ensemble of several) on --device at --precision,
+    searching with --beam and --replace-unk (the first run's search otherwise)."""
     # imported here, so that --backend flax loads no torch
     from alignmt.checkpoint.torch_io import load_checkpoint
     from alignmt.decoding.translator import Translator
     from alignmt.model.device import pick_device
 
-    ckpt = load_checkpoint(run, device=pick_device(args.device))
-    search = search_for(ckpt.config.search, args)
-    return Translator.from_checkpoint(ckpt, search, precision=args.precision)
+    runs = [runs] if isinstance(runs, str) else runs
+    ckpts = [load_checkpoint(run, device=pick_device(args.device)) for run in runs]
+    search = search_for(ckpts[0].config.search, args)
+    if len(ckpts) > 1:
+        return Translator.ensemble(ckpts, runs, search, precision=args.precision)
+    return Translator.from_checkpoint(ckpts[0], search, precision=args.precision)
 
 
 def flax_translator_for(run: str, args: argparse.Namespace) -> FlaxTranslator:

@@ -12,6 +12,7 @@ scoring translations is `alignmt.analysis.scores`'.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
@@ -22,13 +23,17 @@ from torch import Tensor
 
 from alignmt.checkpoint.torch_io import Checkpoint
 from alignmt.config import Precision, SearchConfig
+from alignmt.decoding.ensemble import Ensemble
+from alignmt.decoding.greedy import Pick
+from alignmt.decoding.sample import Sampling, sampler
 from alignmt.decoding.search import Hypothesis, beam_decode_batches, decode_batches, max_output_len
 from alignmt.decoding.trace import BeamTrace, DecoderStep, beam_trace, step_through
+from alignmt.decoding.words import hard_alignment, replace_unknown, warn_unknown
 from alignmt.model.batch import source_batch
 from alignmt.model.device import autocast, check_precision
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.tokenize import Tokenizer
-from alignmt.text.vocab import BOS, EOS, PAD, UNK, Vocab
+from alignmt.text.vocab import BOS, EOS, PAD, Vocab
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,6 +46,7 @@ class Translation:
     src_tokens: list[str]  # the source as the model read it: tokens (<unk> for unknown) + </s>
     score: float  # summed log-probability
     attention: Tensor | None  # (len(tokens), len(src_tokens)); None for vanilla
+    probabilities: list[float]  # each output token's, given those before it
 
     @property
     def alignment(self) -> str | None:
@@ -65,7 +71,7 @@ class Translator:
 
     def __init__(
         self,
-        model: Seq2Seq,
+        model: Seq2Seq | Ensemble,
         *,
         tokenizers: tuple[Tokenizer, Tokenizer],
         vocabs: tuple[Vocab, Vocab],
@@ -101,6 +107,40 @@ class Translator:
         )
 
     @classmethod
+    def ensemble(
+        cls,
+        ckpts: Sequence[Checkpoint],
+        names: Sequence[str],
+        search: SearchConfig,
+        *,
+        precision: Precision = "float32",
+    ) -> Translator:
+        """The checkpoints' models decoding as one (`ensemble.Ensemble`), on their device.
+        They must share tokenizers and vocabularies (so they read the same source ids and
+        write the same target ones); one that does not is refused, named by `names`."""
+        first = ckpts[0]
+        for name, ckpt in zip(names[1:], ckpts[1:], strict=True):
+            for side, ours, theirs in (
+                ("target vocabulary", first.tgt_vocab, ckpt.tgt_vocab),
+                ("source vocabulary", first.src_vocab, ckpt.src_vocab),
+                ("target tokenizer", first.tgt_tokenizer.to_json(), ckpt.tgt_tokenizer.to_json()),
+                ("source tokenizer", first.src_tokenizer.to_json(), ckpt.src_tokenizer.to_json()),
+            ):
+                if ours != theirs:
+                    raise ValueError(
+                        f"{name}: its {side} differs from that of {names[0]}; an ensemble's "
+                        "models must be trained on the same data with the same tokenizer and "
+                        "vocabulary settings"
+                    )
+        return cls(
+            Ensemble([ckpt.model for ckpt in ckpts]),
+            tokenizers=(first.src_tokenizer, first.tgt_tokenizer),
+            vocabs=(first.src_vocab, first.tgt_vocab),
+            search=search,
+            precision=precision,
+        )
+
+    @classmethod
     def from_checkpoint(
         cls,
         ckpt: Checkpoint,
@@ -120,9 +160,16 @@ class Translator:
 
     @torch.no_grad()
     def translate(
-        self, lines: Sequence[str], *, nbest: int = 1, batch_size: int = 64, warn: bool = True
+        self,
+        lines: Sequence[str],
+        *,
+        nbest: int = 1,
+        batch_size: int = 64,
+        warn: bool = True,
+        sampling: Sampling | None = None,
     ) -> list[list[Translation]]:
-        """Translate raw sentences, `nbest` hypotheses each, best first.
+        """Translate raw sentences, `nbest` hypotheses each, best first (or, with
+        `sampling`, its number of samples each, in the order they were drawn).
 
         Args:
             lines: raw source sentences; a blank one gets one empty translation, so that
@@ -131,6 +178,7 @@ class Translator:
             batch_size: the most sentences decoded at once. Sentences go in sorted by length,
                 to limit padding, and one that ends hands its rows to the next.
             warn: log a warning counting source tokens outside the vocabulary.
+            sampling: draw outputs (`sample.Sampling`) instead of searching.
 
         Returns:
             One list of `nbest` translations per line, in input order.
@@ -140,6 +188,7 @@ class Translator:
             nbest=nbest,
             batch_size=batch_size,
             warn=warn,
+            sampling=sampling,
         )
 
     def source_tokens(self, line: str) -> list[str]:
@@ -148,29 +197,50 @@ class Translator:
 
     @torch.no_grad()
     def translate_tokens(
-        self, tokens: list[list[str]], *, nbest: int = 1, batch_size: int = 64, warn: bool = True
+        self,
+        tokens: list[list[str]],
+        *,
+        nbest: int = 1,
+        batch_size: int = 64,
+        warn: bool = True,
+        sampling: Sampling | None = None,
     ) -> list[list[Translation]]:
-        """`translate` for sentences already split by `source_tokens`."""
+        """`translate` for sentences already split by `source_tokens`; with `sampling`,
+        each sentence's `sampling.samples` drawn outputs instead of the search's nbest."""
         if warn:
-            self._warn_unknown(tokens)
+            warn_unknown(tokens, self.src_vocab)
         results: list[list[Translation]] = [[] for _ in tokens]
         todo = sorted((i for i, t in enumerate(tokens) if t), key=lambda i: len(tokens[i]))
+        draw = None
+        if sampling is not None:  # one generator for the call: its seed fixes every draw
+            generator = torch.Generator(self.device).manual_seed(sampling.seed)
+            draw = (sampling.samples, sampler(sampling, generator))
         # Groups of many batches keep the search's rows busy until a group's end (see
         # `decode_batches`) and bound the attention held at once.
         for rows in _chunks(todo, 16 * batch_size):
-            hyps = self._search([tokens[i] for i in rows], nbest, batch_size)
+            hyps = self._search([tokens[i] for i in rows], nbest, batch_size, draw)
             for i, sentence_hyps in zip(rows, hyps, strict=True):
                 results[i] = [self._translation(tokens[i], h) for h in sentence_hyps]
-        empty = Translation("", [], [EOS], 0.0, None)
-        return [r or [empty] * nbest for r in results]
+        empty = Translation("", [], [EOS], 0.0, None, [])
+        return [r or [empty] * (draw[0] if draw else nbest) for r in results]
 
     def _search(
-        self, sentences: list[list[str]], nbest: int, batch_size: int
+        self,
+        sentences: list[list[str]],
+        nbest: int,
+        batch_size: int,
+        draw: tuple[int, Pick] | None = None,
     ) -> list[list[Hypothesis]]:
+        """Each sentence's nbest hypotheses, or with `draw` = (n, pick) its n samples."""
+        if draw is not None:
+            sentences = [s for s in sentences for _ in range(draw[0])]
         batches = [self._source_ids(chunk) for chunk in _chunks(sentences, batch_size)]
         cfg = self.search
         limits = dict(max_len_ratio=cfg.max_len_ratio, max_len_offset=cfg.max_len_offset)
         with self.autocast():
+            if draw is not None:
+                hyps = decode_batches(self.model, batches, width=batch_size, pick=draw[1], **limits)
+                return list(_chunks(hyps, draw[0]))
             if cfg.beam_size == 1 and nbest == 1:
                 hyps = decode_batches(self.model, batches, width=batch_size, **limits)
                 return [[h] for h in hyps]
@@ -212,7 +282,8 @@ class Translator:
                 alpha=self.search.length_penalty,
             )
         attention = _stack([s.attention for s in steps])
-        hyp = Hypothesis([s.token for s in steps], sum(s.log_prob for s in steps), attention)
+        log_probs = [s.log_prob for s in steps]
+        hyp = Hypothesis([s.token for s in steps], sum(log_probs), attention, log_probs)
         return Stepped(self._translation(src_tokens, hyp), steps)
 
     @torch.no_grad()
@@ -235,7 +306,9 @@ class Translator:
         """The hypothesis that ends at `node` of a beam trace, as a translation."""
         nodes = [trace.nodes[i] for i in trace.path(node)]
         attention = _stack([n.attention for n in nodes])
-        hyp = Hypothesis([n.token for n in nodes], trace.nodes[node].score, attention)
+        sums = [n.score for n in nodes]  # each node's summed log-probability
+        log_probs = [b - a for a, b in zip([0.0, *sums], sums, strict=False)]
+        hyp = Hypothesis([n.token for n in nodes], sums[-1], attention, log_probs)
         return self._translation(src_tokens, hyp)
 
     def target_ids(self, tokens: Sequence[str]) -> list[int]:
@@ -283,52 +356,9 @@ class Translator:
         if self.search.replace_unk and attention is not None:
             words = replace_unknown(words, src_tokens, attention)
         text = self.tgt_tokenizer.decode(words)
-        return Translation(text, out, self.source_as_read(src_tokens), hyp.score, attention)
-
-    def _warn_unknown(self, sentences: list[list[str]], shown: int = 3) -> None:
-        """Name the lines with tokens the model never saw (they are read as <unk>)."""
-        vocab = self.src_vocab.stoi
-        unknown = [(n, sorted({t for t in s if t not in vocab})) for n, s in enumerate(sentences)]
-        lines = [f"line {n + 1}: {' '.join(words)!r}" for n, words in unknown if words]
-        if lines:
-            more = f"; and {len(lines) - shown} more lines" if len(lines) > shown else ""
-            log.warning(
-                "source tokens not in the vocabulary, read as <unk>: %s%s",
-                "; ".join(lines[:shown]),
-                more,
-            )
-
-
-def hard_alignment(attention: Tensor, tokens: Sequence[str]) -> str:
-    """Each output token's most-attended source token, in Pharaoh format: `j-i` pairs of
-    a source position j and an output position i, space-separated, as fairseq's
-    `--print-alignment` and Marian's `--alignment hard` write them. As there, </s> takes
-    no part on either side: the last output token if it is </s>, and the last source
-    column (always </s>).
-
-    Args:
-        attention: (len(tokens), T_src) weights, T_src including the source's </s>.
-        tokens: the output tokens.
-    """
-    rows = len(tokens) - (1 if tokens and tokens[-1] == EOS else 0)
-    if rows == 0 or attention.size(1) < 2:
-        return ""
-    best = attention[:rows, :-1].argmax(dim=-1).tolist()  # (rows,)
-    return " ".join(f"{j}-{i}" for i, j in enumerate(best))
-
-
-def replace_unknown(words: list[str], src_tokens: list[str], attention: Tensor) -> list[str]:
-    """Replace each output <unk> by the source token its attention weighs most, </s> aside
-    (Luong et al. 2015, "Addressing the rare word problem"): names and numbers the
-    vocabulary lacks are usually copied across unchanged.
-
-    Args:
-        words: output tokens, </s> excluded.
-        src_tokens: the source tokens as written (before <unk> mapping), </s> excluded.
-        attention: (>= len(words), len(src_tokens) + 1) weights; the last column is </s>.
-    """
-    best = attention[: len(words), : len(src_tokens)].argmax(dim=-1).tolist()  # (len(words),)
-    return [src_tokens[j] if w == UNK else w for w, j in zip(words, best, strict=True)]
+        probabilities = [math.exp(score) for score in hyp.token_scores]
+        src = self.source_as_read(src_tokens)
+        return Translation(text, out, src, hyp.score, attention, probabilities)
 
 
 def _stack(rows: list[Tensor | None]) -> Tensor | None:

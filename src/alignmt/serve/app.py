@@ -113,6 +113,11 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
         request.state.sentences = count = len(body.sentences)
         if count > limits.max_sentences:
             raise over_limit("max_sentences", count, limits.max_sentences, "sentences")
+        if body.sample and body.nbest > 1:
+            raise invalid("nbest", "sampling draws outputs: ask for sample.samples", body.nbest)
+        if body.sample and count * body.sample.samples > limits.max_sentences:
+            total = count * body.sample.samples
+            raise over_limit("max_sentences", total, limits.max_sentences, "samples in all")
         for i, sentence in enumerate(body.sentences):
             check_sentence(sentence, f"sentences[{i}]", limits)
         beam = check_beam(body.beam_size, model)
@@ -120,8 +125,10 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
             raise invalid("nbest", f"{body.nbest} is more than the beam size {beam}", body.nbest)
         body = body.model_copy(update={"beam_size": beam})
         run = partial(decoding.translate_batch, model, limits)
-        key = (model.name, "translate", beam, body.nbest)
-        return await submit(request, key, run, body, len(body.sentences))
+        # a sampled request decodes alone, so that its seed alone decides its draws
+        key = None if body.sample else (model.name, "translate", beam, body.nbest)
+        drawn = count * body.sample.samples if body.sample else count
+        return await submit(request, key, run, body, drawn)
 
     @app.post("/v1/step", response_model=StepResponse, responses=ERRORS)
     async def step(body: StepRequest, request: Request) -> Response:

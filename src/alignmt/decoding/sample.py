@@ -1,0 +1,70 @@
+"""Sampling: each output token drawn from the model's distribution instead of the most
+probable one, for back-translation (Edunov et al. 2018) and for seeing what else a model
+finds likely. Before the draw, the distribution is sharpened or flattened by a temperature,
+cut to the k most probable tokens (top-k; Fan et al. 2018) and to the smallest set whose
+probability reaches p (nucleus, top-p; Holtzman et al. 2020). The probability reported for
+each drawn token is the model's own, before any of these.
+
+Sampling runs greedy search's loop (greedy.py) with `sampler`'s choice in place of the
+argmax; one `torch.Generator`, seeded once, draws every token, so the same seed, input and
+batch size give the same samples. With top-k = 1 the draw is the argmax: greedy search.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from alignmt.decoding.greedy import Pick
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How to sample: the reshaping of each step's distribution, and how many draws."""
+
+    temperature: float = 1.0  # < 1 sharpens the distribution, > 1 flattens it
+    top_k: int = 0  # draw among the k most probable tokens; 0: all
+    top_p: float = 1.0  # draw among the fewest tokens whose probability reaches p
+    samples: int = 1  # outputs drawn per sentence
+    seed: int = 0  # of the generator that draws them
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"the sampling temperature must be positive, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top-k must be 0 (off) or positive, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
+        if self.samples < 1:
+            raise ValueError(f"samples must be at least 1, got {self.samples}")
+
+
+def sampler(sampling: Sampling, generator: torch.Generator) -> Pick:
+    """The token choice of `greedy_search` that draws from the reshaped distribution."""
+
+    def pick(logits: Tensor) -> tuple[Tensor, Tensor]:
+        log_probs = logits.log_softmax(dim=-1)  # (W_t, V): the model's own
+        weights = reshaped(logits, sampling).softmax(dim=-1)
+        tokens = torch.multinomial(weights, 1, generator=generator).squeeze(1)  # (W_t,)
+        return tokens, log_probs.gather(1, tokens[:, None]).squeeze(1)
+
+    return pick
+
+
+def reshaped(logits: Tensor, sampling: Sampling) -> Tensor:
+    """A step's logits (W_t, V) over the temperature, -inf outside the top k and outside
+    the nucleus (ties at the k-th logit are kept)."""
+    scores = logits / sampling.temperature
+    if 0 < sampling.top_k < scores.size(-1):
+        kth = scores.topk(sampling.top_k, dim=-1).values[:, -1:]  # (W_t, 1)
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if sampling.top_p < 1:
+        ordered, order = scores.sort(dim=-1, descending=True)
+        probs = ordered.softmax(dim=-1)
+        # a token leaves the nucleus once the tokens before it already hold p: the most
+        # probable one always stays
+        out = probs.cumsum(dim=-1) - probs >= sampling.top_p
+        scores = scores.scatter(-1, order, ordered.masked_fill(out, float("-inf")))
+    return scores

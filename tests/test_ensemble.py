@@ -1,0 +1,113 @@
+"""Ensembles: several run folders decoding as one, by their mean log-probabilities."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from alignmt.checkpoint.torch_io import load_checkpoint, save_checkpoint
+from alignmt.cli import main
+from alignmt.decoding.ensemble import Ensemble
+from alignmt.decoding.translator import Translator
+from alignmt.model.batch import source_batch
+from alignmt.text.vocab import SPECIALS, Vocab
+from tests.conftest import vanilla_twin
+from tests.test_confidence import LINES
+
+
+@pytest.fixture(scope="module")
+def twin(toy_run, tmp_path_factory):
+    """The toy run with every weight nudged: another model on the same vocabularies."""
+    ckpt = load_checkpoint(toy_run)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for p in ckpt.model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    folder = tmp_path_factory.mktemp("twin") / "twin"
+    tokenizers = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
+    save_checkpoint(
+        folder, ckpt.model, ckpt.config, ckpt.src_vocab, ckpt.tgt_vocab, 1, tokenizers=tokenizers
+    )
+    return folder
+
+
+def ensemble(runs, **search) -> Translator:
+    ckpts = [load_checkpoint(run) for run in runs]
+    config = replace(ckpts[0].config.search, **search)
+    return Translator.ensemble(ckpts, [str(r) for r in runs], config)
+
+
+def single(run, **search) -> Translator:
+    ckpt = load_checkpoint(run)
+    return Translator.from_checkpoint(ckpt, replace(ckpt.config.search, **search))
+
+
+@pytest.mark.parametrize("beam", [1, 4])
+def test_an_ensemble_of_one_decodes_as_its_model(toy_run, beam):
+    nbest = 1 if beam == 1 else 3
+    alone = single(toy_run, beam_size=beam).translate(LINES, nbest=nbest, batch_size=3)
+    one = ensemble([toy_run], beam_size=beam).translate(LINES, nbest=nbest, batch_size=3)
+    for a_hyps, e_hyps in zip(alone, one, strict=True):
+        assert [h.tokens for h in e_hyps] == [h.tokens for h in a_hyps]
+        for a, e in zip(a_hyps, e_hyps, strict=True):
+            assert e.score == pytest.approx(a.score, abs=1e-5)
+            torch.testing.assert_close(e.attention, a.attention)
+
+
+def test_a_step_is_the_mean_of_the_members_log_probabilities_and_attention(toy_run, twin):
+    models = [load_checkpoint(run).model for run in (toy_run, twin)]
+    vocab = load_checkpoint(toy_run).src_vocab
+    src, src_len = source_batch([s.split() for s in LINES], vocab)
+    both = Ensemble(models)
+    memory, state = both.encode(src, src_len)
+    prev = torch.full((len(LINES),), models[0].bos_id)
+    logits, _, alpha = both.decode_step(prev, state, memory)
+    steps = [m.decode_step(prev, *reversed(m.encode(src, src_len))) for m in models]
+    expected = torch.stack([s[0].log_softmax(-1) for s in steps]).mean(0)
+    torch.testing.assert_close(logits, expected)
+    torch.testing.assert_close(alpha, (steps[0][2] + steps[1][2]) / 2)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_an_ensembles_output_does_not_depend_on_batching(toy_run, twin, beam):
+    """Rows move between sentences as they end (continuous batching): every member's state
+    must move with them."""
+    t = ensemble([toy_run, twin], beam_size=beam)
+    one_by_one = [h[0].tokens for h in t.translate(LINES, batch_size=1)]
+    assert [h[0].tokens for h in t.translate(LINES, batch_size=3)] == one_by_one
+    assert one_by_one != [h[0].tokens for h in single(twin, beam_size=beam).translate(LINES)]
+
+
+def test_a_member_without_attention_joins_and_the_mean_is_over_those_that_attend(toy_run, tmp_path):
+    vanilla = vanilla_twin(toy_run, tmp_path / "vanilla")
+    out = ensemble([toy_run, vanilla]).translate(LINES, batch_size=2)
+    for hyps in out:
+        assert hyps[0].attention is not None
+        torch.testing.assert_close(hyps[0].attention.sum(-1), torch.ones(len(hyps[0].tokens)))
+
+
+def test_models_with_another_vocabulary_are_refused(toy_run, tmp_path):
+    ckpt = load_checkpoint(toy_run)
+    other = Vocab([*ckpt.tgt_vocab.itos[len(SPECIALS) : -2], "extra", "words"])  # same size
+    save_checkpoint(tmp_path / "other", ckpt.model, ckpt.config, ckpt.src_vocab, other, 0)
+    with pytest.raises(ValueError, match="target vocabulary differs"):
+        ensemble([toy_run, tmp_path / "other"])
+
+
+def test_translate_and_evaluate_take_several_runs(toy_run, twin, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("\n".join(LINES).encode())))
+    assert main(["translate", str(toy_run), str(twin), "--beam", "3", "--jsonl"]) == 0
+    rows = [json.loads(line)[0] for line in capsys.readouterr().out.splitlines()]
+    expected = ensemble([toy_run, twin], beam_size=3).translate(LINES)
+    assert [r["text"] for r in rows] == [h[0].text for h in expected]
+    out, src, ref = tmp_path / "eval", tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("\n".join(LINES) + "\n")
+    ref.write_text("\n".join(h[0].text for h in expected) + "\n")
+    flags = ["--src", str(src), "--ref", str(ref), "--out", str(out), "--beam", "3"]
+    assert main(["evaluate", str(toy_run), str(twin), *flags]) == 0
+    assert "run+twin" in capsys.readouterr().out
+    assert json.loads((out / "scores.json").read_text())["name"] == "run+twin"
