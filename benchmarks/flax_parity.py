@@ -1,0 +1,82 @@
+"""Do the two frameworks translate alike? A run folder's test set decoded by PyTorch and by
+JAX/Flax, greedy and beam 5, on the same weights: the share of identical outputs, and the
+first few that differ.
+
+    python benchmarks/flax_parity.py runs/multi30k_en_de        # its config's data.test
+    python benchmarks/flax_parity.py RUN --src test.en --beams 1
+
+Identical is too strong a promise for float32: the frameworks sum in different orders, so
+where two tokens' probabilities tie to about 1e-6, either may win, and the rest of the output
+follows the winner. This prints how often that happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+
+from alignmt.checkpoint.flax_io import load_flax
+from alignmt.checkpoint.format import load_header
+from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.decoding.flax_translator import FlaxTranslator
+from alignmt.decoding.translator import Translator
+from alignmt.text.corpus import read_lines
+from alignmt.text.split import read_split
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir")
+    parser.add_argument("--src", help="source sentences, one per line (default: data.test)")
+    parser.add_argument("--beams", default="1,5", help="beam sizes to compare (default 1,5)")
+    parser.add_argument("--shown", type=int, default=3, help="differing outputs to print")
+    args = parser.parse_args()
+    cfg = load_header(args.run_dir).config
+    if args.src:
+        lines, where = read_lines(args.src), args.src
+    else:
+        data = cfg.data
+        pairs = read_split(
+            data.test,
+            src_lang=data.src_lang,
+            tgt_lang=data.tgt_lang,
+            swap=data.tsv_swap,
+            what="data.test",
+        )
+        lines, where = [p.src for p in pairs], data.test
+    torch_ckpt, flax_ckpt = load_checkpoint(args.run_dir), load_flax(args.run_dir)
+    print(f"{args.run_dir}: {len(lines)} sentences of {where}\n")
+    print("| search | identical | PyTorch s | Flax s (compilation included) |")
+    print("| --- | ---: | ---: | ---: |")
+    differ = {}
+    for beam in map(int, args.beams.split(",")):
+        outputs = {}
+        seconds = {}
+        search = replace(cfg.search, beam_size=beam)
+        sides = {
+            "torch": Translator.from_checkpoint(torch_ckpt, search),
+            "flax": FlaxTranslator.from_checkpoint(flax_ckpt, search, device="cpu"),
+        }
+        for name, side in sides.items():
+            start = time.perf_counter()
+            outputs[name] = [h[0].text for h in side.translate(lines)]
+            seconds[name] = time.perf_counter() - start
+        same = sum(a == b for a, b in zip(outputs["torch"], outputs["flax"], strict=True))
+        label = "greedy" if beam == 1 else f"beam {beam}"
+        print(
+            f"| {label} | {same / len(lines):.1%} ({same}/{len(lines)}) | "
+            f"{seconds['torch']:.1f} | {seconds['flax']:.1f} |"
+        )
+        differ[label] = [
+            (i, a, b)
+            for i, (a, b) in enumerate(zip(outputs["torch"], outputs["flax"], strict=True))
+            if a != b
+        ]
+    for label, rows in differ.items():
+        for i, a, b in rows[: args.shown]:
+            print(f"\n{label}, line {i + 1}:\n  PyTorch {a}\n  Flax    {b}")
+
+
+if __name__ == "__main__":
+    main()
