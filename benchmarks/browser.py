@@ -133,10 +133,11 @@ class Explorer:
         self.wait_for(before + 1)
 
     def panel(self, index: int = 0) -> dict[str, Any]:
-        """What panel `index` shows: output tokens, the current step, the source words with
-        their α, the marked (largest-α) word, the candidates, and the what-if box."""
+        """What panel `index` shows: output tokens with their probabilities and shading, the
+        current step, the source words with their α, the marked (largest-α) word, the
+        candidates, and the what-if box."""
         return self.js(
-            """
+            r"""
             const p = document.querySelectorAll('.panel')[arguments[0]];
             const all = (s) => [...p.querySelectorAll(s)];
             const words = all(':scope > .source > .src');
@@ -144,6 +145,12 @@ class Explorer:
             const box = p.querySelector('.whatif');
             return {
               tokens: all('.output .tok').map((t) => t.textContent),
+              probabilities: all('.output .tok').map((t) => Number(t.dataset.p)),
+              // the confidence shading's opacity, as the browser computed it
+              shade: all('.output .tok').map((t) => {
+                const rgba = getComputedStyle(t).backgroundColor.match(/[\d.]+/g);
+                return rgba.length === 4 ? Number(rgba[3]) : 1;
+              }),
               current: Number(p.querySelector('.output .tok.current').dataset.i),
               forced: all('.output .tok.forced').map((t) => Number(t.dataset.i)),
               source: words.map((s) => s.querySelector('.word').textContent),

@@ -12,6 +12,7 @@ anything, BLEU rises from the least to the most confident quarter.
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 
 from alignmt.analysis.scores import corpus_scores
@@ -34,6 +35,7 @@ def main() -> None:
     parser.add_argument("run_dir")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    logging.getLogger("alignmt").setLevel(logging.ERROR)  # unknown words: not our subject
     ckpt = load_checkpoint(args.run_dir)
     data = ckpt.config.data
     pairs = read_split(

@@ -31,7 +31,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 BAD_VALUES = ["-1", "0", "nan", "inf", "1e999", "abc", ""]
-ALLOWED = {("demo", "--seed"): {"-1", "0"}}  # any integer seeds a run
+ALLOWED = {("demo", "--seed"): {"-1", "0"}, ("translate", "--seed"): {"-1", "0"}}  # any integer
 BAD_OVERRIDES = [
     "train.steps=0",
     "train.lr=nan",
@@ -186,6 +186,7 @@ def _flag_cases(run_dir: Path, workdir: Path) -> Iterator[tuple[str, list[str], 
         "translate": [str(run_dir)],
         "evaluate": [str(run_dir)],
         "compare": [str(run_dir)],
+        "average": [str(run_dir), "--out", str(workdir / "averaged")],
         "serve": [str(run_dir)],
         "explore": [str(run_dir), "--input", str(run_dir / "config.yaml"), "--out", str(page)],
     }

@@ -13,6 +13,7 @@ follows the winner. This prints how often that happens.
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 from dataclasses import replace
 
@@ -32,6 +33,7 @@ def main() -> None:
     parser.add_argument("--beams", default="1,5", help="beam sizes to compare (default 1,5)")
     parser.add_argument("--shown", type=int, default=3, help="differing outputs to print")
     args = parser.parse_args()
+    logging.getLogger("alignmt").setLevel(logging.ERROR)  # unknown words: not our subject
     cfg = load_header(args.run_dir).config
     if args.src:
         lines, where = read_lines(args.src), args.src

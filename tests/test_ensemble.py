@@ -111,3 +111,23 @@ def test_translate_and_evaluate_take_several_runs(toy_run, twin, tmp_path, monke
     assert main(["evaluate", str(toy_run), str(twin), *flags]) == 0
     assert "run+twin" in capsys.readouterr().out
     assert json.loads((out / "scores.json").read_text())["name"] == "run+twin"
+
+
+def test_the_server_translates_with_an_ensemble_and_refuses_to_step_through_it(toy_run, twin):
+    from fastapi.testclient import TestClient
+
+    from alignmt.serve.app import create_app
+    from alignmt.serve.registry import load_models
+
+    served = load_models([toy_run, f"{toy_run}+{twin}"])
+    assert list(served) == ["run", "run+twin"]
+    with TestClient(create_app(served)) as client:
+        info = {m["name"]: m for m in client.get("/v1/models").json()["models"]}
+        assert info["run+twin"]["ensemble"] == ["run", "twin"] and info["run"]["ensemble"] is None
+        body = {"model": "run+twin", "sentences": LINES, "beam_size": 3}
+        answer = client.post("/v1/translate", json=body).json()
+        expected = ensemble([toy_run, twin], beam_size=3).translate(LINES)
+        texts = [t["hypotheses"][0]["text"] for t in answer["translations"]]
+        assert texts == [h[0].text for h in expected]
+        refused = client.post("/v1/step", json={"model": "run+twin", "sentence": LINES[0]})
+        assert refused.status_code == 422 and "is an ensemble" in refused.text

@@ -246,6 +246,11 @@ def test_a_user_steps_forces_overrides_and_opens_the_beam(
             page.translate(SENTENCE, other="vanilla")
             shown = page.panel()
             assert shown["tokens"] == expected["tokens"] and shown["current"] == 0
+            # word-level confidence: each token shaded by its doubt, 0.8 (1 - p)
+            probabilities = [step["probability"] for step in expected["steps"]]
+            assert shown["probabilities"] == pytest.approx(probabilities, abs=1e-3)
+            for i, p in enumerate(probabilities[1:], 1):  # the current token has its own colour
+                assert shown["shade"][i] == pytest.approx(0.8 * (1 - p), abs=0.01)
 
             for _ in range(3):
                 page.key("ArrowRight")

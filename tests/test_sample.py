@@ -115,10 +115,13 @@ def test_translate_samples_repeatably_and_refuses_flags_that_do_not_fit(
     for bad, says in (
         (["--temperature", "2"], "only apply with --sample"),
         (["--sample", "--nbest", "2"], "--samples, not --nbest"),
-        (["--sample", "--top-p", "1.5"], "top-p"),
     ):
         code, _, err = run_translate(toy_run, capsys, monkeypatch, *bad)
         assert code == 2 and says in err, bad
+    for flag, value in (("--top-p", "1.5"), ("--temperature", "0"), ("--top-k", "0")):
+        with pytest.raises(SystemExit) as refused:  # by the parser, before any work
+            run_translate(toy_run, capsys, monkeypatch, "--sample", flag, value)
+        assert refused.value.code == 2 and flag in capsys.readouterr().err
 
 
 def test_the_api_samples_repeatably(toy_run):

@@ -20,6 +20,8 @@ from alignmt.cli.flags import (
     positive,
     positive_list,
     seconds,
+    share,
+    temperature,
 )
 from alignmt.serve.limits import Limits
 
@@ -105,13 +107,13 @@ def _translate(commands: Commands) -> None:
     )
     sample.add_argument("--sample", action="store_true", help="sample instead of searching")
     sample.add_argument(
-        "--temperature", type=float, metavar="T", help="<1 sharpens, >1 flattens (default 1)"
+        "--temperature", type=temperature, metavar="T", help="<1 sharpens, >1 flattens (default 1)"
     )
     sample.add_argument(
         "--top-k", type=positive, metavar="K", help="draw among the K most probable tokens"
     )
     sample.add_argument(
-        "--top-p", type=float, metavar="P", help="draw among the fewest tokens holding P"
+        "--top-p", type=share, metavar="P", help="draw among the fewest tokens holding P"
     )
     sample.add_argument(
         "--samples", type=positive, metavar="N", help="outputs per line, tab-joined (default 1)"
@@ -210,7 +212,12 @@ def _serve(commands: Commands) -> None:
         description="A FastAPI service of the run folders given, each named by its folder. "
         "The API is described at http://HOST:PORT/docs.",
     )
-    serve.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="the first is the default")
+    serve.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="the first is the default; RUN_A+RUN_B serves an ensemble (translate only)",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=port, default=8000, help="default 8000")
     for limit in fields(Limits):

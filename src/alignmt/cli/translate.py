@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 def run(args: argparse.Namespace) -> int:
     if args.backend == "flax" and (args.jsonl or args.sample):
         raise ValueError("--jsonl (token probabilities) and --sample need --backend torch")
+    sampling = sampling_for(args)  # its flags are checked before any work
     load = flax_translator_for if args.backend == "flax" else translator_for
     if args.backend == "flax" and len(args.run_dirs) > 1:
         raise ValueError("--backend flax decodes one run, not an ensemble")
@@ -27,7 +28,6 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
     tokens = [translator.source_tokens(line) for line in input_lines(sys.stdin.buffer)]
     check_lengths(tokens, args.max_source_tokens)
-    sampling = sampling_for(args)
     results = translator.translate_tokens(
         tokens, nbest=args.nbest, batch_size=args.batch_size, **sampling
     )

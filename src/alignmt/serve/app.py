@@ -91,6 +91,17 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
             raise RequestError(404, "not_found", message, value=cut(name))
         return models[name]
 
+    def one_model(name: str | None, path: str) -> ServedModel:
+        """A served model that follows one decoder: not an ensemble."""
+        model = served(name)
+        if model.info.ensemble:
+            message = (
+                f"model {model.name!r} is an ensemble, which {path} cannot follow step by step; "
+                f"ask one of its members ({', '.join(model.info.ensemble)})"
+            )
+            raise invalid("model", message, model.name)
+        return model
+
     def check_beam(beam_size: int | None, model: ServedModel) -> int:
         beam = beam_size or model.translator.search.beam_size
         if beam > limits.max_beam:
@@ -134,7 +145,7 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
     async def step(body: StepRequest, request: Request) -> Response:
         """The decoder one step at a time: attention, top-k and the token taken at each,
         with a forced prefix and attention overrides."""
-        model = served(body.model)
+        model = one_model(body.model, "/v1/step")
         request.state.sentences = 1
         check_sentence(body.sentence, "sentence", limits)
         check_beam(body.beam_size, model)
@@ -144,7 +155,7 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
     @app.post("/v1/beam", response_model=BeamResponse, responses=ERRORS)
     async def beam(body: BeamRequest, request: Request) -> Response:
         """Beam search's whole tree: every hypothesis weighed, its parent and its fate."""
-        model = served(body.model)
+        model = one_model(body.model, "/v1/beam")
         request.state.sentences = 1
         check_sentence(body.sentence, "sentence", limits)
         body = body.model_copy(update={"beam_size": check_beam(body.beam_size, model)})
@@ -155,7 +166,7 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
     async def snapshots(body: SnapshotsRequest, request: Request) -> Response:
         """How one sentence's attention formed: the run's snapshots, oldest first, each
         reading the served model's greedy output."""
-        model = served(body.model)
+        model = one_model(body.model, "/v1/snapshots")
         request.state.sentences = 1
         check_sentence(body.sentence, "sentence", limits)
         run = partial(_alone, decoding.snapshots, model, limits)

@@ -15,6 +15,7 @@ import torch
 from alignmt.checkpoint.format import snapshot_steps
 from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint, load_snapshot
 from alignmt.config import Precision
+from alignmt.decoding.ensemble import Ensemble
 from alignmt.decoding.translator import Translator
 from alignmt.serve.batcher import stop_past_deadline
 from alignmt.serve.schemas import ModelInfo
@@ -46,7 +47,8 @@ def load_models(
     device: torch.device | str = "cpu",
     precision: Precision = "float32",
 ) -> dict[str, ServedModel]:
-    """Load each run folder (or .safetensors file); the first is the default model.
+    """Load each run folder (or .safetensors file); the first is the default model. RUN_A+RUN_B
+    serves the runs as one ensemble, named so, for /v1/translate.
 
     Args:
         run_dirs: the run folders.
@@ -60,21 +62,44 @@ def load_models(
     if not run_dirs:
         raise ValueError("serve needs at least one run folder")
     models: dict[str, ServedModel] = {}
-    for run in map(Path, run_dirs):
-        name = run.stem if run.suffix == ".safetensors" else run.name
+    for spec in map(str, run_dirs):
+        # RUN_A+RUN_B: an ensemble, unless a folder is named so
+        runs = [spec] if Path(spec).exists() else spec.split("+")
+        names = [_name(Path(run)) for run in runs]
+        name = "+".join(names)
         if name in models:
             raise ValueError(f"two models would be named {name!r}: give folders distinct names")
-        ckpt = load_checkpoint(run, device=device)
-        folder = run.parent if run.suffix == ".safetensors" else run
-        translator = stoppable(Translator.from_checkpoint(ckpt, precision=precision))
-        models[name] = ServedModel(name, translator, model_info(name, ckpt, folder), folder)
+        ckpts = [load_checkpoint(run, device=device) for run in runs]
+        folder = Path(runs[0]).parent if runs[0].endswith(".safetensors") else Path(runs[0])
+        if len(runs) == 1:
+            translator = Translator.from_checkpoint(ckpts[0], precision=precision)
+            info = model_info(name, ckpts[0], folder)
+        else:
+            translator = Translator.ensemble(
+                ckpts, runs, ckpts[0].config.search, precision=precision
+            )
+            info = model_info(name, ckpts[0], folder).model_copy(
+                update={
+                    "parameters": sum(p.numel() for p in translator.model.parameters()),
+                    "validation_bleu": None,
+                    "snapshots": [],
+                    "ensemble": names,
+                }
+            )
+        models[name] = ServedModel(name, stoppable(translator), info, folder)
     return models
+
+
+def _name(run: Path) -> str:
+    return run.stem if run.suffix == ".safetensors" else run.name
 
 
 def stoppable(translator: Translator) -> Translator:
     """`translator`, checking the deadline before each decoder step: the decoder embeds the
     previous token once a step, whatever the architecture, so that is where it looks."""
-    translator.model.decoder.embed.register_forward_pre_hook(stop_past_deadline)
+    model = translator.model
+    for decoder in model.decoder if isinstance(model, Ensemble) else [model.decoder]:
+        decoder.embed.register_forward_pre_hook(stop_past_deadline)
     return translator
 
 

@@ -199,6 +199,11 @@ class ModelInfo(BaseModel):
     snapshots: list[int] = Field(
         description="training steps whose weights the run kept (train.snapshot_every)"
     )
+    ensemble: list[str] | None = Field(
+        None,
+        description="an ensemble's member runs, the first describing it above; it translates "
+        "only (/v1/translate)",
+    )
 
 
 class Health(BaseModel):
