@@ -86,12 +86,16 @@ def length_range(text: str) -> tuple[int, int]:
     return low, high
 
 
-def temperature(text: str) -> float:
-    """argparse type of `--temperature`: a finite number above 0."""
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def above_zero(text: str) -> float:
+    """argparse type of a time limit or a sampling temperature: a finite number above 0."""
+    value = _number(text)
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
     return value
@@ -99,23 +103,9 @@ def temperature(text: str) -> float:
 
 def share(text: str) -> float:
     """argparse type of `--top-p`: a share of probability, 0 < P <= 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    value = _number(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text!r}")
-    return value
-
-
-def seconds(text: str) -> float:
-    """argparse type of a time limit: a finite number of seconds above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
     return value
 
 

@@ -12,6 +12,7 @@ from dataclasses import fields
 
 from alignmt.cli.flags import (
     REPLACE_UNK,
+    above_zero,
     add_device_options,
     add_run_options,
     add_test_options,
@@ -19,9 +20,7 @@ from alignmt.cli.flags import (
     port,
     positive,
     positive_list,
-    seconds,
     share,
-    temperature,
 )
 from alignmt.serve.limits import Limits
 
@@ -107,7 +106,7 @@ def _translate(commands: Commands) -> None:
     )
     sample.add_argument("--sample", action="store_true", help="sample instead of searching")
     sample.add_argument(
-        "--temperature", type=temperature, metavar="T", help="<1 sharpens, >1 flattens (default 1)"
+        "--temperature", type=above_zero, metavar="T", help="<1 sharpens, >1 flattens (default 1)"
     )
     sample.add_argument(
         "--top-k", type=positive, metavar="K", help="draw among the K most probable tokens"
@@ -225,7 +224,7 @@ def _serve(commands: Commands) -> None:
         serve.add_argument(
             "--" + limit.name.replace("_", "-"),
             default=limit.default,
-            type=seconds if is_time else positive,
+            type=above_zero if is_time else positive,
             metavar="SECONDS" if is_time else "N",
             help=f"{limit.metadata['help']} (default {limit.default})",
         )
