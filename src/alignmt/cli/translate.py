@@ -17,13 +17,16 @@ if TYPE_CHECKING:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.backend == "flax" and (args.jsonl or args.sample):
-        raise ValueError("--jsonl (token probabilities) and --sample need --backend torch")
     sampling = sampling_for(args)  # its flags are checked before any work
-    load = flax_translator_for if args.backend == "flax" else translator_for
-    if args.backend == "flax" and len(args.run_dirs) > 1:
-        raise ValueError("--backend flax decodes one run, not an ensemble")
-    translator = load(args.run_dirs if args.backend == "torch" else args.run_dirs[0], args)
+    if args.backend == "torch":
+        translator = translator_for(args.run_dirs, args)
+    elif args.jsonl or args.sample or len(args.run_dirs) > 1:
+        raise ValueError(
+            "--backend flax decodes one run, without --jsonl (token probabilities) or "
+            "--sample: use --backend torch for those and for ensembles"
+        )
+    else:
+        translator = flax_translator_for(args.run_dirs[0], args)
     if not args.sample and not 1 <= args.nbest <= translator.search.beam_size:
         raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
     tokens = [translator.source_tokens(line) for line in input_lines(sys.stdin.buffer)]
