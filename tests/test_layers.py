@@ -53,6 +53,7 @@ NO_TORCH = [
     "alignmt.model.flax_seq2seq",  # the Flax model and its run folders: JAX without torch
     "alignmt.checkpoint.flax_io",
     "alignmt.decoding.words",  # both translators' word-level output
+    "alignmt.analysis.coverage",
     "alignmt.analysis.scores",
     "alignmt.analysis.tables",
     "alignmt.serve.limits",

@@ -8,6 +8,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from alignmt.analysis.align import (
@@ -19,6 +20,7 @@ from alignmt.analysis.align import (
     sentence_words,
     word_links,
 )
+from alignmt.analysis.coverage import COVERED, CoverageRates, coverage_rates
 from alignmt.analysis.plot import attention_heatmap, bleu_by_length_plot, bucket_bars, save_png
 from alignmt.analysis.scores import Evaluation, score_translations, sentence_bleu_d2l
 from alignmt.analysis.tables import format_bucket_table, format_gap_table, format_scores_table
@@ -81,8 +83,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out or Path(run_dir) / ("eval" if len(args.run_dirs) == 1 else "eval_ensemble"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "hyps.txt").write_text("".join(h + "\n" for h in result.hyps))
-    (out / "scores.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+    coverage = coverage_rates(best)
+    scores = result.as_dict() | {"coverage": asdict(coverage)}
+    (out / "scores.json").write_text(json.dumps(scores, indent=2) + "\n")
     print_scores({name: result}, translator.search.beam_size)
+    print_coverage(coverage)
     files = write_plots({name: result}, out)
     for number in args.heatmaps:
         if best[number - 1].attention is None:
@@ -178,6 +183,20 @@ def print_scores(results: dict[str, Evaluation], beam: int | None) -> None:
         print(format_gap_table(buckets))
     times = ", ".join(f"{n} {r.seconds:.1f} s" for n, r in results.items())
     print(f"\nTranslation time (beam {beam or 'from config'}): {times}")
+
+
+def print_coverage(rates: CoverageRates) -> None:
+    """The over- and under-translation rates (`analysis.coverage`) of one run's outputs."""
+    under = (
+        "no attention to read"
+        if rates.under is None
+        else f"{rates.under:.1%} of {rates.source_tokens:,} source tokens get under "
+        f"{COVERED} of attention in all"
+    )
+    print(
+        f"\nCoverage: over-translation {rates.over:.1%} of outputs repeat a bigram more often "
+        f"than their source; under-translation {under}"
+    )
 
 
 def write_plots(results: dict[str, Evaluation], out: Path) -> list[Path]:
