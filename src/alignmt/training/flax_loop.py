@@ -257,7 +257,7 @@ def train(cfg: Config, *, progress: bool | None, resume: bool, overwrite: bool):
     """`run.train` for `train.backend=flax`: one process, on JAX's default device (or the
     CPU with train.device=cpu). Returns a `run.TrainResult` whose `model` is the trained
     weights in a PyTorch Seq2Seq, as every command reads them."""
-    from alignmt.training.run import TrainResult, claim_folder, prepare_in_turn, seed_everything
+    from alignmt.training.run import claim_folder, finished, prepare_in_turn, seed_everything
 
     world = _one_process(cfg)
     run_dir = Path(cfg.out_dir)
@@ -292,19 +292,7 @@ def train(cfg: Config, *, progress: bool | None, resume: bool, overwrite: bool):
         )
         seconds = loop.run(progress)
     log.info("flax: compiled the update for %d batch shapes", len(loop.updates.shapes))
-    kept = loop.log
-    return TrainResult(
-        run_dir=run_dir,
-        model=load_checkpoint(run_dir).model,
-        src_vocab=text.src_vocab,
-        tgt_vocab=text.tgt_vocab,
-        steps=kept.steps,
-        losses=kept.losses,
-        seconds=seconds,
-        evals=kept.evals,
-        stopped_by=loop.stopped_by,
-        step=state.step,
-    )
+    return finished(loop, load_checkpoint(run_dir).model, seconds)
 
 
 def _one_process(cfg: Config) -> World:

@@ -137,21 +137,25 @@ def _train(
     best = run_dir / WEIGHTS
     if best.is_file() and text.valid:
         model.load_state_dict(load_weights(best))
-    model.eval()
+    return finished(loop, model.eval(), seconds)
+
+
+def finished(loop: Loop, model: Seq2Seq, seconds: float) -> TrainResult:
+    """What `train` returns once `loop` has run `seconds`, handing back `model`."""
     kept = loop.log  # rank 0's record; the other ranks keep none
     logged, losses, evals = (kept.steps, kept.losses, kept.evals) if kept else ([], [], [])
     return TrainResult(
-        run_dir=run_dir,
+        run_dir=loop.run_dir,
         model=model,
-        src_vocab=text.src_vocab,
-        tgt_vocab=text.tgt_vocab,
+        src_vocab=loop.text.src_vocab,
+        tgt_vocab=loop.text.tgt_vocab,
         steps=logged,
         losses=losses,
         seconds=seconds,
         evals=evals,
         stopped_by=loop.stopped_by,
-        step=state.step,
-        main=world.main,
+        step=loop.state.step,
+        main=loop.world.main,
     )
 
 
