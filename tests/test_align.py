@@ -10,14 +10,9 @@ import pytest
 import torch
 
 from alignmt.analysis.align import (
-    Words,
     alignment_error_rate,
     argmax_links,
     attention_links,
-    eflomal_links,
-    parse_pharaoh,
-    read_alignments,
-    sentence_words,
     word_links,
 )
 from alignmt.analysis.task_scores import score_task
@@ -28,6 +23,7 @@ from alignmt.decoding.translator import Translator
 from alignmt.model.batch import make_batch
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.corpus import CorpusError, read_lines
+from alignmt.text.links import Words, eflomal_links, parse_pharaoh, read_alignments, sentence_words
 from alignmt.text.tasks import ALPHABET, eval_set
 from alignmt.text.tokenize import MosesTokenizer, SentencePieceTokenizer
 from alignmt.text.vocab import Vocab

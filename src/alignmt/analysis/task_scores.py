@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from alignmt.analysis.align import AlignmentScore, Link, alignment_error_rate
+from alignmt.analysis.align import AlignmentScore, alignment_error_rate
 from alignmt.decoding.search import decode
 from alignmt.model.batch import Batch, make_batch
 from alignmt.model.decoder import DecoderOutput
 from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.links import Link
 from alignmt.text.tasks import eval_set, source_positions
 from alignmt.text.vocab import Vocab
 

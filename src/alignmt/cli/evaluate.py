@@ -11,15 +11,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from alignmt.analysis.align import (
-    Link,
-    alignment_error_rate,
-    eflomal_reference_links,
-    import_eflomal,
-    read_alignments,
-    sentence_words,
-    word_links,
-)
+from alignmt.analysis.align import alignment_error_rate, eflomal_reference_links, word_links
 from alignmt.analysis.coverage import COVERED, CoverageRates, coverage_rates
 from alignmt.analysis.plot import attention_heatmap, bleu_by_length_plot, bucket_bars, save_png
 from alignmt.analysis.scores import Evaluation, score_translations, sentence_bleu_d2l
@@ -29,6 +21,7 @@ from alignmt.cli.translate import translator_for
 from alignmt.decoding.translator import Translation, Translator
 from alignmt.model.device import pick_device
 from alignmt.text.corpus import CorpusError, read_lines
+from alignmt.text.links import Link, import_eflomal, read_alignments, sentence_words
 from alignmt.text.split import read_split
 from alignmt.text.tokenize import MosesTokenizer
 from alignmt.text.vocab import EOS

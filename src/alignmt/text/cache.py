@@ -25,9 +25,9 @@ import numpy as np
 from alignmt.text.tokenize import Tokenizer, tokenizer_from_json
 from alignmt.text.vocab import Vocab
 
-FORMAT = 1  # bump when the folder's layout or the way it is built changes
+FORMAT = 2  # bump when the folder's layout or the way it is built changes
 META = "meta.json"
-ARRAYS = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")
+ARRAYS = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets", "lines")
 SIDES = ("src", "tgt")
 
 IdPair = tuple[list[int], list[int]]
@@ -38,12 +38,14 @@ class CacheError(ValueError):
 
 
 class TokenArrays:
-    """A tokenised parallel corpus of N pairs, ids without specials, in four flat arrays.
+    """A tokenised parallel corpus of N pairs, ids without specials, in four flat arrays,
+    and the line of the corpus file each pair was read from.
 
     Layout (the target side's is the same): pair i's source ids are
     `src_ids[src_offsets[i] : src_offsets[i + 1]]`, so three pairs of 3, 1 and 3 tokens are
         src_ids      [7 9 4 5 8 8 6]   (T,) uint16 or int32, T source tokens in all
         src_offsets  [0 3 4 7]         (N + 1,) int64: 0 first, T last
+        lines        [1 2 4]           (N,) int64: line 3 was dropped (empty, too long...)
     The arrays may be memory-mapped files: nothing here copies them whole.
     """
 
@@ -53,20 +55,25 @@ class TokenArrays:
         src_offsets: np.ndarray,
         tgt_ids: np.ndarray,
         tgt_offsets: np.ndarray,
+        lines: np.ndarray,
     ) -> None:
         # np.asarray drops np.memmap's subclass (the mapping stays): slicing a plain
         # array view is several times cheaper, and pairs() slices twice a row.
         self.src_ids, self.src_offsets = np.asarray(src_ids), np.asarray(src_offsets)
         self.tgt_ids, self.tgt_offsets = np.asarray(tgt_ids), np.asarray(tgt_offsets)
+        self.lines = np.asarray(lines)  # which line of the corpus (1-based) each pair is
         if len(self.src_offsets) != len(self.tgt_offsets) or not len(self.src_offsets):
             raise ValueError(
                 f"offsets: need N + 1 each, got {len(self.src_offsets)} source and "
                 f"{len(self.tgt_offsets)} target"
             )
+        if len(self.lines) != len(self.src_offsets) - 1:
+            raise ValueError(f"lines: need N = {len(self.src_offsets) - 1}, got {len(self.lines)}")
 
     @classmethod
     def from_pairs(cls, pairs: Sequence[IdPair]) -> TokenArrays:
-        """The arrays of id pairs held as lists (small corpora and tests)."""
+        """The arrays of id pairs held as lists (small corpora and tests), read from lines
+        1 to N."""
         sides = []
         for side in (0, 1):
             seqs = [pair[side] for pair in pairs]
@@ -76,7 +83,7 @@ class TokenArrays:
                 (i for seq in seqs for i in seq), dtype=np.int32, count=int(offsets[-1])
             )
             sides += [ids, offsets]
-        return cls(*sides)
+        return cls(*sides, np.arange(1, len(pairs) + 1, dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.src_offsets) - 1
@@ -95,11 +102,11 @@ class TokenArrays:
         ]
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The four arrays by file name stem (`ARRAYS`)."""
+        """The five arrays by file name stem (`ARRAYS`)."""
         return dict(
             zip(
                 ARRAYS,
-                (self.src_ids, self.src_offsets, self.tgt_ids, self.tgt_offsets),
+                (self.src_ids, self.src_offsets, self.tgt_ids, self.tgt_offsets, self.lines),
                 strict=True,
             )
         )
@@ -228,6 +235,10 @@ def load_cache(folder: Path) -> Cached:
     arrays = {name: _load_array(folder, name, meta) for name in ARRAYS}
     for side, vocab in zip(SIDES, vocabs, strict=True):
         _check_side(folder, side, arrays[f"{side}_ids"], arrays[f"{side}_offsets"], vocab, meta)
+    if len(arrays["lines"]) != meta.get("pairs"):
+        raise _damaged(
+            folder, "lines.npy", f"{len(arrays['lines'])} lines for {meta.get('pairs')} pairs"
+        )
     return Cached(TokenArrays(**arrays), tokenizers, vocabs, meta)
 
 

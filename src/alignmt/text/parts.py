@@ -44,7 +44,7 @@ class Part:
     tokens: tuple[int, int]  # source and target tokens of the kept pairs
     dropped: dict[str, tuple[int, list[int]]]  # "long"/"ratio": (pairs, first few lines)
     path: str | None  # the .npz file of the codes and lengths, or None: in `arrays`
-    arrays: dict[str, np.ndarray] | None  # {src,tgt}_{codes,lengths}
+    arrays: dict[str, np.ndarray] | None  # {src,tgt}_{codes,lengths}, and lines
     # Set in the main process: each side's table as numbers of `Seen` (code -> number).
     numbers: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -96,6 +96,7 @@ class _Tokenise:
             arrays[f"{side}_lengths"] = enc.lengths[keep].astype(np.int32)
             tables.append([enc.table[i] for i in used])
             counts.append(count[used])
+        arrays["lines"] = np.asarray(lines, dtype=np.int64)[keep]
         dropped = {
             kind: (int(mask.sum()), np.asarray(lines)[mask][:SHOWN].tolist())
             for kind, mask in (("long", long), ("ratio", ratio))
@@ -252,8 +253,8 @@ def dropped(parts: list[Part], kind: str) -> dict[str, Any]:
 def assemble(
     parts: list[Part], seen: tuple[Seen, Seen], vocabs: tuple[Vocab, Vocab], folder: Path | None
 ) -> TokenArrays:
-    """The parts' codes as vocabulary ids, laid end to end a part at a time, into `folder`
-    (memory-mapped) or memory."""
+    """The parts' codes as vocabulary ids, laid end to end a part at a time, and their
+    pairs' lines, into `folder` (memory-mapped) or memory."""
     pairs = sum(part.kept for part in parts)
     ids_of = [side.ids(vocab) for side, vocab in zip(seen, vocabs, strict=True)]  # number -> id
     ids, offsets = [], []
@@ -262,9 +263,11 @@ def assemble(
         ids.append(new_array(folder, f"{side}_ids", id_dtype(len(vocabs[s])), total))
         offsets.append(new_array(folder, f"{side}_offsets", np.dtype(np.int64), pairs + 1))
         offsets[s][0] = 0
+    lines = new_array(folder, "lines", np.dtype(np.int64), pairs)
     row, token = 0, [0, 0]
     for part in parts:
         arrays = part.load()
+        lines[row : row + part.kept] = arrays["lines"]
         for s, side in enumerate(SIDES):
             codes, lengths = arrays[f"{side}_codes"], arrays[f"{side}_lengths"]
             ids[s][token[s] : token[s] + len(codes)] = ids_of[s][part.numbers[s]][codes]
@@ -272,4 +275,4 @@ def assemble(
             offsets[s][row + 1 : row + 1 + part.kept] = ends
             token[s] += len(codes)
         row += part.kept
-    return TokenArrays(ids[0], offsets[0], ids[1], offsets[1])
+    return TokenArrays(ids[0], offsets[0], ids[1], offsets[1], lines)
