@@ -257,6 +257,8 @@ RULED = [
     ("train.threads", -1, 0, "must not be negative"),
     ("train.snapshot_every", -1, 0, "must not be negative"),
     ("train.save_every", -1, 0, "must not be negative"),
+    ("train.guided_half_life", -1, 0, "must not be negative"),
+    ("search.coverage_penalty", -0.1, 0.0, "must not be negative"),
     ("data.max_len_ratio", 0.5, 0.0, "must be 0 (keep all) or at least 1"),
     ("data.max_len_ratio", -1.0, 1.0, "must be 0 (keep all) or at least 1"),
     ("data.valid_rows", -1, 0, "must not be negative"),
@@ -270,6 +272,8 @@ RULED = [
     ("train.lr", 0.0, 1e-9, "must be positive"),
     ("train.wait_minutes", 0.0, 0.5, "must be positive"),
     ("train.wait_minutes", -1.0, 30.0, "must be positive"),
+    ("train.guided_weight", 0.0, 0.1, "must be positive"),
+    ("model.max_fertility", -2.0, 1.0, "must be positive"),
 ]
 # Fields with no rule, whatever their names suggest: only their type refuses a value.
 UNRULED = [

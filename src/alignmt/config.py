@@ -3,10 +3,11 @@
 Owns `Config` and its sections and how one is built. Precedence, lowest first: dataclass
 defaults < a YAML file (partial and nested: any subset of sections and keys) < command-line
 `key.path=value` overrides. Values are coerced from each field's declared type, never guessed,
-then checked against the rules that type carries (`Count` is `Annotated[int, AtLeast(1)]`),
-never against the key's name. Unknown keys and bad values raise `ConfigError` naming the
-source and the dotted key, with a close-match hint. Imports no other alignmt module: `cli`
-builds a Config, `train` and `Seq2Seq.from_config` unpack it, and model code never sees one.
+then checked against the rules that type carries (`config_rules`: `Count` is
+`Annotated[int, AtLeast(1)]`), never against the key's name. Unknown keys and bad values raise
+`ConfigError` naming the source and the dotted key, with a close-match hint. Imports no other
+alignmt module than its rules: `cli` builds a Config, `train` and `Seq2Seq.from_config` unpack
+it, and model code never sees one.
 """
 
 from __future__ import annotations
@@ -15,79 +16,21 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from difflib import get_close_matches
-from functools import reduce
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
 import yaml
 
-# Rules that a field's type carries as Annotated metadata: `problem(value, whole config)` says
-# what is wrong with the value, or None.
-
-
-@dataclass(frozen=True)
-class AtLeast:
-    low: float
-
-    def problem(self, value: Any, cfg: Any) -> str | None:
-        says = "must not be negative" if self.low == 0 else f"must be at least {self.low:g}"
-        return None if value >= self.low else says
-
-
-@dataclass(frozen=True)
-class Above:
-    low: float
-
-    def problem(self, value: Any, cfg: Any) -> str | None:
-        says = "must be positive" if self.low == 0 else f"must be above {self.low:g}"
-        return None if value > self.low else says
-
-
-@dataclass(frozen=True)
-class Between:
-    low: float
-    high: float  # excluded
-
-    def problem(self, value: Any, cfg: Any) -> str | None:
-        ok = self.low <= value < self.high
-        return None if ok else f"must be in [{self.low:g}, {self.high:g})"
-
-
-@dataclass(frozen=True)
-class ZeroOrAtLeast:
-    low: float
-    zero: str  # what 0 means, for the message
-
-    def problem(self, value: Any, cfg: Any) -> str | None:
-        ok = value == 0 or value >= self.low
-        return None if ok else f"must be 0 ({self.zero}) or at least {self.low:g}"
-
-
-@dataclass(frozen=True)
-class AtMost:
-    key: str  # dotted path of the field that bounds this one
-
-    def problem(self, value: Any, cfg: Any) -> str | None:
-        bound = reduce(getattr, self.key.split("."), cfg)
-        return f"must not exceed {self.key} ({bound})" if value > bound else None
-
-
-@dataclass(frozen=True)
-class Needs:
-    key: str  # dotted path of the field that a nonzero value needs set (or unset)
-    unset: bool = False
-
-    def problem(self, value: Any, cfg: Any) -> str | None:
-        other = reduce(getattr, self.key.split("."), cfg)
-        if not value or bool(other) != self.unset:
-            return None
-        return f"needs {self.key} {'unset' if self.unset else 'set'} (it is {other!r})"
-
-
-Count = Annotated[int, AtLeast(1)]  # a size or a number of things: 0 would mean nothing runs
-NonNegative = Annotated[int, AtLeast(0)]  # a count or interval whose 0 means none, all or off
-Positive = Annotated[float, Above(0)]
-Probability = Annotated[float, Between(0, 1)]  # in [0, 1)
+from alignmt.config_rules import (
+    AtLeast,
+    AtMost,
+    Count,
+    Needs,
+    NonNegative,
+    Positive,
+    Probability,
+    ZeroOrAtLeast,
+)
 
 # Where and in what precision a model runs: shared by configs, command-line flags and
 # `alignmt.model.device`, which turns them into a torch device and an autocast context.
@@ -120,6 +63,11 @@ class ModelConfig:
     # dropout on the encoder states h_j that attention reads (nmtpytorch's dropout_ctx); the
     # final state that a bridge or vanilla decoder reads is left alone
     state_dropout: Probability = 0.0
+    # Tu et al. (2016): each source word's attention so far, C_{i-1,j}, enters its score
+    # (additive and concat scores only): "sum" adds up alpha_ij, "fertility" adds
+    # alpha_ij / Phi_j with a learnt fertility Phi_j = max_fertility * sigmoid(U_f h_j)
+    coverage: Literal["none", "sum", "fertility"] = "none"
+    max_fertility: Positive = 2.0  # N: the most target words a source word may produce
 
 
 @dataclass
@@ -210,6 +158,14 @@ class TrainConfig:
     # Steps between resumable checkpoints (last.safetensors), besides the one written at every
     # evaluation, on a signal and at the end; 0: only those
     save_every: NonNegative = 500
+    # Guided alignment (Chen et al. 2016): train attention towards word links as well. "":
+    # off; a Pharaoh file with a line per line of data.train (word indices as data.tokenizer
+    # cuts the sentences); "eflomal": learnt on the training pairs (the [align] extra),
+    # cached; "task": a synthetic task's own alignment
+    guided_alignment: str = ""
+    guided_weight: Positive = 0.5  # lambda: the alignment loss's weight beside the translation's
+    guided_cost: Literal["ce", "mse"] = "ce"  # cross-entropy or squared error to the links
+    guided_half_life: NonNegative = 0  # steps after which lambda has halved; 0: constant
 
 
 @dataclass
@@ -218,6 +174,9 @@ class SearchConfig:
     max_len_offset: int = 10
     beam_size: Count = 5  # 1 is greedy
     length_penalty: float = 0.6  # GNMT alpha: rank finished beams by score / ((5 + |y|) / 6)^alpha
+    # GNMT beta: add beta * sum_j log(min(sum_i alpha_ij, 1)) to that rank, which favours
+    # outputs that attended to every source word (Wu et al. 2016, eq. 14); 0: none
+    coverage_penalty: Annotated[float, AtLeast(0)] = 0.0
     replace_unk: bool = False  # output <unk> -> the source word it attends to most (Luong 2015)
 
 
