@@ -134,8 +134,8 @@ class Explorer:
 
     def panel(self, index: int = 0) -> dict[str, Any]:
         """What panel `index` shows: output tokens with their probabilities and shading, the
-        current step, the source words with their α, the marked (largest-α) word, the
-        candidates, and the what-if box."""
+        current step, the source words with their α and coverage (and which are marked as
+        under 0.5), the marked (largest-α) word, the candidates, and the what-if box."""
         return self.js(
             r"""
             const p = document.querySelectorAll('.panel')[arguments[0]];
@@ -155,6 +155,9 @@ class Explorer:
               forced: all('.output .tok.forced').map((t) => Number(t.dataset.i)),
               source: words.map((s) => s.querySelector('.word').textContent),
               alpha: words.map((s) => Number(s.dataset.alpha)),
+              coverage: words.map((s) => Number(s.querySelector('.cov').dataset.coverage)),
+              under: words.filter((s) => s.querySelector('.cov.under'))
+                .map((s) => Number(s.dataset.j)),
               top: words.filter((s) => s.classList.contains('top')).map((s) => Number(s.dataset.j)),
               candidates: all('.topk li').map((li) => li.dataset.token),
               statement: none ? none.textContent : null,

@@ -51,6 +51,7 @@ def tiny_model(
     readout: str = "none",
     init: str = "bridge",
     context: str = "every_step",
+    coverage: str = "none",
     dtype: torch.dtype = torch.float64,
     seed: int = 0,
 ) -> Seq2Seq:
@@ -71,6 +72,7 @@ def tiny_model(
         order=order,
         init=init,
         context=context,
+        coverage=coverage,
         readout=readout,
         readout_dim=3,
     )

@@ -35,13 +35,15 @@ def scorer(kind: str, query_dim=D, key_dim=C):
     return make_attention(kind, query_dim=query_dim, key_dim=key_dim, attn_dim=A).double()
 
 
-def reference_scores(module, s: np.ndarray, H: np.ndarray) -> np.ndarray:
-    """The module's scores for one sentence, computed by alignmt.reference from its weights."""
+def reference_scores(module, s: np.ndarray, H: np.ndarray, C: np.ndarray | None = None):
+    """The module's scores for one sentence, computed by alignmt.reference from its weights
+    (and the coverage C (T,) so far, for a scorer with coverage)."""
     w = {name: p.detach().numpy() for name, p in module.named_parameters()}
+    V = w["V.weight"][:, 0] if "V.weight" in w else None
     if isinstance(module, AdditiveAttention):
-        return ref.additive_scores(s, H, w["W_s.weight"], w["W_h.weight"], w["v.weight"][0])
+        return ref.additive_scores(s, H, w["W_s.weight"], w["W_h.weight"], w["v.weight"][0], V, C)
     if isinstance(module, ConcatAttention):
-        return ref.concat_scores(s, H, w["W.weight"], w["v.weight"][0])
+        return ref.concat_scores(s, H, w["W.weight"], w["v.weight"][0], V, C)
     if isinstance(module, GeneralAttention):
         return ref.general_scores(s, H, w["W.weight"])
     if module.scale == 1.0:

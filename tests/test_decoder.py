@@ -50,8 +50,9 @@ def readout_weights(decoder) -> ref.ReadoutWeights:
     )
 
 
-def reference_step(decoder, b, prev, hs, cs, feed, memory, n):
-    """One reference step for sentence b; returns (logits, hs, cs, feed, alpha)."""
+def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None):
+    """One reference step for sentence b (with its coverage C_{i-1} (n,) for a coverage
+    model); returns (logits, hs, cs, feed, alpha)."""
     y = numpy(decoder.embed.weight)[prev[b]]
     H = numpy(memory.states[b, :n])
     mask = np.ones(n, dtype=bool)
@@ -65,7 +66,7 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n):
             readout_weights(decoder),
         )
         return logits, hs, cs, None, None
-    score = lambda s, H: reference_scores(decoder.attention, s, H)  # noqa: E731
+    score = lambda s, H: reference_scores(decoder.attention, s, H, coverage)  # noqa: E731
     if isinstance(decoder, LuongDecoder):
         logits, hs, cs, feed, alpha = ref.luong_step(
             y,

@@ -259,6 +259,12 @@ def test_a_user_steps_forces_overrides_and_opens_the_beam(
             assert shown["current"] == 3
             assert shown["alpha"] == pytest.approx(alpha, abs=1e-6)
             assert shown["top"] == [_argmax(alpha)]  # the marked word has the largest α
+            # each word's coverage: its attention summed over steps 1 to 4
+            coverage = [
+                sum(s["attention"][j] for s in expected["steps"][:4]) for j in range(len(alpha))
+            ]
+            assert shown["coverage"] == pytest.approx(coverage, abs=1e-6)
+            assert shown["under"] == [j for j, c in enumerate(coverage) if c < 0.5]
             assert shown["candidates"][0] == expected["steps"][3]["top_k"][0]["token"]
             assert page.panel(1)["statement"].startswith("This model has no attention")
 

@@ -10,7 +10,8 @@ W maps x to W @ x, so a matrix is (out, in). RNN cells follow PyTorch's gate ord
 (GRU: r, z, n; LSTM: i, f, g, o) so that their weights can be compared one to one.
 
 Sources: Bahdanau et al. 2015 (eq. 5-6 and App. A), Luong et al. 2015 (eq. 5-8),
-Vaswani et al. 2017 (eq. 1), Cho et al. 2014 (the vanilla encoder-decoder).
+Vaswani et al. 2017 (eq. 1), Cho et al. 2014 (the vanilla encoder-decoder), Tu et al. 2016
+(coverage, eq. 9).
 """
 
 from __future__ import annotations
@@ -26,14 +27,29 @@ Array = np.ndarray
 # --- scores e_ij for one query against every h_j ------------------------------------------
 
 
-def additive_scores(s: Array, H: Array, W_s: Array, W_h: Array, v: Array) -> Array:
-    """Bahdanau eq. 6: e_j = v^T tanh(W_s s + W_h h_j)."""
-    return np.array([v @ np.tanh(W_s @ s + W_h @ h) for h in H])
+def additive_scores(
+    s: Array, H: Array, W_s: Array, W_h: Array, v: Array, V: Array | None = None, C=None
+) -> Array:
+    """Bahdanau eq. 6: e_j = v^T tanh(W_s s + W_h h_j). With a coverage weight V (A,) and
+    the coverage C (T,) so far, Tu eq. 9: e_j = v^T tanh(W_s s + W_h h_j + V C_j)."""
+    e = []
+    for j, h in enumerate(H):
+        pre = W_s @ s + W_h @ h
+        if V is not None:
+            pre = pre + V * C[j]
+        e.append(v @ np.tanh(pre))
+    return np.array(e)
 
 
-def concat_scores(s: Array, H: Array, W: Array, v: Array) -> Array:
-    """Luong eq. 8, concat: e_j = v^T tanh(W [s; h_j])."""
-    return np.array([v @ np.tanh(W @ np.concatenate([s, h])) for h in H])
+def concat_scores(s: Array, H: Array, W: Array, v: Array, V: Array | None = None, C=None) -> Array:
+    """Luong eq. 8, concat: e_j = v^T tanh(W [s; h_j]); with coverage, + V C_j in the tanh."""
+    e = []
+    for j, h in enumerate(H):
+        pre = W @ np.concatenate([s, h])
+        if V is not None:
+            pre = pre + V * C[j]
+        e.append(v @ np.tanh(pre))
+    return np.array(e)
 
 
 def general_scores(s: Array, H: Array, W: Array) -> Array:
@@ -49,6 +65,19 @@ def dot_scores(s: Array, H: Array) -> Array:
 def scaled_dot_scores(s: Array, H: Array) -> Array:
     """Vaswani eq. 1: e_j = s^T h_j / sqrt(d)."""
     return dot_scores(s, H) / np.sqrt(len(s))
+
+
+# --- coverage (Tu et al. 2016, eq. 9 and §3.1.1) ----------------------------------------
+
+
+def fertility(H: Array, U_f: Array, N: float) -> Array:
+    """Phi_j = N sigma(U_f h_j): how many target words source word j is expected to make."""
+    return np.array([N * sigmoid(U_f @ h) for h in H])
+
+
+def next_coverage(C: Array, alpha: Array, phi: Array | None) -> Array:
+    """C_{i,j} = C_{i-1,j} + alpha_ij / Phi_j; Phi_j = 1 ("sum") when phi is None."""
+    return C + (alpha if phi is None else alpha / phi)
 
 
 # --- normalisation and context -------------------------------------------------------------

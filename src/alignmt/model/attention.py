@@ -6,6 +6,11 @@ Every scorer has the same two-call interface:
     proj_keys = scorer.project_keys(keys)                         # once per source batch
     context, weights = scorer(query, proj_keys, keys, mask)       # once per decoder step
 
+Additive and concat scorers built with `coverage=True` also read each source position's
+coverage C_{i-1,j}, the attention it has had so far (Tu et al. 2016, "Modeling Coverage for
+Neural Machine Translation", eq. 9): e_ij = v^T tanh(W_s s + W_h h_j + V C_{i-1,j}). Dot and
+general scores have no hidden layer for it to enter, so `make_attention` refuses them.
+
 The part of the score that depends only on the encoder states (W_h h_j for additive
 attention, W h_j for Luong's general score) is computed once by `project_keys` and handed
 back by the caller at every step. Nothing is cached on the module, so a scorer can serve
@@ -57,16 +62,29 @@ def attend(scores: Tensor, values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor
     return context, weights
 
 
-class AdditiveAttention(nn.Module):
-    """Bahdanau et al. (2015), eq. 6 and App. A.1.2: e_ij = v^T tanh(W_s s + W_h h_j).
+def coverage_term(layer: nn.Linear | None, coverage: Tensor | None) -> Tensor | float:
+    """V C_{i-1,j} (B, T_src, A) for a scorer with a coverage weight V (A, 1); 0 without."""
+    if layer is None:
+        return 0.0
+    if coverage is None:
+        raise ValueError("this scorer reads coverage: pass the decoder state's coverage")
+    return layer(coverage.unsqueeze(-1))
 
-    W_s, W_h and v have no biases, as in the paper.
+
+class AdditiveAttention(nn.Module):
+    """Bahdanau et al. (2015), eq. 6 and App. A.1.2: e_ij = v^T tanh(W_s s + W_h h_j), plus
+    V C_{i-1,j} inside the tanh with `coverage`.
+
+    W_s, W_h, V and v have no biases, as in the papers.
     """
 
-    def __init__(self, *, query_dim: int, key_dim: int, attn_dim: int) -> None:
+    def __init__(
+        self, *, query_dim: int, key_dim: int, attn_dim: int, coverage: bool = False
+    ) -> None:
         super().__init__()
         self.W_s = nn.Linear(query_dim, attn_dim, bias=False)
         self.W_h = nn.Linear(key_dim, attn_dim, bias=False)
+        self.V = nn.Linear(1, attn_dim, bias=False) if coverage else None
         self.v = nn.Linear(attn_dim, 1, bias=False)
 
     def project_keys(self, keys: Tensor) -> Tensor:
@@ -74,7 +92,12 @@ class AdditiveAttention(nn.Module):
         return self.W_h(keys)
 
     def forward(
-        self, query: Tensor, proj_keys: Tensor, values: Tensor, mask: Tensor
+        self,
+        query: Tensor,
+        proj_keys: Tensor,
+        values: Tensor,
+        mask: Tensor,
+        coverage: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Score every source position against one query.
 
@@ -83,11 +106,13 @@ class AdditiveAttention(nn.Module):
             proj_keys: (B, T_src, A) from `project_keys`.
             values: (B, T_src, C) encoder states.
             mask: (B, T_src) bool, True at real tokens.
+            coverage: (B, T_src) C_{i-1,j}, for a scorer built with coverage; else unused.
 
         Returns:
             context (B, C) and weights (B, T_src).
         """
-        hidden = torch.tanh(self.W_s(query).unsqueeze(1) + proj_keys)  # (B, T_src, A)
+        pre = self.W_s(query).unsqueeze(1) + proj_keys + coverage_term(self.V, coverage)
+        hidden = torch.tanh(pre)  # (B, T_src, A)
         return attend(self.v(hidden).squeeze(-1), values, mask)
 
 
@@ -96,13 +121,17 @@ class ConcatAttention(nn.Module):
 
     Splitting W = [W_s | W_h] column-wise gives W [s; h] = W_s s + W_h h: the additive
     score of Bahdanau et al. (2015) with its two matrices stored as one. The split lets
-    the key half be computed once per sentence, as for additive attention.
+    the key half be computed once per sentence, as for additive attention. With `coverage`,
+    e_ij = v^T tanh(W [s; h_j] + V C_{i-1,j}), as for the additive score.
     """
 
-    def __init__(self, *, query_dim: int, key_dim: int, attn_dim: int) -> None:
+    def __init__(
+        self, *, query_dim: int, key_dim: int, attn_dim: int, coverage: bool = False
+    ) -> None:
         super().__init__()
         self.query_dim = query_dim
         self.W = nn.Linear(query_dim + key_dim, attn_dim, bias=False)
+        self.V = nn.Linear(1, attn_dim, bias=False) if coverage else None
         self.v = nn.Linear(attn_dim, 1, bias=False)
 
     def project_keys(self, keys: Tensor) -> Tensor:
@@ -110,11 +139,17 @@ class ConcatAttention(nn.Module):
         return keys @ self.W.weight[:, self.query_dim :].T
 
     def forward(
-        self, query: Tensor, proj_keys: Tensor, values: Tensor, mask: Tensor
+        self,
+        query: Tensor,
+        proj_keys: Tensor,
+        values: Tensor,
+        mask: Tensor,
+        coverage: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """Same arguments and results as `AdditiveAttention.forward`."""
         proj_query = query @ self.W.weight[:, : self.query_dim].T  # (B, A)
-        hidden = torch.tanh(proj_query.unsqueeze(1) + proj_keys)  # (B, T_src, A)
+        pre = proj_query.unsqueeze(1) + proj_keys + coverage_term(self.V, coverage)
+        hidden = torch.tanh(pre)  # (B, T_src, A)
         return attend(self.v(hidden).squeeze(-1), values, mask)
 
 
@@ -166,14 +201,27 @@ class DotAttention(nn.Module):
         return attend(scores * self.scale, values, mask)
 
 
+COVERAGE_SCORES = ("additive", "concat")  # the scores with a hidden layer C_{i-1,j} enters
+
+
 def make_attention(
-    kind: AttentionKind, *, query_dim: int, key_dim: int, attn_dim: int
+    kind: AttentionKind, *, query_dim: int, key_dim: int, attn_dim: int, coverage: bool = False
 ) -> nn.Module:
-    """Build the scorer named `kind`; `attn_dim` is used by additive and concat only."""
+    """Build the scorer named `kind`; `attn_dim` is used by additive and concat only, which
+    alone can read coverage."""
+    if coverage and kind not in COVERAGE_SCORES:
+        raise ValueError(
+            f"model.coverage needs an additive or concat score: C_{{i-1,j}} enters the "
+            f"hidden layer inside their tanh (Tu et al. 2016), which {kind!r} has none of"
+        )
     if kind == "additive":
-        return AdditiveAttention(query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim)
+        return AdditiveAttention(
+            query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim, coverage=coverage
+        )
     if kind == "concat":
-        return ConcatAttention(query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim)
+        return ConcatAttention(
+            query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim, coverage=coverage
+        )
     if kind == "general":
         return GeneralAttention(query_dim=query_dim, key_dim=key_dim)
     if kind in ("dot", "scaled_dot"):

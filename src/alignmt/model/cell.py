@@ -19,6 +19,9 @@ class DecoderState(NamedTuple):
     hidden: Tensor  # (B, L, D) s_i of every layer
     cell: Tensor | None  # (B, L, D) LSTM memory cells; None for a GRU
     feed: Tensor | None  # (B, D) Luong's h~_{i-1} for input feeding; None otherwise
+    # (B, T_src) C_{i-1,j}: the attention each source position has had (Tu et al. 2016);
+    # None without a coverage model
+    coverage: Tensor | None = None
 
 
 class StackedCell(nn.Module):
@@ -59,7 +62,7 @@ class StackedCell(nn.Module):
             state: the state after step i - 1.
 
         Returns:
-            The state after step i (`feed` is passed through unchanged).
+            The state after step i (`feed` and `coverage` are passed through unchanged).
         """
         hiddens, cells = [], []
         below = None
@@ -72,10 +75,9 @@ class StackedCell(nn.Module):
             else:
                 below = _gru_update(gi, gh, state.hidden[:, layer])
             hiddens.append(below)
-        return DecoderState(
+        return state._replace(
             hidden=torch.stack(hiddens, dim=1),
             cell=torch.stack(cells, dim=1) if self.is_lstm else None,
-            feed=state.feed,
         )
 
 

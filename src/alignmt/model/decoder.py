@@ -39,6 +39,8 @@ ReadoutKind = Literal["none", "tanh", "maxout"]
 
 InitKind = Literal["zeros", "bridge"]
 
+CoverageKind = Literal["none", "sum", "fertility"]
+
 
 class Memory(NamedTuple):
     """What the decoder reads from the encoder; fixed for a whole sentence."""
@@ -49,6 +51,9 @@ class Memory(NamedTuple):
     # concat, D: general, C: dot, which projects nothing); None for vanilla
     keys: Tensor | None
     context: Tensor | None  # (B, C) vanilla's fixed context (final encoder state); else None
+    # (B, T_src) 1 / Phi_j, what one unit of attention adds to C_j under fertility coverage
+    # (0 at padding, whose attention is 0 anyway); None otherwise
+    coverage_rate: Tensor | None = None
 
 
 class DecoderOutput(NamedTuple):
@@ -134,8 +139,8 @@ class Decoder(nn.Module):
         # state; bridge reads both directions' final states, for every layer; zeros: none.
         self.bridge = nn.Linear(enc_dim, layers * hidden) if init == "bridge" else None
 
-    def init_state(self, final: Tensor) -> DecoderState:
-        """s_0 from the encoder's final state `final` (B, C)."""
+    def init_state(self, final: Tensor, memory: Memory) -> DecoderState:
+        """s_0 from the encoder's final state `final` (B, C); `memory` from `prepare`."""
         batch = final.size(0)
         if self.bridge is None:
             hidden = final.new_zeros(batch, self.layers, self.hidden)
@@ -218,17 +223,60 @@ class Decoder(nn.Module):
 
 class AttentionDecoder(Decoder):
     """A decoder with a scorer over the encoder states (`Decoder`'s arguments, plus the
-    score and its hidden size for additive and concat)."""
+    score, its hidden size for additive and concat, and the coverage model).
 
-    def __init__(self, *, attention: AttentionKind, attn_dim: int, **common: Any) -> None:
+    Coverage (Tu et al. 2016, §3.1.1, "linguistic coverage"): C_{i,j} = C_{i-1,j} + α_ij / Φ_j
+    with C_{0,j} = 0 enters the next step's score (see attention.py). "sum" has Φ_j = 1; under
+    "fertility" each source word learns how many target words it tends to produce,
+    Φ_j = N σ(U_f h_j), so that C_{i,j} ≈ 1 says "translated as often as it should be".
+    """
+
+    def __init__(
+        self,
+        *,
+        attention: AttentionKind,
+        attn_dim: int,
+        coverage: CoverageKind = "none",
+        max_fertility: float = 2.0,
+        **common: Any,
+    ) -> None:
         super().__init__(**common)
         self.attention = make_attention(
-            attention, query_dim=self.hidden, key_dim=self.enc_dim, attn_dim=attn_dim
+            attention,
+            query_dim=self.hidden,
+            key_dim=self.enc_dim,
+            attn_dim=attn_dim,
+            coverage=coverage != "none",
         )
+        self.coverage = coverage
+        self.max_fertility = max_fertility  # N
+        self.U_f = nn.Linear(self.enc_dim, 1, bias=False) if coverage == "fertility" else None
 
     def prepare(self, states: Tensor, mask: Tensor, final: Tensor) -> Memory:
-        """Project the keys once per source batch; `final` is unused (attention reads states)."""
-        return Memory(states, mask, self.attention.project_keys(states), None)
+        """Project the keys once per source batch, and the fertilities for fertility
+        coverage; `final` is unused (attention reads states)."""
+        rate = None
+        if self.U_f is not None:
+            fertility = self.max_fertility * torch.sigmoid(self.U_f(states).squeeze(-1))
+            rate = torch.where(mask, fertility.reciprocal(), 0.0)  # (B, T_src)
+        return Memory(states, mask, self.attention.project_keys(states), None, rate)
+
+    def init_state(self, final: Tensor, memory: Memory) -> DecoderState:
+        state = super().init_state(final, memory)
+        if self.coverage == "none":
+            return state
+        return state._replace(coverage=memory.states.new_zeros(memory.mask.shape))  # C_0
+
+    def _attend(
+        self, query: Tensor, state: DecoderState, memory: Memory
+    ) -> tuple[Tensor, Tensor, DecoderState]:
+        """c_i (B, C) and α_i (B, T_src) for `query`, and the state with C_i."""
+        keys = (query, memory.keys, memory.states, memory.mask)
+        if state.coverage is None:
+            return *self.attention(*keys), state
+        context, alpha = self.attention(*keys, state.coverage)
+        gained = alpha if memory.coverage_rate is None else alpha * memory.coverage_rate
+        return context, alpha, state._replace(coverage=state.coverage + gained)
 
 
 class BahdanauDecoder(AttentionDecoder):
@@ -253,7 +301,7 @@ class BahdanauDecoder(AttentionDecoder):
         self, gates: Tensor, state: DecoderState, memory: Memory
     ) -> tuple[DecoderState, Tensor, Tensor]:
         query = state.hidden[:, -1]  # (B, D) s_{i-1} of the top layer
-        context, alpha = self.attention(query, memory.keys, memory.states, memory.mask)
+        context, alpha, state = self._attend(query, state, memory)
         state = self.rnn(gates + self.rnn.extra_in(context), state)
         return state, torch.cat([state.hidden[:, -1], context], dim=-1), alpha  # (B, D + C)
 
@@ -277,9 +325,9 @@ class LuongDecoder(AttentionDecoder):
         self.W_c = nn.Linear(self.enc_dim + self.hidden, self.hidden, bias=False)  # eq. 5
         self.proj = nn.Linear(self.hidden, self.vocab_size)
 
-    def init_state(self, final: Tensor) -> DecoderState:
+    def init_state(self, final: Tensor, memory: Memory) -> DecoderState:
         # h~_0 = 0: nothing has been attended to before the first step.
-        state = super().init_state(final)
+        state = super().init_state(final, memory)
         return state._replace(feed=final.new_zeros(final.size(0), self.hidden))
 
     def _advance(
@@ -287,7 +335,7 @@ class LuongDecoder(AttentionDecoder):
     ) -> tuple[DecoderState, Tensor, Tensor]:
         state = self.rnn(gates + self.rnn.extra_in(state.feed), state)
         query = state.hidden[:, -1]  # (B, D) s_i of the top layer
-        context, alpha = self.attention(query, memory.keys, memory.states, memory.mask)
+        context, alpha, state = self._attend(query, state, memory)
         attentional = torch.tanh(self.W_c(torch.cat([context, query], dim=-1)))  # (B, D)
         return state._replace(feed=attentional), attentional, alpha
 

@@ -149,7 +149,13 @@ def sequence_loss(logits: Array, targets: Array, pad_id: int, label_smoothing: f
 
 
 def check_config(cfg: ModelConfig) -> None:
-    """The combinations `Seq2Seq.from_config` refuses, refused alike (same messages)."""
+    """The combinations `Seq2Seq.from_config` refuses, refused alike (same messages), and
+    what only the PyTorch model has."""
+    if cfg.coverage != "none":
+        raise ValueError(
+            f"model.coverage={cfg.coverage} is built in the PyTorch model only: train and "
+            "decode it with train.backend=torch (translate --backend torch)"
+        )
     if cfg.attention == "none" and cfg.context == "init_only" and cfg.init != "bridge":
         raise ValueError(
             "model.context=init_only passes the source only through s_0, so it needs "

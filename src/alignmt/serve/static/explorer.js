@@ -132,8 +132,23 @@ const hideTip = () => (tooltip.hidden = true);
 
 // ---- Drawing attention ------------------------------------------------------------------
 
-/* α over the source words as bars; the largest is marked; a click calls onPick(j). */
-function attentionBars(sourceTokens, alpha, { steered = null, onPick = null } = {}) {
+/* Each source word's coverage after step `at`: its attention summed over steps 0..at
+   (Tu et al. 2016). A word still under 0.5 at the end is what the under-translation rate counts. */
+const coverageAt = (steps, at) => steps[0].attention.map((_, j) =>
+  steps.slice(0, at + 1).reduce((sum, step) => sum + step.attention[j], 0));
+
+function coverageMeter(c) {
+  return el("span", {
+    class: `cov${c < 0.5 ? " under" : ""}`,
+    "data-coverage": c,
+    title: `attention so far: ${fixed(c, 2)}`,
+    style: `--cov: ${Math.min(1, c).toFixed(3)}`,
+  }, fixed(c, 1));
+}
+
+/* α over the source words as bars, each word's coverage under it when given; the largest α
+   is marked; a click calls onPick(j). */
+function attentionBars(sourceTokens, alpha, { steered = null, onPick = null, coverage = null } = {}) {
   const top = argmax(alpha);
   return sourceTokens.map((token, j) =>
     el("div", {
@@ -146,7 +161,8 @@ function attentionBars(sourceTokens, alpha, { steered = null, onPick = null } = 
     el("span", { class: "val" }, alpha[j] >= 0.005 ? fixed(alpha[j], 2) : ""),
     el("span", { class: "bar-area" },
       el("span", { class: "bar", style: `height: ${Math.round(100 * alpha[j])}%` })),
-    el("span", { class: "word" }, token)));
+    el("span", { class: "word" }, token),
+    coverage ? coverageMeter(coverage[j]) : null));
 }
 
 /* The (output x source) matrix as a table; hovering a cell tells its value. */
@@ -274,6 +290,7 @@ class Panel {
     const steered = step.overridden ? this.request.override[this.at] : null;
     box.replaceChildren(...attentionBars(this.result.source_tokens, step.attention, {
       steered,
+      coverage: coverageAt(this.result.steps, this.at),
       onPick: (j) => timed("override", () => this.steer(j)),
     }));
   }
