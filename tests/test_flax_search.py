@@ -194,3 +194,11 @@ def test_flax_decoding_imports_no_torch():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_the_flax_translator_refuses_a_coverage_penalty_and_names_the_backend_that_has_it(toy):
+    from alignmt.decoding.flax_translator import FlaxTranslator
+
+    _, flax, greedy, _ = toy
+    with pytest.raises(ValueError, match="no coverage penalty: use --backend torch"):
+        FlaxTranslator.from_checkpoint(flax, replace(greedy, coverage_penalty=0.2), device="cpu")

@@ -34,6 +34,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--batch-size", type=positive, default=64, help="the most sentences decoded at once"
     )
     parser.add_argument("--replace-unk", action="store_true", help=REPLACE_UNK)
+    parser.add_argument(
+        "--coverage-penalty",
+        type=at_least_zero,
+        metavar="BETA",
+        help="beam search ranks ended hypotheses by score / lp + BETA * sum_j "
+        "log(min(attention on word j, 1)) (GNMT); 0 = none (default: run config)",
+    )
     add_device_options(parser)
 
 
@@ -98,6 +105,14 @@ def above_zero(text: str) -> float:
     value = _number(text)
     if not 0 < value < math.inf:
         raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
+    return value
+
+
+def at_least_zero(text: str) -> float:
+    """argparse type of a penalty's weight: a finite number, 0 or more."""
+    value = _number(text)
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {text!r}")
     return value
 
 

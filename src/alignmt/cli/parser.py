@@ -16,6 +16,7 @@ from alignmt.cli.flags import (
     add_device_options,
     add_run_options,
     add_test_options,
+    at_least_zero,
     length_range,
     port,
     positive,
@@ -182,6 +183,9 @@ def _compare(commands: Commands) -> None:
     compare.add_argument("--beam", type=positive, help="beam size (default: each run's config)")
     compare.add_argument("--batch-size", type=positive, default=64)
     compare.add_argument("--replace-unk", action="store_true", help=REPLACE_UNK)
+    compare.add_argument(
+        "--coverage-penalty", type=at_least_zero, metavar="BETA", help="as in evaluate"
+    )
     add_test_options(compare)
     add_device_options(compare)
 

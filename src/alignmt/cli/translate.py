@@ -119,8 +119,10 @@ def flax_translator_for(run: str, args: argparse.Namespace) -> FlaxTranslator:
 
 
 def search_for(search: SearchConfig, args: argparse.Namespace) -> SearchConfig:
-    """A run's search with --beam and --replace-unk applied."""
+    """A run's search with --beam, --replace-unk and --coverage-penalty applied."""
     search = search if args.beam is None else replace(search, beam_size=args.beam)
+    if args.coverage_penalty is not None:
+        search = replace(search, coverage_penalty=args.coverage_penalty)
     search = replace(search, replace_unk=search.replace_unk or args.replace_unk)
     if search.beam_size < 1:
         raise ValueError(f"--beam must be at least 1, got {search.beam_size}")

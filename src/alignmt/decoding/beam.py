@@ -3,17 +3,19 @@ the back-trace through the parents at the end. `beam_search` in search.py runs t
 
 A sentence's K beams run as K rows, sentence-major (row b * K + k). Each step keeps the
 2K best one-token extensions of a sentence's beams, those ending in </s> last; hypotheses
-are ranked by score / `length_penalty`, GNMT's (Wu et al. 2016, eq. 14).
+are ranked by score / `length_penalty`, GNMT's (Wu et al. 2016, eq. 14), plus its
+`coverage_penalty` when asked, for which `Covering` keeps each row's summed attention.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-from alignmt.decoding.rows import Taken, select_rows
+from alignmt.decoding.rows import Taken, pad_dim1, select_rows
 from alignmt.decoding.steps import Hypothesis, log_sum_exp_from
 
 
@@ -58,6 +60,57 @@ def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
         lp, a float or a tensor shaped as `length`.
     """
     return ((5 + length) / 6) ** alpha
+
+
+def coverage_penalty(covered: Tensor, beta: float) -> Tensor:
+    """GNMT's coverage penalty cp = beta * sum_j log(min(sum_i alpha_ij, 1)) (Wu et al. 2016,
+    eq. 14): 0 once every source word has had a whole unit of attention, and ever more
+    negative as words are left with less.
+
+    Args:
+        covered: (N, T_src) each row's attention summed over its steps so far.
+        beta: the penalty's weight, >= 0.
+
+    Returns:
+        (N,) cp, <= 0. Positions with no attention at all are padding (masked softmax gives
+        padding exactly 0; a real word gets exactly 0 only if its weight underflows, and then
+        it is left out too): a sentence's padding grows when a longer one joins the batch,
+        and must not change its ranking.
+    """
+    real = covered > 0
+    logs = covered.clamp(max=1.0).where(real, 1.0).log()  # log 1 = 0 at padding
+    return beta * logs.sum(dim=1)
+
+
+class Covering:
+    """A step function whose state also carries each row's attention summed so far (the
+    coverage penalty's), as one more batch-first field, so that the search's row operations
+    move it with the rest. Starts as (N, 0) and is zero-padded to each step's T_src."""
+
+    def __init__(self, step: Any) -> None:
+        self.step = step
+        self.kind: Any = None  # the wrapped state's type, to rebuild it for the step
+
+    def wrap(self, begin: Callable[[Taken], tuple[Any, Any, Beams]]):
+        """`begin` (what search keeps of newly taken sentences), with nothing covered yet
+        in their rows' states."""
+
+        def started(taken: Taken) -> tuple[tuple, Any, Beams]:
+            state, memory, beams = begin(taken)
+            self.kind = type(state)
+            nothing = torch.zeros(beams.scores.numel(), 0, device=beams.limit.device)
+            return (*state, nothing), memory, beams
+
+        return started
+
+    def __call__(self, prev: Tensor, state: tuple, memory: Any):
+        *fields, covered = state
+        inner = self.kind._make(fields) if hasattr(self.kind, "_make") else self.kind(fields)
+        logits, inner, alpha = self.step(prev, inner, memory)
+        if alpha is None:
+            raise ValueError("search.coverage_penalty sums attention, and this model has none")
+        covered = pad_dim1(covered, alpha.size(1)) + alpha.float()  # (N, T_src)
+        return logits, (*inner, covered), alpha
 
 
 def check_beam_args(beam_size: int, nbest: int, width: int) -> None:

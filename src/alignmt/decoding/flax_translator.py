@@ -68,13 +68,19 @@ class FlaxTranslator:
     ) -> FlaxTranslator:
         """The checkpoint's model on `device` (see `jax_device`), searching as `search`
         says (default: its stored config)."""
+        search = search or ckpt.config.search
+        if search.coverage_penalty:
+            raise ValueError(
+                "the Flax search has no coverage penalty: use --backend torch, or "
+                "--coverage-penalty 0"
+            )
         params = jax.device_put(ckpt.params, jax_device(device))
         return cls(
             ckpt.model,
             params,
             tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer),
             vocabs=(ckpt.src_vocab, ckpt.tgt_vocab),
-            search=search or ckpt.config.search,
+            search=search,
         )
 
     @property

@@ -24,11 +24,13 @@ from torch import Tensor
 
 from alignmt.decoding.beam import (
     BeamStep,
+    Covering,
     advance,
     backtrack,
     candidates,
     cannot_improve,
     check_beam_args,
+    coverage_penalty,
     length_penalty,
     parent_rows,
     start_beams,
@@ -66,6 +68,7 @@ class _Options:
     beam_size: int = 1  # beam search's K, nbest and alpha; see `beam_search`
     nbest: int = 1
     alpha: float = 0.0
+    beta: float = 0.0  # the coverage penalty's weight; 0: none
 
 
 @torch.no_grad()
@@ -129,6 +132,7 @@ def beam_search(
     width: int,
     alpha: float = 0.0,
     nbest: int = 1,
+    beta: float = 0.0,
 ) -> list[list[Hypothesis]]:
     """Keep the `beam_size` (K) best partial outputs of each sentence, for at most `width`
     sentences at once.
@@ -158,6 +162,9 @@ def beam_search(
         width: the most sentences searched in one step, >= 1.
         alpha: the length penalty's exponent; 0 ranks by summed log-probability.
         nbest: how many hypotheses to return per sentence, 1 <= nbest <= K.
+        beta: > 0: ended hypotheses are ranked by score / lp + `coverage_penalty` (needs
+            attention). The stopping rule stays exact, as cp <= 0 can only lower a live
+            beam's future rank.
 
     Returns:
         For each sentence, in input order, its nbest best hypotheses, best first (fewer only
@@ -173,6 +180,7 @@ def beam_search(
         width=width,
         alpha=alpha,
         nbest=nbest,
+        beta=beta,
     )
     return backtrack(history, count, nbest) if history else []
 
@@ -188,6 +196,7 @@ def beam_steps(
     width: int,
     alpha: float = 0.0,
     nbest: int = 1,
+    beta: float = 0.0,
 ) -> tuple[list[BeamStep], int]:
     """`beam_search` without the back-trace, with `beam_search`'s arguments.
 
@@ -200,6 +209,9 @@ def beam_steps(
     if start is None:
         return [], 0
     begin = partial(start_beams, beam_size=K, nbest=nbest)
+    if beta:
+        step = Covering(step)
+        begin = step.wrap(begin)
     state, memory, beams = begin(start)
     offsets = torch.arange(K, device=beams.limit.device)  # (K,) a sentence's rows
     history = []
@@ -214,7 +226,11 @@ def beam_steps(
         # beams not yet live.
         ends = (rank < K) & cand.isfinite() & ((tokens == eos_id) | at_limit[:, None])
         lp = length_penalty(length.to(cand.dtype), alpha)  # (B_t,)
-        ended = (cand / lp[:, None]).masked_fill(~ends, float("-inf"))  # (B_t, 2K)
+        ranked = cand / lp[:, None]  # (B_t, 2K)
+        if beta:  # each candidate's cp is its parent's coverage after this step's attention
+            cp = coverage_penalty(state[-1], beta).unflatten(0, (-1, K))  # (B_t, K)
+            ranked = ranked + cp.gather(1, parents).to(ranked)
+        ended = ranked.masked_fill(~ends, float("-inf"))  # (B_t, 2K)
         if weights is not None:
             weights = weights.unflatten(0, (-1, K))  # (B_t, K, T_src)
         history.append(
@@ -236,6 +252,7 @@ def beam_decode(
     beam_size: int = 5,
     nbest: int = 1,
     alpha: float = 0.0,
+    beta: float = 0.0,
     max_len_ratio: float = 2.0,
     max_len_offset: int = 10,
 ) -> list[list[Hypothesis]]:
@@ -245,7 +262,7 @@ def beam_decode(
         model: a Seq2Seq (put in eval mode by the caller).
         src: (B, T_src) int64 source ids ending in </s>, padded.
         src_len: (B,) int64 real lengths.
-        beam_size, nbest, alpha: see `beam_search`.
+        beam_size, nbest, alpha, beta: see `beam_search`.
         max_len_ratio, max_len_offset: the length limit, see `max_output_len`.
 
     Returns:
@@ -253,7 +270,7 @@ def beam_decode(
         length and on the CPU, as `decode` returns it.
     """
     width = max(len(src_len), 1)
-    options = _Options(width, max_len_ratio, max_len_offset, beam_size, nbest, alpha)
+    options = _Options(width, max_len_ratio, max_len_offset, beam_size, nbest, alpha, beta)
     return _beam(model, [(src, src_len)], options)
 
 
@@ -266,6 +283,7 @@ def beam_decode_batches(
     beam_size: int = 5,
     nbest: int = 1,
     alpha: float = 0.0,
+    beta: float = 0.0,
     max_len_ratio: float = 2.0,
     max_len_offset: int = 10,
 ) -> list[list[Hypothesis]]:
@@ -274,13 +292,13 @@ def beam_decode_batches(
 
     Args:
         model, batches, width, max_len_ratio, max_len_offset: as in `decode_batches`.
-        beam_size, nbest, alpha: see `beam_search`.
+        beam_size, nbest, alpha, beta: see `beam_search`.
 
     Returns:
         For each sentence, in input order, its hypotheses best first; attention is cut to
         the sentence's source length and on the CPU.
     """
-    options = _Options(width, max_len_ratio, max_len_offset, beam_size, nbest, alpha)
+    options = _Options(width, max_len_ratio, max_len_offset, beam_size, nbest, alpha, beta)
     return _beam(model, batches, options)
 
 
@@ -310,7 +328,11 @@ def _beam(
 ) -> list[list[Hypothesis]]:
     """`beam_decode_batches` with its arguments in `options`."""
     search = partial(
-        beam_search, beam_size=options.beam_size, alpha=options.alpha, nbest=options.nbest
+        beam_search,
+        beam_size=options.beam_size,
+        alpha=options.alpha,
+        nbest=options.nbest,
+        beta=options.beta,
     )
     beams, src_lens = _run(model, batches, options, search)
     return [

@@ -49,6 +49,7 @@ def step_through(
     top_k: int = 5,
     beam_size: int = 1,
     alpha: float = 0.0,
+    beta: float = 0.0,
 ) -> list[DecoderStep]:
     """Decode one sentence, recording every step; force `prefix`, then go on greedily or
     with a beam of `beam_size` to </s> or `max_len` tokens.
@@ -62,9 +63,9 @@ def step_through(
             attention (masked_softmax over that position alone gives it weight 1); the
             model must have attention.
         top_k: candidates recorded per step.
-        beam_size, alpha: with beam_size > 1 the continuation after the prefix is beam
-            search's best (score / length_penalty(alpha)), and its steps are recorded by
-            replaying it.
+        beam_size, alpha, beta: with beam_size > 1 the continuation after the prefix is
+            beam search's best (score / length_penalty(alpha), plus the coverage penalty
+            with beta), and its steps are recorded by replaying it.
 
     Returns:
         One `DecoderStep` per output token, in order.
@@ -81,7 +82,8 @@ def step_through(
     follow = list(prefix)
     with packed_linears(model.decoder, rows=beam_size):
         if beam_size > 1:
-            follow = _beam_best(model, step, state, memory, follow, max_len, beam_size, alpha)
+            ranking = (alpha, beta)
+            follow = _beam_best(model, step, state, memory, follow, max_len, beam_size, ranking)
         return _walk(model, step, state, memory, follow, len(prefix), max_len, top_k)
 
 
@@ -146,7 +148,7 @@ def _beam_best(
     prefix: list[int],
     max_len: int,
     beam_size: int,
-    alpha: float,
+    ranking: tuple[float, float],
 ) -> list[int]:
     """Beam search's best output that starts with `prefix`: at the prefix's positions every
     other token is ruled out, so the beams grow from the prefix and are ranked with its
@@ -164,7 +166,7 @@ def _beam_best(
         calls += 1
         return logits, state, weights
 
-    history = _sentence_steps(model, forced_step, state, memory, max_len, beam_size, alpha)
+    history = _sentence_steps(model, forced_step, state, memory, max_len, beam_size, ranking)
     trace = _trace(history, beam_size)
     return trace.tokens(trace.finished[0]) if trace.finished else prefix
 
@@ -208,7 +210,13 @@ class BeamTrace:
 
 @torch.no_grad()
 def beam_trace(
-    model: Seq2Seq, src: Tensor, *, max_len: int, beam_size: int, alpha: float = 0.0
+    model: Seq2Seq,
+    src: Tensor,
+    *,
+    max_len: int,
+    beam_size: int,
+    alpha: float = 0.0,
+    beta: float = 0.0,
 ) -> BeamTrace:
     """Beam search over one sentence, keeping every candidate it weighed (see `beam_search`).
 
@@ -221,12 +229,14 @@ def beam_trace(
         model: a Seq2Seq in eval mode.
         src: (T_src,) int64 source ids ending in </s>.
         max_len: the most output tokens (</s> included).
-        beam_size, alpha: see `beam_search`.
+        beam_size, alpha, beta: see `beam_search`.
     """
     memory, state = model.encode(src[None], torch.tensor([len(src)], device=src.device))
     with packed_linears(model.decoder, rows=beam_size):
-        step = model.decode_step
-        history = _sentence_steps(model, step, state, memory, max_len, beam_size, alpha, beam_size)
+        step, ranking = model.decode_step, (alpha, beta)
+        history = _sentence_steps(
+            model, step, state, memory, max_len, beam_size, ranking, beam_size
+        )
     return _trace(history, beam_size)
 
 
@@ -237,11 +247,11 @@ def _sentence_steps(
     memory: Memory,
     max_len: int,
     beam_size: int,
-    alpha: float,
+    ranking: tuple[float, float],
     nbest: int = 1,
 ) -> list[BeamStep]:
     """`beam_steps` over one sentence that `model` encoded, to at most `max_len` tokens;
-    `step`, `beam_size`, `alpha` and `nbest` are as in `beam_search`."""
+    `step`, `beam_size` and `nbest` are as in `beam_search`, `ranking` its (alpha, beta)."""
     limit = torch.tensor([max_len], device=memory.states.device)
     history, _ = beam_steps(
         step,
@@ -250,7 +260,8 @@ def _sentence_steps(
         bos_id=model.bos_id,
         eos_id=model.eos_id,
         width=1,
-        alpha=alpha,
+        alpha=ranking[0],
+        beta=ranking[1],
         nbest=nbest,
     )
     return history

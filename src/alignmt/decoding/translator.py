@@ -241,7 +241,7 @@ class Translator:
             if draw is not None:
                 hyps = decode_batches(self.model, batches, width=batch_size, pick=draw[1], **limits)
                 return list(_chunks(hyps, draw[0]))
-            if cfg.beam_size == 1 and nbest == 1:
+            if cfg.beam_size == 1 and nbest == 1 and not cfg.coverage_penalty:
                 hyps = decode_batches(self.model, batches, width=batch_size, **limits)
                 return [[h] for h in hyps]
             return beam_decode_batches(
@@ -251,6 +251,7 @@ class Translator:
                 beam_size=cfg.beam_size,
                 nbest=nbest,
                 alpha=cfg.length_penalty,
+                beta=cfg.coverage_penalty,
                 **limits,
             )
 
@@ -280,6 +281,7 @@ class Translator:
                 top_k=top_k,
                 beam_size=beam_size,
                 alpha=self.search.length_penalty,
+                beta=self.search.coverage_penalty,
             )
         attention = _stack([s.attention for s in steps])
         log_probs = [s.log_prob for s in steps]
@@ -299,6 +301,7 @@ class Translator:
                 max_len=max_len,
                 beam_size=beam_size,
                 alpha=self.search.length_penalty,
+                beta=self.search.coverage_penalty,
             )
         return src_tokens, trace
 
