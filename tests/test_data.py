@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from alignmt.model.batch import Batch, make_batch, pad_sequences, source_batch
+from alignmt.model.batch import Batch, guide_matrix, make_batch, pad_sequences, source_batch
 from alignmt.text.corpus import CorpusError
 from alignmt.text.split import bucket_batches, read_split
 from alignmt.text.vocab import BOS, EOS, PAD, UNK, Vocab
@@ -207,7 +207,21 @@ def test_select_of_a_short_row_has_no_padding_and_equals_its_own_batch(batch, vo
     assert not (alone.src == vocab.pad_id).any()
     expected = make_batch([(vocab.encode("ab"), vocab.encode("ba"))], vocab, vocab)
     for f in fields(Batch):
+        if f.name == "guide":  # neither carries word links
+            assert alone.guide is None and expected.guide is None
+            continue
         assert torch.equal(getattr(alone, f.name), getattr(expected, f.name)), f.name
+
+
+def test_select_cuts_a_guide_to_the_rows_and_their_lengths(batch, vocab):
+    links = [[(0, 0)], [(1, 0), (0, 1)]][: len(batch.src_len)]
+    guided = Batch(**{f.name: getattr(batch, f.name) for f in fields(Batch)})
+    guided.guide = guide_matrix(links + [[]] * (len(batch.src_len) - len(links)), batch)
+    alone = guided.select(0)
+    assert alone.guide.shape == (1, alone.tgt_out.size(1), alone.src.size(1))
+    assert torch.equal(
+        alone.guide[0], guided.guide[0, : alone.tgt_out.size(1), : alone.src.size(1)]
+    )
 
 
 def test_select_of_several_rows_keeps_their_order_and_trims_to_the_longest(batch, vocab):
@@ -225,9 +239,12 @@ def test_select_of_no_rows_raises(batch):
 
 def test_to_moves_every_tensor_and_leaves_the_original(batch):
     # "meta" stands in for an accelerator: a real device move without needing one.
-    moved = batch.to("meta")
+    guided = Batch(**{f.name: getattr(batch, f.name) for f in fields(Batch)})
+    guided.guide = torch.zeros(*batch.tgt_out.shape, batch.src.size(1))
+    moved = guided.to("meta")
     assert all(getattr(moved, f.name).device.type == "meta" for f in fields(Batch))
-    assert all(getattr(batch, f.name).device.type == "cpu" for f in fields(Batch))
+    assert all(getattr(guided, f.name).device.type == "cpu" for f in fields(Batch))
+    assert batch.to("meta").guide is None  # a batch without links stays without
 
 
 # --- corpus splits and bucketing --------------------------------------------------------------

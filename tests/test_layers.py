@@ -22,7 +22,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Lowest first. A module may load modules of its own layer and of the layers before it.
 LAYERS = [
-    ["alignmt.config", "alignmt.reference"],
+    ["alignmt.config", "alignmt.config_rules", "alignmt.reference"],
     ["alignmt.text"],
     ["alignmt.checkpoint"],  # the format and atomic writes; its torch_io comes later
     ["alignmt.model"],
@@ -38,9 +38,12 @@ LAYERS = [
 NO_TORCH = [
     "alignmt",
     "alignmt.config",
+    "alignmt.config_rules",
     "alignmt.reference",
     "alignmt.text.cache",
     "alignmt.text.corpus",
+    "alignmt.text.guide",
+    "alignmt.text.links",
     "alignmt.text.parts",
     "alignmt.text.prepare",
     "alignmt.text.split",

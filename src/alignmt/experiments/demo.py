@@ -157,8 +157,9 @@ def demo_configs(cfg: Config) -> dict[str, Config]:
     configs = {
         "vanilla": replace(
             cfg,
-            model=replace(cfg.model, attention="none"),
-            train=replace(cfg.train, snapshot_every=0),
+            model=replace(cfg.model, attention="none", coverage="none"),
+            # no attention to keep snapshots of, or to guide
+            train=replace(cfg.train, snapshot_every=0, guided_alignment=""),
             out_dir=str(out / "vanilla"),
         ),
         **{

@@ -24,6 +24,9 @@ class Batch:
     tgt_in: Tensor  # (B, T_tgt) int64, <s> y_1 .. y_n   (decoder inputs)
     tgt_out: Tensor  # (B, T_tgt) int64, y_1 .. y_n </s>  (loss targets)
     tgt_len: Tensor  # (B,) int64, n + 1
+    # (B, T_tgt, T_src) float32, each target token's word links as a distribution over the
+    # source tokens (guided alignment); None without
+    guide: Tensor | None = None
 
     @property
     def num_tgt_tokens(self) -> int:
@@ -32,7 +35,8 @@ class Batch:
 
     def to(self, device: torch.device | str) -> Batch:
         """The same batch with every tensor on `device`."""
-        return Batch(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        return Batch(**{k: None if v is None else v.to(device) for k, v in moved.items()})
 
     def select(self, index: int | Sequence[int]) -> Batch:
         """The sub-batch of rows `index`, trimmed to its own longest source and target.
@@ -55,6 +59,7 @@ class Batch:
             tgt_in=self.tgt_in[rows, :t_tgt],
             tgt_out=self.tgt_out[rows, :t_tgt],
             tgt_len=tgt_len,
+            guide=None if self.guide is None else self.guide[rows, :t_tgt, :t_src],
         )
 
 
@@ -120,3 +125,23 @@ def _check_ids(ids: Sequence[int], vocab: Vocab, what: str) -> None:
     bad = [i for i in ids if i in reserved or not 0 <= i < len(vocab)]
     if bad:
         raise ValueError(f"{what}: ids {bad} are specials or outside the vocabulary")
+
+
+def guide_matrix(links: Sequence[Sequence[tuple[int, int]]], batch: Batch) -> Tensor:
+    """Each target token's links as a distribution over the source tokens, for guided
+    alignment's loss.
+
+    Args:
+        links: each pair's (source token, target token) links, 0-based, specials not
+            counted: target token t is y_{t+1}, the output of decoder step t.
+        batch: the pairs' batch, for its shape.
+
+    Returns:
+        (B, T_tgt, T_src) float32: 1 / |links of t| at each source token linked to t; rows
+        of tokens without links (and of </s> and padding) all zeros.
+    """
+    index = [(b, t, s) for b, pairs in enumerate(links) for s, t in pairs]
+    guide = torch.zeros(*batch.tgt_out.shape, batch.src.size(1))  # (B, T_tgt, T_src)
+    if index:
+        guide[tuple(torch.tensor(index).T)] = 1.0
+    return guide / guide.sum(dim=-1, keepdim=True).clamp_min(1.0)

@@ -1,5 +1,6 @@
 """The training loss: cross-entropy over real target tokens, and the same loss fused with the
-vocabulary projection so that the (B, T_tgt, V) logits never exist.
+vocabulary projection so that the (B, T_tgt, V) logits never exist; and guided alignment's
+loss between attention and word links (Chen et al. 2016).
 
 `sequence_loss(logits, ...)` is the plain definition. `linear_cross_entropy(x, W, b, ...)`
 equals `sequence_loss(x @ W^T + b, ...)` (and its gradients equal autograd's) but walks the
@@ -134,3 +135,30 @@ class _LinearCrossEntropy(torch.autograd.Function):
         scale = grad_loss * ctx.scale
         grad_b = None if grad_b is None else grad_b * scale
         return grad_x * scale, grad_w * scale, grad_b, None, None, None
+
+
+def alignment_loss(attention: Tensor, guide: Tensor, cost: str = "ce") -> Tensor:
+    """Guided alignment's loss (Chen et al. 2016, §3): how far each target token's attention
+    lies from its word links, averaged over the target tokens that have links.
+
+    Args:
+        attention: (B, T_tgt, T_src) alpha_i of the step that emits each target token.
+        guide: (B, T_tgt, T_src) each linked token's links as a distribution (1 / |links|
+            on each linked source token); all zeros for a token without links, padding and
+            </s>, which add nothing.
+        cost: "ce", the cross-entropy -sum_j guide_ij log alpha_ij, or "mse", the squared
+            error sum_j (alpha_ij - guide_ij)^2.
+
+    Returns:
+        A scalar; 0 for a batch without links.
+    """
+    linked = guide.sum(dim=-1) > 0  # (B, T_tgt)
+    attention = attention.float()
+    if cost == "ce":
+        # clamped: padding's attention is exactly 0, and 0 * log 0 must be 0, not nan
+        per_token = -(guide * attention.clamp_min(1e-12).log()).sum(dim=-1)
+    elif cost == "mse":
+        per_token = (attention - guide).square().sum(dim=-1)
+    else:
+        raise ValueError(f"guided alignment cost {cost!r}: choose ce or mse")
+    return per_token.where(linked, 0.0).sum() / linked.sum().clamp_min(1)

@@ -29,7 +29,7 @@ from alignmt.model.decoder import (
     VanillaDecoder,
 )
 from alignmt.model.encoder import Encoder
-from alignmt.model.loss import linear_cross_entropy
+from alignmt.model.loss import alignment_loss, linear_cross_entropy
 
 
 class Seq2Seq(nn.Module):
@@ -78,8 +78,18 @@ class Seq2Seq(nn.Module):
             pad_id=pad_id,
         )
         readout = dict(readout=cfg.readout, readout_dim=cfg.readout_dim)
-        attention = dict(attention=cfg.attention, attn_dim=cfg.attn_dim)
+        attention = dict(
+            attention=cfg.attention,
+            attn_dim=cfg.attn_dim,
+            coverage=cfg.coverage,
+            max_fertility=cfg.max_fertility,
+        )
         if cfg.attention == "none":
+            if cfg.coverage != "none":
+                raise ValueError(
+                    f"model.coverage={cfg.coverage} counts attention, and model.attention=none "
+                    "has none: use coverage=none"
+                )
             if cfg.context == "init_only" and cfg.init != "bridge":
                 raise ValueError(
                     "model.context=init_only passes the source only through s_0, so it needs "
@@ -116,7 +126,8 @@ class Seq2Seq(nn.Module):
         _check_source(src, src_len)
         states, final = self.encoder(src, src_len)  # (B, T_src, C), (B, C)
         mask = src != self.pad_id  # (B, T_src)
-        return self.decoder.prepare(states, mask, final), self.decoder.init_state(final)
+        memory = self.decoder.prepare(states, mask, final)
+        return memory, self.decoder.init_state(final, memory)
 
     def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> DecoderOutput:
         """Teacher forcing: logits (B, T_tgt, V) and attention (B, T_tgt, T_src) or None.
@@ -140,22 +151,33 @@ class Seq2Seq(nn.Module):
         tgt_in: Tensor,
         tgt_out: Tensor,
         label_smoothing: float = 0.0,
+        guide: Tensor | None = None,
+        guide_weight: float = 0.0,
+        guide_cost: str = "ce",
     ) -> Tensor:
         """Teacher-forced mean cross-entropy over real target tokens: the value (and the
         gradients) of `sequence_loss(self(src, src_len, tgt_in).logits, tgt_out, ...)`,
-        with the vocabulary projection fused into the loss (see loss.py).
+        with the vocabulary projection fused into the loss (see loss.py); with a guide,
+        plus guide_weight times guided alignment's `alignment_loss`.
 
         Args:
             src, src_len, tgt_in: as in `forward`.
             tgt_out: (B, T_tgt) int64 targets y_1 .. y_n </s>, padded with pad_id.
             label_smoothing: as in `sequence_loss`.
+            guide: (B, T_tgt, T_src) word links as distributions (see `alignment_loss`).
+            guide_weight, guide_cost: lambda and the cost of the alignment loss.
         """
         memory, state = self.encode(src, src_len)
         unrolled = self.decoder.unroll(tgt_in, state, memory)  # features (B, T_tgt, R)
         proj = self.decoder.projection
-        return linear_cross_entropy(
+        loss = linear_cross_entropy(
             unrolled.features, proj.weight, proj.bias, tgt_out, self.pad_id, label_smoothing
         )
+        if guide is None or not guide_weight:
+            return loss
+        if unrolled.attention is None:
+            raise ValueError("guided alignment trains attention, and this model has none")
+        return loss + guide_weight * alignment_loss(unrolled.attention, guide, guide_cost)
 
     def decode_step(
         self, prev: Tensor, state: DecoderState, memory: Memory

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 from alignmt.checkpoint.format import as_tuples
 from alignmt.config import DataConfig, TrainConfig
-from alignmt.model.batch import Batch, make_batch
+from alignmt.model.batch import Batch, guide_matrix, make_batch
 from alignmt.text import tasks
+from alignmt.text.guide import TokenLinks
 from alignmt.text.prepare import Text
 from alignmt.text.split import bucket_batches
 from alignmt.text.vocab import Vocab
@@ -57,11 +58,18 @@ class Step:
 
 
 def steps(
-    text: Text, cfg: DataConfig, train: TrainConfig, seed: int, state: Progress, world: World
+    text: Text,
+    cfg: DataConfig,
+    train: TrainConfig,
+    seed: int,
+    state: Progress,
+    world: World,
+    links: TokenLinks | None = None,
 ) -> Iterator[Step]:
-    """The updates of a run from where `state` says it is, for this process."""
+    """The updates of a run from where `state` says it is, for this process; with `links`
+    (the training pairs') or `train.guided_alignment=task`, batches carry their guide."""
     if len(text.train):
-        return _corpus_steps(text, train, seed, state, world)
+        return _corpus_steps(text, train, seed, state, world, links)
     return _task_steps(cfg, text.src_vocab, train, state, world)
 
 
@@ -70,7 +78,12 @@ def _share(world: World, accumulate: int) -> slice:
 
 
 def _corpus_steps(
-    text: Text, cfg: TrainConfig, seed: int, state: Progress, world: World
+    text: Text,
+    cfg: TrainConfig,
+    seed: int,
+    state: Progress,
+    world: World,
+    links: TokenLinks | None,
 ) -> Iterator[Step]:
     lengths = text.train.lengths  # (N, 2): source and target tokens, no specials
     order = corpus_order(text, cfg, seed, state)
@@ -81,6 +94,9 @@ def _corpus_steps(
         batches = [
             make_batch(text.train.pairs(r), text.src_vocab, text.tgt_vocab) for r in rows[mine]
         ]
+        if links is not None:
+            for batch, r in zip(batches, rows[mine], strict=True):
+                batch.guide = guide_matrix(links.of(r), batch)
         yield Step(batches, tokens)
 
 
@@ -121,4 +137,11 @@ def _task_steps(
             make_batch([(vocab.encode(s), vocab.encode(t)) for s, t in pairs], vocab, vocab)
             for pairs in drawn[mine]
         ]
+        if train.guided_alignment == "task":  # each character's link is where it came from
+            for batch, pairs in zip(batches, drawn[mine], strict=True):
+                links = [
+                    [(s, t) for t, s in enumerate(tasks.source_positions(cfg.task, src))]
+                    for src, _ in pairs
+                ]
+                batch.guide = guide_matrix(links, batch)
         yield Step(batches, tokens)

@@ -171,10 +171,9 @@ class Objective(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(
-        self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor, label_smoothing: float
-    ) -> Tensor:
-        return self.model.loss(src, src_len, tgt_in, tgt_out, label_smoothing)
+    def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor, **options):
+        """`Seq2Seq.loss`; `options` are its label smoothing and guide."""
+        return self.model.loss(src, src_len, tgt_in, tgt_out, **options)
 
 
 def wrap(model: Seq2Seq, world: World) -> nn.Module:
@@ -187,8 +186,24 @@ def wrap(model: Seq2Seq, world: World) -> nn.Module:
     return DistributedDataParallel(objective, device_ids=ids)
 
 
-def loss_of(objective: nn.Module, batch: Batch, label_smoothing: float) -> Tensor:
-    return objective(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, label_smoothing)
+def loss_of(
+    objective: nn.Module,
+    batch: Batch,
+    label_smoothing: float,
+    guide_weight: float = 0.0,
+    guide_cost: str = "ce",
+) -> Tensor:
+    """The objective's loss on `batch`, guided by its links when it has them."""
+    return objective(
+        batch.src,
+        batch.src_len,
+        batch.tgt_in,
+        batch.tgt_out,
+        label_smoothing=label_smoothing,
+        guide=batch.guide,
+        guide_weight=guide_weight,
+        guide_cost=guide_cost,
+    )
 
 
 def no_sync(objective: nn.Module, last: bool) -> AbstractContextManager:

@@ -259,6 +259,10 @@ def train(cfg: Config, *, progress: bool | None, resume: bool, overwrite: bool):
     weights in a PyTorch Seq2Seq, as every command reads them."""
     from alignmt.training.run import claim_folder, finished, prepare_in_turn, seed_everything
 
+    if cfg.train.guided_alignment:
+        raise ValueError(
+            "train.guided_alignment is trained by the PyTorch backend only: use train.backend=torch"
+        )
     world = _one_process(cfg)
     run_dir = Path(cfg.out_dir)
     resume = claim_folder(run_dir, world, resume, overwrite)

@@ -34,6 +34,7 @@ from alignmt.checkpoint.torch_io import (
 )
 from alignmt.config import Config
 from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.guide import TokenLinks
 from alignmt.text.prepare import Text
 from alignmt.training.batches import Progress, Step, steps
 from alignmt.training.distributed import (
@@ -42,7 +43,7 @@ from alignmt.training.distributed import (
     talking_to_peers,
     wrap,
 )
-from alignmt.training.optim import lr_factor, train_step
+from alignmt.training.optim import guide_weight, lr_factor, train_step
 from alignmt.training.runlog import RunLog
 from alignmt.training.validate import validate
 
@@ -67,8 +68,10 @@ class Loop:
         run_dir: Path,
         world: World,
         device: torch.device,
+        links: TokenLinks | None = None,
     ) -> None:
         self.cfg, self.model, self.optimizer, self.text = cfg, model, optimizer, text
+        self.links = links  # the training pairs' word links, for guided alignment
         self.state, self.run_dir, self.world, self.device = state, run_dir, world, device
         self.objective = self._wrap()
         self.log: RunLog | None = None  # rank 0 alone keeps the run log and the snapshots
@@ -104,7 +107,7 @@ class Loop:
 
     def _train(self, interrupts: Interrupts, bar: tqdm) -> None:
         cfg, state = self.cfg.train, self.state
-        updates = steps(self.text, self.cfg.data, cfg, self.cfg.seed, state, self.world)
+        updates = steps(self.text, self.cfg.data, cfg, self.cfg.seed, state, self.world, self.links)
         interval: list[Tensor | None] = []
         if state.step == 0:
             self._snapshot()  # the untrained weights: where a look at training starts
@@ -165,6 +168,7 @@ class Loop:
                 self.optimizer,
                 self.cfg.train,
                 self.world.size,
+                guide_weight(self.cfg.train, state.step),
             )
         if finite:
             state.bad_steps = 0

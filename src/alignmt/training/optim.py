@@ -32,6 +32,7 @@ def train_step(
     optimizer: torch.optim.Optimizer,
     cfg: TrainConfig,
     world_size: int = 1,
+    guide_weight: float = 0.0,
 ) -> tuple[Tensor, bool]:
     """One update on micro-batches `batches`, unless its gradient is not finite.
 
@@ -43,6 +44,7 @@ def train_step(
             the same on every rank, so all skip the same updates.
         cfg: clip_norm and label_smoothing.
         world_size: processes; undoes DDP's averaging, since each loss is already weighted.
+        guide_weight: guided alignment's lambda at this step (batches with links only).
 
     Returns:
         This process's share of the update's mean loss (detached, left on the device), and
@@ -55,7 +57,7 @@ def train_step(
         weight = batch.num_tgt_tokens / tokens
         with no_sync(objective, last=i == len(batches) - 1):
             with autocast(batch.src.device, cfg.precision):  # the forward pass only
-                loss = loss_of(objective, batch, cfg.label_smoothing)
+                loss = loss_of(objective, batch, cfg.label_smoothing, guide_weight, cfg.guided_cost)
             (loss * (weight * world_size)).backward()
         share += loss.detach().float() * weight
     params = [p for p in objective.parameters() if p.grad is not None]
@@ -85,3 +87,13 @@ def lr_factor(cfg: TrainConfig):
         return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     return factor
+
+
+def guide_weight(cfg: TrainConfig, step: int) -> float:
+    """Guided alignment's lambda at `step` (0-based): `guided_weight`, halved every
+    `guided_half_life` steps (0: never); 0 without guided alignment."""
+    if not cfg.guided_alignment:
+        return 0.0
+    if not cfg.guided_half_life:
+        return cfg.guided_weight
+    return cfg.guided_weight * 0.5 ** (step / cfg.guided_half_life)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -31,6 +32,8 @@ from alignmt.checkpoint.torch_io import (
 )
 from alignmt.config import Config, dump_config
 from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.cache import cache_root
+from alignmt.text.guide import TokenLinks, eflomal_training_links, pharaoh_training_links
 from alignmt.text.prepare import Text, prepare_text
 from alignmt.text.vocab import Vocab
 from alignmt.training.batches import Progress
@@ -107,6 +110,7 @@ def _train(
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     text = prepare_in_turn(cfg, world, progress)
+    links = guided_links(cfg, text, world)
     model = Seq2Seq.from_config(
         cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
     ).to(device)
@@ -132,6 +136,7 @@ def _train(
         run_dir=run_dir,
         world=world,
         device=device,
+        links=links,
     )
     seconds = loop.run(progress)
     best = run_dir / WEIGHTS
@@ -175,6 +180,44 @@ def prepare_in_turn(cfg: Config, world: World, progress: bool | None) -> Text:
         if not world.main:
             text = prepare_text(cfg.data, cfg.seed, progress=False)
     return text
+
+
+def guided_links(cfg: Config, text: Text, world: World) -> TokenLinks | None:
+    """The training pairs' word links that `train.guided_alignment` names, as token links;
+    None without, or for "task" (whose batches make their own). eflomal's are learnt by
+    rank 0 and read from its cache by the others, so that all train towards the same."""
+    source, data = cfg.train.guided_alignment, cfg.data
+    if source and cfg.model.attention == "none":
+        raise ValueError("train.guided_alignment trains attention: model.attention=none has none")
+    if source == "task" or not source:
+        if source and data.task == "corpus":
+            raise ValueError(
+                "train.guided_alignment=task is a synthetic task's own alignment; for a "
+                "corpus give a Pharaoh file or eflomal"
+            )
+        return None
+    if data.task != "corpus":
+        raise ValueError(
+            f"train.guided_alignment={source!r} aligns a corpus; data.task={data.task} "
+            "knows its alignment: use train.guided_alignment=task"
+        )
+    vocabs, subwords = (text.src_vocab, text.tgt_vocab), data.tokenizer == "sentencepiece"
+    if source != "eflomal":
+        return pharaoh_training_links(
+            source,
+            text.train,
+            vocabs,
+            subwords=subwords,
+            truncated=bool(data.truncate),
+            corpus=data.train,
+        )
+    cache = cache_root(data.cache_dir) if data.cache else None
+    learn = partial(eflomal_training_links, text.train, vocabs, subwords=subwords, cache=cache)
+    links = learn() if world.main or cache is None else None
+    if cache is not None:
+        world.wait_for_main()
+        links = links or learn()
+    return links
 
 
 def claim_folder(run_dir: Path, world: World, resume: bool, overwrite: bool) -> bool:
