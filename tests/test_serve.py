@@ -62,6 +62,7 @@ def test_models_describe_what_is_served(client, toy_run):
     run, vanilla = models["run"], models["vanilla"]
     ckpt = load_checkpoint(toy_run)
     assert (run["attention"], run["order"], run["cell"]) == ("additive", "bahdanau", "gru")
+    assert run["coverage"] == "none"
     assert run["parameters"] == sum(p.numel() for p in ckpt.model.parameters())
     assert run["training_step"] == ckpt.step and run["beam_size"] == 3
     assert run["validation_bleu"] is not None and run["target_vocabulary"] == len(ckpt.tgt_vocab)
@@ -139,6 +140,7 @@ def test_an_override_moves_that_steps_attention_to_one_source_word(client):
 def test_the_beam_trees_finished_hypotheses_are_translates_nbest(client):
     for sentence in (SENTENCE, "a cat", "the small red cat runs now"):
         _, tree = post(client, "/v1/beam", {"sentence": sentence, "beam_size": 4})
+        assert tree["coverage_penalty"] == 0.0
         _, translated = post(
             client, "/v1/translate", {"sentences": [sentence], "beam_size": 4, "nbest": 4}
         )

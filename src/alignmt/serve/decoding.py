@@ -188,6 +188,7 @@ def beam(served: ServedModel, limits: Limits, request: BeamRequest) -> bytes:
         source_tokens=translator.source_as_read(src_tokens),
         beam_size=k,
         length_penalty=translator.search.length_penalty,
+        coverage_penalty=translator.search.coverage_penalty,
         nodes=nodes,
         finished=finished,
         finished_nodes=trace.finished,

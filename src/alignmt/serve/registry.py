@@ -117,6 +117,7 @@ def model_info(name: str, ckpt: Checkpoint, folder: Path) -> ModelInfo:
         decoder_layers=m.dec_layers,
         attention=m.attention,
         order=m.order,
+        coverage=m.coverage,
         embedding_size=m.emb_dim,
         encoder_hidden=m.enc_hidden,
         decoder_hidden=m.dec_hidden,

@@ -144,7 +144,9 @@ class BeamNode(BaseModel):
     token: str
     score: float = Field(description="summed log-probability")
     status: Literal["live", "finished", "pruned", "stopped"]
-    final_score: float | None = Field(description="score / length penalty, for finished ones")
+    final_score: float | None = Field(
+        description="score / length penalty (+ coverage penalty), for finished ones"
+    )
     attention: list[float] | None
 
 
@@ -153,6 +155,7 @@ class BeamResponse(BaseModel):
     source_tokens: list[str]
     beam_size: int
     length_penalty: float
+    coverage_penalty: float = Field(description="beta; 0: none")
     nodes: list[BeamNode]
     finished: list[Hypothesis] = Field(description="every finished hypothesis, best first")
     finished_nodes: list[int] = Field(description="the node each finished hypothesis ends at")
@@ -186,6 +189,7 @@ class ModelInfo(BaseModel):
     decoder_layers: int
     attention: str
     order: str
+    coverage: str = Field(description="none, sum or fertility (Tu et al. 2016)")
     embedding_size: int
     encoder_hidden: int
     decoder_hidden: int

@@ -427,7 +427,8 @@ class Panel {
         onclick: () => timed("beam node", () => this.chooseNode(beam.finished_nodes[rank])) },
       h.text || "(empty)",
       el("span", { class: "score" }, `${fixed(beam.nodes[beam.finished_nodes[rank]].final_score)}` +
-        ` (log p ${fixed(h.score)} ÷ length penalty)`))));
+        ` (log p ${fixed(h.score)} ÷ length penalty` +
+        (beam.coverage_penalty ? " + coverage penalty)" : ")")))));
   }
 
   hypothesisOf(id) {
@@ -504,7 +505,8 @@ function keep(override, wanted) {
 
 function describe(info) {
   const attention = info.attention === "none" ? "no attention (vanilla)"
-    : `${info.attention} attention, ${info.order} order`;
+    : `${info.attention} attention, ${info.order} order` +
+      (info.coverage && info.coverage !== "none" ? `, ${info.coverage} coverage` : "");
   const bleu = info.validation_bleu === null ? ""
     : `, validation BLEU ${info.validation_bleu.toFixed(1)}`;
   const languages = info.tokenizer === "char" ? "characters"
