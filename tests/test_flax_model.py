@@ -419,11 +419,6 @@ def test_check_config_refuses_exactly_what_from_config_refuses_with_its_message(
     assert 0 < refused < 288
 
 
-def test_the_flax_model_refuses_coverage_and_names_the_backend_that_has_it():
-    with pytest.raises(ValueError, match=r"PyTorch model only.*train\.backend=torch"):
-        check_config(ModelConfig(coverage="sum"))
-
-
 @pytest.mark.parametrize(
     "changes",
     [

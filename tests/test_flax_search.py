@@ -28,7 +28,7 @@ from alignmt.decoding.flax_search import FlaxSearch, bucket, max_output_len
 from alignmt.decoding.search import beam_decode, decode
 from alignmt.decoding.search import max_output_len as torch_max_output_len
 from alignmt.model.batch import source_batch
-from alignmt.model.flax_seq2seq import FlaxSeq2Seq
+from alignmt.model.flax_seq2seq import FlaxSeq2Seq, check_config
 from alignmt.model.seq2seq import Seq2Seq
 from tests.conftest import LEXICON
 
@@ -202,3 +202,8 @@ def test_the_flax_translator_refuses_a_coverage_penalty_and_names_the_backend_th
     _, flax, greedy, _ = toy
     with pytest.raises(ValueError, match="no coverage penalty: use --backend torch"):
         FlaxTranslator.from_checkpoint(flax, replace(greedy, coverage_penalty=0.2), device="cpu")
+
+
+def test_the_flax_model_refuses_coverage_and_names_the_backend_that_has_it():
+    with pytest.raises(ValueError, match=r"PyTorch model only.*train\.backend=torch"):
+        check_config(ModelConfig(coverage="sum"))

@@ -114,40 +114,21 @@ def corpus_arrays(lines):
 def test_pharaoh_links_follow_each_pair_to_its_line_past_dropped_ones(tmp_path: Path):
     vocab = Vocab([f"w{i}" for i in range(10)])
     path = tmp_path / "train.align"
-    # line 2 holds the links of a pair that was dropped (empty, too long...)
-    path.write_text("0-0\n9-9\n0-0 0-2 0p1\n")
-    links = pharaoh_training_links(
-        str(path),
-        corpus_arrays([1, 3]),
-        (vocab, vocab),
-        subwords=False,
-        truncated=False,
-        corpus="c",
-    )
-    assert links.of([0, 1]) == [[(0, 0)], [(0, 0), (0, 1), (0, 2)]]  # possible links too
 
-    path.write_text("0-0\n9-9\n0-5\n")
+    def read(text: str) -> TokenLinks:  # pairs from lines 1 and 3 of the corpus
+        path.write_text(text)
+        arrays, vocabs = corpus_arrays([1, 3]), (vocab, vocab)
+        return pharaoh_training_links(
+            str(path), arrays, vocabs, subwords=False, truncated=False, corpus="c"
+        )
+
+    # line 2 holds the links of a pair that was dropped (empty, too long...)
+    links = read("0-0\n9-9\n0-0 0-2 0p1\n")
+    assert links.of([0, 1]) == [[(0, 0)], [(0, 0), (0, 1), (0, 2)]]  # possible links too
     with pytest.raises(CorpusError, match=r"train\.align:3: link 0-5 lies outside"):
-        pharaoh_training_links(
-            str(path),
-            corpus_arrays([1, 3]),
-            (vocab, vocab),
-            subwords=False,
-            truncated=False,
-            corpus="c",
-        )
-    path.write_text("0-0\n")
-    with pytest.raises(
-        CorpusError, match="has 1 lines of links but c has training pairs up to line 3"
-    ):
-        pharaoh_training_links(
-            str(path),
-            corpus_arrays([1, 3]),
-            (vocab, vocab),
-            subwords=False,
-            truncated=False,
-            corpus="c",
-        )
+        read("0-0\n9-9\n0-5\n")
+    with pytest.raises(CorpusError, match="has 1 lines of links but c has training pairs up"):
+        read("0-0\n")
 
 
 def test_eflomal_links_are_learnt_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
