@@ -216,7 +216,8 @@ def guided_links(cfg: Config, text: Text, world: World) -> TokenLinks | None:
     links = learn() if world.main or cache is None else None
     if cache is not None:
         world.wait_for_main()
-        links = links or learn()
+        if links is None:  # the other ranks read what rank 0 cached
+            links = learn()
     return links
 
 
