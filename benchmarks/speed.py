@@ -7,6 +7,8 @@ arithmetic and the machine's measured matmul speed so that the fraction of the c
     python benchmarks/speed.py --device cuda   # a GPU, where there is one
     python benchmarks/speed.py --device cuda --precision bfloat16   # under bf16 autocast
     python benchmarks/speed.py --backend flax  # the same table for PyTorch and JAX/Flax
+    python benchmarks/speed.py --weights int8 --shortlist 50   # int8 and shortlist columns
+    python benchmarks/speed.py --run runs/m30k --weights int8  # a trained run: test and val
 
 Run from the repository root with ../shared beside it and nothing else using the CPU.
 Results and their history are in docs/benchmarks.md.
@@ -21,27 +23,31 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
-from torch import nn
+from decode_profile import decoding_profile, print_profiles  # beside this script
+from speed_report import decoding_rows, training_rows
 
 import alignmt
 from alignmt.analysis.scores import corpus_scores
-from alignmt.config import PRECISIONS, Config, DataConfig, ModelConfig, TrainConfig
-from alignmt.decoding.search import beam_decode_batches, decode_batches
+from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.config import PRECISIONS, WEIGHTS, Config, DataConfig, ModelConfig, TrainConfig
+from alignmt.decoding.search import Speed, beam_decode_batches, decode_batches
 from alignmt.model.allocator import keep_freed_memory
 from alignmt.model.batch import source_batch
 from alignmt.model.device import autocast, pick_device
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.prepare import prepare_text
+from alignmt.text.shortlist import Shortlist
 from alignmt.text.split import read_split
 from alignmt.training.batches import Progress, steps
 from alignmt.training.distributed import Objective, World
 from alignmt.training.optim import make_optimizer, train_step
-from alignmt.training.run import seed_everything
+from alignmt.training.run import seed_everything, text_shortlist
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"  # beside the repo
 MAX_OUTPUT = dict(max_len_ratio=0.0, max_len_offset=100)  # "max output length 100"
@@ -135,70 +141,18 @@ def measure_decoding(search: Callable, batches, device, runs: int = 3) -> tuple[
     return statistics.median(speeds), outputs
 
 
-def decoding_profile(model, search: Callable, batches) -> dict[str, float]:
-    """Where one decoding pass spends its time, in seconds: each Linear of the decoder
-    (forward hooks), the rest of the decoder step (attention scores, softmax, GRU gates,
-    concatenations), the encoder, and the search around the step (argmax or top-k, scores,
-    bookkeeping)."""
-    seconds: dict[str, float] = defaultdict(float)
-    with _timed(model, "encode", seconds), _timed(model, "decode_step", seconds):
-        hooks = [
-            hook
-            for name, module in model.decoder.named_modules()
-            if isinstance(module, nn.Linear)
-            for hook in _linear_timer(module, f"decoder.{name}", seconds)
-        ]
-        start = time.perf_counter()
-        search(batches)
-        total = time.perf_counter() - start
-        for hook in hooks:
-            hook.remove()
-    linears = sum(v for k, v in seconds.items() if k.startswith("decoder."))
-    profile = {
-        k: v for k, v in sorted(seconds.items(), key=lambda kv: -kv[1]) if k.startswith("decoder.")
-    }
-    profile["rest of the decoder step"] = seconds["decode_step"] - linears
-    profile["encoder"] = seconds["encode"]
-    profile["search around the step"] = total - seconds["decode_step"] - seconds["encode"]
-    profile["total"] = total
-    return profile
+@dataclass
+class TestSet:
+    pairs: list  # the raw pairs, in file order
+    order: list[int]  # the pairs' indices in batch order (by source length)
+    batches: list  # (src, src_len) id batches of 64
 
 
-@contextmanager
-def _timed(model, method: str, seconds: dict[str, float]):
-    """Add the time spent in `model.<method>` to seconds[method] while the block runs."""
-    original = getattr(model, method)
-
-    def timed(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            seconds[method] += time.perf_counter() - start
-
-    setattr(model, method, timed)
-    try:
-        yield
-    finally:
-        delattr(model, method)  # back to the class's method
-
-
-def _linear_timer(module: nn.Module, name: str, seconds: dict[str, float]):
-    """Forward hooks that add the module's forward time to seconds[name]."""
-    started = []
-
-    def before(_module, _args):
-        started.append(time.perf_counter())
-
-    def after(_module, _args, _output):
-        seconds[name] += time.perf_counter() - started.pop()
-
-    return module.register_forward_pre_hook(before), module.register_forward_hook(after)
-
-
-def test_batches(text, cfg: Config, device, batch_size: int = 64):
-    """The test set as length-sorted id batches, and the order that restores input order."""
-    pairs = read_split(cfg.data.test, src_lang="en", tgt_lang="de", swap=False, what="data.test")
+def test_batches(text, cfg: Config, device, batch_size: int = 64, split: str = "") -> TestSet:
+    """A split (default the test set) as length-sorted id batches, and the order that
+    restores input order."""
+    split = split or cfg.data.test
+    pairs = read_split(split, src_lang="en", tgt_lang="de", swap=False, what=split)
     tokens = [text.tokenizers[0].encode(p.src) for p in pairs]
     order = sorted(range(len(pairs)), key=lambda i: len(tokens[i]))
     batches = []
@@ -206,7 +160,7 @@ def test_batches(text, cfg: Config, device, batch_size: int = 64):
         rows = order[start : start + batch_size]
         src, src_len = source_batch([tokens[i] for i in rows], text.src_vocab)
         batches.append((src.to(device), src_len.to(device)))
-    return pairs, order, batches
+    return TestSet(pairs, order, batches)
 
 
 def bleu(outputs, order, pairs, text) -> float:
@@ -290,6 +244,110 @@ def matmul_gflops(
 
 
 def main() -> None:
+    args = parse_args()
+    keep_freed_memory()
+    cfg = matched_config(args.steps, args.device, args.precision)
+    torch.set_num_threads(cfg.train.threads)
+    device = pick_device(args.device)
+    seed_everything(cfg.seed)
+    if args.run:
+        ckpt = load_checkpoint(args.run, device=device)
+        model, cfg, shortlist = ckpt.model, replace(ckpt.config, train=cfg.train), ckpt.shortlist
+        text = SimpleNamespace(
+            tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer),
+            src_vocab=ckpt.src_vocab,
+            tgt_vocab=ckpt.tgt_vocab,
+        )
+        speed = None
+    else:
+        text = prepare_text(cfg.data, cfg.seed)
+        model = Seq2Seq.from_config(
+            cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
+        ).to(device)
+        speed = measure_training(
+            model, text, cfg, device, warmup=args.warmup, interval=args.interval
+        )
+        shortlist = text_shortlist(text) if args.shortlist else None
+    model.eval()
+    params = sum(p.numel() for p in model.parameters())
+    paths = decoding_paths(args, shortlist)
+    test = test_batches(text, cfg, device)
+    beam = dict(beam_size=5, alpha=0.6, **MAX_OUTPUT)
+    searches = {  # each: (batches, speed) -> one output per sentence, in batch order
+        "greedy": lambda b, s: decode_batches(model, b, width=64, speed=s, **MAX_OUTPUT),
+        "beam 5": lambda b, s: beam_decode_batches(model, b, width=64, speed=s, **beam),
+    }
+    with torch.no_grad(), autocast(device, args.precision):
+        decoded = {  # (search, path) -> (sentences/s, outputs), paths interleaved per search
+            (name, path): measure_decoding(partial(search, s=chosen), test.batches, device)
+            for name, search in searches.items()
+            for path, chosen in paths.items()
+        }
+        profiles = (
+            {
+                name: decoding_profile(model, partial(search, s=None), test.batches)
+                for name, search in searches.items()
+            }
+            if args.profile
+            else {}
+        )
+        work = {
+            name: decoding_flops(
+                model, cfg.model, len(text.tgt_vocab), partial(search, s=None), test.batches
+            )
+            for name, search in searches.items()
+        }
+        valid = (
+            {
+                key: bleu(search(val.batches, paths[key[1]]), val.order, val.pairs, text)
+                for val in [test_batches(text, cfg, device, split=cfg.data.valid)]
+                for key, search in ((k, searches[k[0]]) for k in decoded)
+            }
+            if args.run
+            else {}
+        )
+    gflops = matmul_gflops(device, getattr(torch, args.precision))
+    cpu = platform.processor() or platform.machine()
+    print(
+        f"alignmt {alignmt.__version__}, torch {torch.__version__}, {cpu}, "
+        f"{torch.get_num_threads()} threads, device {device}, precision {args.precision}"
+    )
+    source = args.run or f"{args.steps} training steps"
+    print(
+        f"model: {params / 1e6:.2f}M parameters, "
+        f"vocabularies {len(text.src_vocab)} / {len(text.tgt_vocab)}, from {source}\n"
+    )
+    caps = {
+        name: len(test.pairs) / (flops / (gflops * 1e9)) for name, flops in work.items()
+    }  # sentences/s the float32 matmuls would allow, nothing else costing anything
+    score = lambda outputs: bleu(outputs, test.order, test.pairs, text)  # noqa: E731
+    rows = training_rows(speed, args) + decoding_rows(decoded, caps, valid, paths, score)
+    if args.backend == "flax":
+        rows = flax_rows(rows, text, cfg, args, test, device, speed)
+    columns = ["Flax"] if args.backend == "flax" else [p for p in paths if p != "float32"]
+    print("| metric | alignmt |" + "".join(f" {c} |" for c in columns))
+    print("| --- | ---: |" + " ---: |" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    if speed is not None:
+        print_training_arithmetic(cfg, text, speed, test, gflops)
+    print(
+        f"\ndecoding: forward matmul FLOPs of one pass in float32 over the whole vocabulary, "
+        f"and the sentences/s that {gflops:.0f} GFLOP/s would allow if nothing but these "
+        "matmuls took time (the float32 cap)\n"
+    )
+    print(
+        "| search | GFLOP | float32 cap, sentences/s |" + "".join(f" {p}: share |" for p in paths)
+    )
+    print("| --- |" + " ---: |" * (2 + len(paths)))
+    for name, flops in work.items():
+        shares = "".join(f" {decoded[name, p][0] / caps[name]:.0%} |" for p in paths)
+        print(f"| {name} | {flops / 1e9:,.0f} | {caps[name]:,.0f} |" + shares)
+    if profiles:
+        print_profiles(profiles)
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument(
@@ -307,102 +365,63 @@ def main() -> None:
     parser.add_argument(
         "--profile", action="store_true", help="also print where the decoding time goes"
     )
+    parser.add_argument(
+        "--weights", default="float32", choices=WEIGHTS, help="int8: an int8 column too"
+    )
+    parser.add_argument(
+        "--shortlist", type=int, default=0, metavar="K", help="K > 0: a shortlist column too"
+    )
+    parser.add_argument(
+        "--run", metavar="RUN_DIR", help="decode this run's model (and its val set) untrained"
+    )
     args = parser.parse_args()
-    keep_freed_memory()
-    cfg = matched_config(args.steps, args.device, args.precision)
-    torch.set_num_threads(cfg.train.threads)
-    device = pick_device(args.device)
-    seed_everything(cfg.seed)
-    text = prepare_text(cfg.data, cfg.seed)
-    model = Seq2Seq.from_config(
-        cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
-    ).to(device)
-    params = sum(p.numel() for p in model.parameters())
-    speed = measure_training(model, text, cfg, device, warmup=args.warmup, interval=args.interval)
-    model.eval()
-    pairs, order, batches = test_batches(text, cfg, device)
-    beam = dict(beam_size=5, alpha=0.6, **MAX_OUTPUT)
-    searches = {  # each: batches -> one output per sentence, in batch order
-        "greedy": lambda batches: decode_batches(model, batches, width=64, **MAX_OUTPUT),
-        "beam 5": lambda batches: beam_decode_batches(model, batches, width=64, **beam),
-    }
-    with torch.no_grad(), autocast(device, args.precision):
-        decoded = {
-            name: measure_decoding(search, batches, device) for name, search in searches.items()
-        }
-        profiles = (
-            {name: decoding_profile(model, search, batches) for name, search in searches.items()}
-            if args.profile
-            else {}
-        )
-        work = {
-            name: decoding_flops(model, cfg.model, len(text.tgt_vocab), search, batches)
-            for name, search in searches.items()
-        }
-    src_len = statistics.mean(int(n) for _, lens in batches for n in lens)
-    flops = train_flops_per_token(cfg.model, len(text.tgt_vocab), speed.src_per_tgt, src_len)
-    gflops = matmul_gflops(device, getattr(torch, args.precision))
-    ceiling = gflops * 1e9 / flops
-    cpu = platform.processor() or platform.machine()
-    print(
-        f"alignmt {alignmt.__version__}, torch {torch.__version__}, {cpu}, "
-        f"{torch.get_num_threads()} threads, device {device}, precision {args.precision}"
-    )
-    print(
-        f"model: {params / 1e6:.2f}M parameters, "
-        f"vocabularies {len(text.src_vocab)} / {len(text.tgt_vocab)}\n"
-    )
-    bleus = " / ".join(f"{bleu(out, order, pairs, text):.1f}" for _, out in decoded.values())
-    rows = [
-        (
-            f"training, target tokens/s (median of {args.interval}-step intervals after "
-            f"{args.warmup})",
-            f"{speed.tokens_per_s:,.0f}",
-        ),
-        ("training peak RSS", f"{speed.peak_rss_mib:,.0f} MiB"),
-        *(
-            (f"{name}, sentences/s (batch 64, median of 3)", f"{rate:,.1f}")
-            for name, (rate, _) in decoded.items()
-        ),
-        (f"BLEU lc after {args.steps} steps, greedy / beam 5", bleus),
-    ]
-    if args.backend == "flax":
-        from speed_flax import flax_column  # beside this script; imports JAX
+    if args.backend == "flax" and (args.weights != "float32" or args.shortlist or args.run):
+        parser.error("--backend flax compares float32 over the whole vocabulary, trained here")
+    return args
 
-        rate = lambda search: measure_decoding(search, batches, device)  # noqa: E731
-        score = lambda outputs: bleu(outputs, order, pairs, text)  # noqa: E731
-        flax, flax_rate = flax_column(text, cfg, args, batches, rate, score)
-        rows = [(*row, value) for row, value in zip(rows, flax.values(), strict=False)]
-        rows.append(("compilation (Flax; PyTorch compiles nothing)", "-", flax["compile"]))
-        print(f"training, Flax / PyTorch: {flax_rate / speed.tokens_per_s:.2f}")
-    print("| metric | alignmt |" + " Flax |" * (args.backend == "flax"))
-    print("| --- | ---: |" + " ---: |" * (args.backend == "flax"))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+
+def decoding_paths(args: argparse.Namespace, shortlist: Shortlist | None) -> dict[str, Speed]:
+    """The decoding paths to measure: float32, and int8 and/or a shortlist as asked."""
+    paths = {"float32": Speed()}
+    int8 = args.weights == "int8"
+    if int8:
+        paths["int8"] = Speed(int8=True)
+    if args.shortlist:
+        if shortlist is None:
+            raise SystemExit(f"{args.run}: no shortlist.safetensors (alignmt shortlist RUN_DIR)")
+        listed = shortlist.top(args.shortlist)
+        paths[f"shortlist {args.shortlist}"] = Speed(shortlist=listed)
+        if int8:
+            paths[f"int8 + shortlist {args.shortlist}"] = Speed(int8=True, shortlist=listed)
+    return paths
+
+
+def flax_rows(rows, text, cfg, args, test, device, speed) -> list[tuple[str, ...]]:
+    """`rows` with the Flax column beside them (see speed_flax.py)."""
+    from speed_flax import flax_column  # beside this script; imports JAX
+
+    rate = lambda search: measure_decoding(search, test.batches, device)  # noqa: E731
+    score = lambda outputs: bleu(outputs, test.order, test.pairs, text)  # noqa: E731
+    flax, flax_rate = flax_column(text, cfg, args, test.batches, rate, score)
+    values = [flax["training"], flax["peak"], flax["greedy"], flax["beam 5"], "", "", flax["bleu"]]
+    rows = [(*row, value) for row, value in zip(rows, values, strict=False)]
+    rows.append(("compilation (Flax; PyTorch compiles nothing)", "-", flax["compile"]))
+    print(f"training, Flax / PyTorch: {flax_rate / speed.tokens_per_s:.2f}")
+    return rows
+
+
+def print_training_arithmetic(cfg: Config, text, speed: TrainSpeed, test, gflops: float) -> None:
+    src_len = statistics.mean(int(n) for _, lens in test.batches for n in lens)
+    flops = train_flops_per_token(cfg.model, len(text.tgt_vocab), speed.src_per_tgt, src_len)
+    ceiling = gflops * 1e9 / flops
     print(
         f"\nFLOPs per target token (training, matmuls): {flops / 1e6:.1f} M "
         f"(source/target tokens {speed.src_per_tgt:.2f}, mean test source {src_len:.1f})"
     )
     print(
-        f"matmul, {args.precision} 1024x512x8192: {gflops:.0f} GFLOP/s -> ceiling {ceiling:,.0f} "
-        f"tokens/s; measured {speed.tokens_per_s / ceiling:.0%} of it"
+        f"matmul, {cfg.train.precision} 1024x512x8192: {gflops:.0f} GFLOP/s -> ceiling "
+        f"{ceiling:,.0f} tokens/s; measured {speed.tokens_per_s / ceiling:.0%} of it"
     )
-    print(
-        f"\ndecoding: forward matmul FLOPs of one pass, and the sentences/s that {gflops:.0f} "
-        "GFLOP/s would allow if nothing but these matmuls took time\n"
-    )
-    print(
-        "| search | GFLOP | ceiling, sentences/s | measured, share of it |\n| --- |" + " ---: |" * 3
-    )
-    for name, flops in work.items():
-        most = len(pairs) / (flops / (gflops * 1e9))
-        print(f"| {name} | {flops / 1e9:,.0f} | {most:,.0f} | {decoded[name][0] / most:.0%} |")
-    if profiles:
-        print("\nwhere one decoding pass of the test set spends its time, seconds (share)\n")
-        print("| part | " + " | ".join(profiles) + " |\n| --- |" + " ---: |" * len(profiles))
-        for part in profiles["greedy"]:
-            cells = (f"{p[part]:.3f} ({p[part] / p['total']:.0%})" for p in profiles.values())
-            print(f"| {part} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

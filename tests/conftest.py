@@ -132,6 +132,12 @@ def write_toy_corpus(folder: Path, name: str = "train", n: int = 200, seed: int 
     return str(folder / name)
 
 
+def held_out_toy_lines(folder: Path, n: int = 60, seed: int = 7) -> list[str]:
+    """Source sentences of the toy language that the toy run was not trained on."""
+    prefix = write_toy_corpus(folder, "held", n=n, seed=seed)
+    return Path(prefix + ".en").read_text().splitlines()
+
+
 def toy_corpus_config(folder: Path, **train):
     """A small attention model on the toy corpus, validated on held-out toy sentences."""
     from alignmt.config import Config, DataConfig, SearchConfig, TrainConfig

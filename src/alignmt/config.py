@@ -36,6 +36,8 @@ from alignmt.config_rules import (
 # `alignmt.model.device`, which turns them into a torch device and an autocast context.
 Precision = Literal["float32", "bfloat16"]
 PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+Weights = Literal["float32", "int8"]
+WEIGHTS: tuple[Weights, ...] = get_args(Weights)
 DEVICES = "auto, cpu, cuda or cuda:N"  # what `pick_device` accepts, for help and errors
 
 
@@ -178,6 +180,11 @@ class SearchConfig:
     # outputs that attended to every source word (Wu et al. 2016, eq. 14); 0: none
     coverage_penalty: Annotated[float, AtLeast(0)] = 0.0
     replace_unk: bool = False  # output <unk> -> the source word it attends to most (Luong 2015)
+    # int8: the decoder's matmuls in int8 on the CPU (weights per output unit, inputs per row)
+    weights: Weights = "float32"
+    # K > 0: score only the K likeliest translations of each source token, the corpus's most
+    # frequent target tokens and </s> (the run folder's shortlist.safetensors); 0: every word
+    shortlist: Annotated[int, AtLeast(0)] = 0
 
 
 @dataclass

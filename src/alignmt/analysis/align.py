@@ -157,7 +157,7 @@ def word_links(
         (translator.src_vocab.encode(s.tokens), translator.tgt_vocab.encode(r.tokens))
         for s, r in zip(sources, references, strict=True)
     ]
-    with translator.autocast():
+    with translator.numerics():
         found = attention_links(
             translator.model,
             pairs,

@@ -20,7 +20,13 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 # What training writes in a run folder; `--overwrite` deletes these and only these.
-RUN_FILES = ("model.safetensors", "last.safetensors", "metrics.jsonl", "curves.png")
+RUN_FILES = (
+    "model.safetensors",
+    "last.safetensors",
+    "metrics.jsonl",
+    "curves.png",
+    "shortlist.safetensors",
+)
 RUN_FOLDERS = ("snapshots", "tensorboard")
 
 

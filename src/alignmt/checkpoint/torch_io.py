@@ -31,8 +31,10 @@ from alignmt.checkpoint.format import (
     weights_path,
 )
 from alignmt.checkpoint.rundir import publish
+from alignmt.checkpoint.shortlist_io import load_shortlist
 from alignmt.config import Config
 from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.shortlist import Shortlist
 from alignmt.text.tokenize import Tokenizer
 from alignmt.text.vocab import Vocab
 
@@ -42,6 +44,7 @@ class Checkpoint(Header):
     """A checkpoint's header and the model it describes, with its weights."""
 
     model: Seq2Seq  # in eval mode, on the device it was loaded to (the CPU by default)
+    shortlist: Shortlist | None = None  # the run folder's, when training built one
 
 
 def save_checkpoint(
@@ -80,10 +83,12 @@ def save_checkpoint(
     return publish(path, lambda tmp: tmp.write_bytes(data))
 
 
-def load_checkpoint(path: str | Path, *, device: torch.device | str = "cpu") -> Checkpoint:
+def load_checkpoint(
+    path: str | Path, *, device: torch.device | str = "cpu", run_dir: Path | None = None
+) -> Checkpoint:
     """Rebuild the model stored at `path` (a .safetensors file, or a run directory: its
     model.safetensors, or last.safetensors while training has written no model yet) on
-    `device`."""
+    `device`, with the shortlist of `run_dir` (default: the folder of the file)."""
     path = stored_path(path)
     with readable(path), safe_open(str(path), framework="pt") as f:
         header = parse_header(path, f.metadata() or {})
@@ -107,7 +112,8 @@ def load_checkpoint(path: str | Path, *, device: torch.device | str = "cpu") -> 
             f"({problem}); the file was damaged or edited"
         ) from None
     model = model.to(device).eval()
-    return Checkpoint(**vars(header), model=model)
+    shortlist = load_shortlist(path.parent if run_dir is None else run_dir)
+    return Checkpoint(**vars(header), model=model, shortlist=shortlist)
 
 
 def load_snapshot(
@@ -131,7 +137,7 @@ def load_snapshot(
         steps = snapshot_steps(run_dir)
         have = f"steps {', '.join(map(str, steps))}" if steps else "none (train.snapshot_every=0)"
         raise FileNotFoundError(f"{path}: no snapshot of step {step}; this run kept {have}")
-    return load_checkpoint(path, device=device)
+    return load_checkpoint(path, device=device, run_dir=Path(run_dir))
 
 
 def load_train_state(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:

@@ -9,7 +9,7 @@ import argparse
 import math
 import sys
 
-from alignmt.config import DEVICES, PRECISIONS
+from alignmt.config import DEVICES, PRECISIONS, WEIGHTS
 
 REPLACE_UNK = "copy the most-attended source word into each output <unk>"
 
@@ -42,6 +42,23 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "log(min(attention on word j, 1)) (GNMT); 0 = none (default: run config)",
     )
     add_device_options(parser)
+    add_speed_options(parser)
+
+
+def add_speed_options(parser: argparse.ArgumentParser) -> None:
+    """int8 matmuls and the lexical shortlist: faster CPU decoding, at a measured cost."""
+    parser.add_argument(
+        "--weights",
+        choices=WEIGHTS,
+        help="int8: the decoder's matmuls in int8 on the CPU (default: run config)",
+    )
+    parser.add_argument(
+        "--shortlist",
+        type=at_least_zero_int,
+        metavar="K",
+        help="score only each source token's K likeliest translations and the frequent "
+        "words (the run's shortlist.safetensors); 0 = every word (default: run config)",
+    )
 
 
 def add_device_options(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +80,11 @@ def add_test_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--src", help="source sentences, one per line (default: data.test)")
     parser.add_argument("--ref", help="reference translations, line-aligned with --src")
     parser.add_argument("--out", help="folder for translations, scores and plots")
+
+
+def at_least_zero_int(text: str) -> int:
+    """argparse type of an integer of at least 0."""
+    return 0 if text.strip() == "0" else positive(text)
 
 
 def positive(text: str) -> int:

@@ -15,6 +15,7 @@ from alignmt.cli.flags import (
     above_zero,
     add_device_options,
     add_run_options,
+    add_speed_options,
     add_test_options,
     at_least_zero,
     length_range,
@@ -35,7 +36,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress at INFO level")
     commands = parser.add_subparsers(required=True, metavar="COMMAND", dest="command")
-    for add in (_demo, _train, _translate, _evaluate, _compare, _average, _serve, _explore):
+    for add in (
+        _demo,
+        _train,
+        _translate,
+        _evaluate,
+        _compare,
+        _average,
+        _shortlist,
+        _serve,
+        _explore,
+    ):
         add(commands)
     return parser
 
@@ -188,6 +199,7 @@ def _compare(commands: Commands) -> None:
     )
     add_test_options(compare)
     add_device_options(compare)
+    add_speed_options(compare)
 
 
 def _average(commands: Commands) -> None:
@@ -206,6 +218,18 @@ def _average(commands: Commands) -> None:
     average.add_argument(
         "--overwrite", action="store_true", help="replace the run a NEW_RUN folder holds"
     )
+
+
+def _shortlist(commands: Commands) -> None:
+    shortlist = commands.add_parser(
+        "shortlist",
+        help="build a run's lexical shortlist (training builds it; this is for older runs)",
+        description="Count which target tokens co-occur with each source token in the run's "
+        "training pairs and write RUN_DIR/shortlist.safetensors: each source token's best "
+        "translations by the Dice coefficient, and the most frequent target tokens. "
+        "translate, evaluate and serve use it with --shortlist K.",
+    )
+    shortlist.add_argument("run_dir", metavar="RUN_DIR")
 
 
 def _serve(commands: Commands) -> None:
@@ -233,6 +257,7 @@ def _serve(commands: Commands) -> None:
             help=f"{limit.metadata['help']} (default {limit.default})",
         )
     add_device_options(serve)
+    add_speed_options(serve)
 
 
 def _explore(commands: Commands) -> None:

@@ -15,7 +15,13 @@ from alignmt.serve.server import run_server
 
 def run(args: argparse.Namespace) -> int:
     limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})
-    models = load_models(args.run_dirs, device=pick_device(args.device), precision=args.precision)
+    models = load_models(
+        args.run_dirs,
+        device=pick_device(args.device),
+        precision=args.precision,
+        weights=args.weights,
+        shortlist=args.shortlist,
+    )
     logging.getLogger("alignmt.serve").setLevel(logging.INFO)
     url = f"http://{args.host}:{args.port}"
     print(f"serving {', '.join(models)}: the explorer at {url}/, the API at {url}/docs", flush=True)

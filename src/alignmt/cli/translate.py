@@ -119,11 +119,22 @@ def flax_translator_for(run: str, args: argparse.Namespace) -> FlaxTranslator:
 
 
 def search_for(search: SearchConfig, args: argparse.Namespace) -> SearchConfig:
-    """A run's search with --beam, --replace-unk and --coverage-penalty applied."""
+    """A run's search with --beam, --replace-unk, --coverage-penalty, --weights and
+    --shortlist applied."""
     search = search if args.beam is None else replace(search, beam_size=args.beam)
     if args.coverage_penalty is not None:
         search = replace(search, coverage_penalty=args.coverage_penalty)
+    search = with_speed(search, args)
     search = replace(search, replace_unk=search.replace_unk or args.replace_unk)
     if search.beam_size < 1:
         raise ValueError(f"--beam must be at least 1, got {search.beam_size}")
+    return search
+
+
+def with_speed(search: SearchConfig, args: argparse.Namespace) -> SearchConfig:
+    """`search` with --weights and --shortlist applied, where given."""
+    if args.weights is not None:
+        search = replace(search, weights=args.weights)
+    if args.shortlist is not None:
+        search = replace(search, shortlist=args.shortlist)
     return search

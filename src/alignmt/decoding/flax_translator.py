@@ -74,6 +74,11 @@ class FlaxTranslator:
                 "the Flax search has no coverage penalty: use --backend torch, or "
                 "--coverage-penalty 0"
             )
+        if search.weights != "float32" or search.shortlist:
+            raise ValueError(
+                "the Flax search decodes in float32 over the whole vocabulary: use --backend "
+                "torch for --weights int8 and --shortlist"
+            )
         params = jax.device_put(ckpt.params, jax_device(device))
         return cls(
             ckpt.model,

@@ -15,12 +15,13 @@ stopping rule and back-trace in beam.py, with length normalisation GNMT's (Wu et
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from alignmt.decoding.beam import (
     BeamStep,
@@ -36,10 +37,12 @@ from alignmt.decoding.beam import (
     start_beams,
 )
 from alignmt.decoding.greedy import Pick, greedy_search, most_probable
-from alignmt.decoding.packed import packed_linears
+from alignmt.decoding.packed import int8_linears, packed_linears
 from alignmt.decoding.rows import Encoded, Pending, refill, select_rows
+from alignmt.decoding.shortlist import Shortlisted
 from alignmt.decoding.steps import Hypothesis, StepFn, full_precision
 from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.shortlist import Shortlist
 
 R = TypeVar("R")
 
@@ -59,6 +62,15 @@ def max_output_len(src_len: Tensor, ratio: float, offset: int) -> Tensor:
 
 
 @dataclass(frozen=True)
+class Speed:
+    """How decoding trades exactness for speed: the decoder's matmuls in int8 (CPU float32
+    Linears only, see int8.py), and the words each sentence may output (see shortlist.py)."""
+
+    int8: bool = False
+    shortlist: Shortlist | None = None  # None: the whole vocabulary
+
+
+@dataclass(frozen=True)
 class _Options:
     """The public wrappers' arguments, gathered once and passed on whole."""
 
@@ -69,6 +81,7 @@ class _Options:
     nbest: int = 1
     alpha: float = 0.0
     beta: float = 0.0  # the coverage penalty's weight; 0: none
+    speed: Speed | None = None  # int8 matmuls and a shortlist; None: neither
 
 
 @torch.no_grad()
@@ -101,10 +114,11 @@ def decode_batches(
     max_len_ratio: float = 2.0,
     max_len_offset: int = 10,
     pick: Pick = most_probable,
+    speed: Speed | None = None,
 ) -> list[Hypothesis]:
     """Greedy translations of many source batches, `width` sentences decoding at a time
     (see `greedy_search`: a sentence that ends hands its row to the next one). On the CPU,
-    the decoder's float32 Linears run on weights packed once (see packed.py).
+    the decoder's float32 Linears run on weights packed once (see packed.py), or in int8.
 
     Args:
         model: a Seq2Seq (put in eval mode by the caller).
@@ -113,12 +127,14 @@ def decode_batches(
         width: the most sentences decoded in one step.
         max_len_ratio, max_len_offset: the length limit, see `max_output_len`.
         pick: each step's token choice: the most probable, or `sample.sampler`'s draw.
+        speed: int8 matmuls and a shortlist (see `Speed`); None: neither.
 
     Returns:
         One `Hypothesis` per sentence, in input order; attention is cut to the sentence's
         source length and on the CPU.
     """
-    return _greedy(model, batches, _Options(width, max_len_ratio, max_len_offset), pick)
+    options = _Options(width, max_len_ratio, max_len_offset, speed=speed)
+    return _greedy(model, batches, options, pick)
 
 
 @torch.no_grad()
@@ -286,19 +302,20 @@ def beam_decode_batches(
     beta: float = 0.0,
     max_len_ratio: float = 2.0,
     max_len_offset: int = 10,
+    speed: Speed | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam-search translations of many source batches, `width` sentences searching at a
     time (a sentence that stops hands its rows to the next one; see `beam_search`).
 
     Args:
-        model, batches, width, max_len_ratio, max_len_offset: as in `decode_batches`.
+        model, batches, width, max_len_ratio, max_len_offset, speed: as in `decode_batches`.
         beam_size, nbest, alpha, beta: see `beam_search`.
 
     Returns:
         For each sentence, in input order, its hypotheses best first; attention is cut to
         the sentence's source length and on the CPU.
     """
-    options = _Options(width, max_len_ratio, max_len_offset, beam_size, nbest, alpha, beta)
+    options = _Options(width, max_len_ratio, max_len_offset, beam_size, nbest, alpha, beta, speed)
     return _beam(model, batches, options)
 
 
@@ -352,16 +369,35 @@ def _run(
 ) -> tuple[R, list[int]]:
     """`search` (`greedy_search`, or `beam_search` with its own arguments bound) over
     `model`'s decoder, encoding the batches as it takes them. On the CPU the decoder's
-    float32 Linears run on weights packed once for a full step's rows (see packed.py).
+    float32 Linears run in int8 when asked, the others on weights packed once for a full
+    step's rows (see packed.py); with a shortlist, the projection scores its words only.
 
     Returns:
         What `search` returns, and each sentence's source length, in input order.
     """
     src_lens: list[int] = []
-    with packed_linears(model.decoder, rows=options.width * options.beam_size):
-        step, encoded = model.decode_step, _encode(model, batches, src_lens, options)
+    speed = options.speed or Speed()
+    step: StepFn = model.decode_step
+    with ExitStack() as stack:
+        join = None
+        if speed.shortlist is not None:  # first: the projection is then the shortlist's
+            step = Shortlisted(
+                step, _projections(model), speed.shortlist, pad_id=model.pad_id, int8=speed.int8
+            )
+            stack.enter_context(step.active())
+            join = step.join
+        if speed.int8:
+            stack.enter_context(int8_linears(model.decoder))
+        stack.enter_context(packed_linears(model.decoder, rows=options.width * options.beam_size))
+        encoded = _encode(model, batches, src_lens, options, join)
         out = search(step, encoded, bos_id=model.bos_id, eos_id=model.eos_id, width=options.width)
     return out, src_lens
+
+
+def _projections(model: Seq2Seq) -> list[nn.Linear]:
+    """The vocabulary projection of the model's decoder, or of each ensemble member's."""
+    decoders = model.decoder if isinstance(model.decoder, nn.ModuleList) else [model.decoder]
+    return [decoder.projection for decoder in decoders]
 
 
 def _encode(
@@ -369,10 +405,13 @@ def _encode(
     batches: Iterable[tuple[Tensor, Tensor]],
     src_lens: list[int],
     options: _Options,
+    join: Callable[[Tensor, Any], Any] | None = None,
 ) -> Iterator[Encoded]:
     """Encode each (src, src_len) batch when search asks for it, appending the sentences'
-    source lengths to `src_lens`."""
+    source lengths to `src_lens`; `join(src, memory)` adds what a step wrapper reads."""
     for src, src_len in batches:
         memory, state = model.encode(src, src_len)
+        if join is not None:
+            memory = join(src, memory)
         src_lens.extend(src_len.tolist())
         yield state, memory, max_output_len(src_len, options.max_len_ratio, options.max_len_offset)

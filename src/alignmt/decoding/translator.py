@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -25,13 +25,21 @@ from alignmt.checkpoint.torch_io import Checkpoint
 from alignmt.config import Precision, SearchConfig
 from alignmt.decoding.ensemble import Ensemble
 from alignmt.decoding.greedy import Pick
+from alignmt.decoding.packed import int8_linears
 from alignmt.decoding.sample import Sampling, sampler
-from alignmt.decoding.search import Hypothesis, beam_decode_batches, decode_batches, max_output_len
+from alignmt.decoding.search import (
+    Hypothesis,
+    Speed,
+    beam_decode_batches,
+    decode_batches,
+    max_output_len,
+)
 from alignmt.decoding.trace import BeamTrace, DecoderStep, beam_trace, step_through
 from alignmt.decoding.words import hard_alignment, replace_unknown, warn_unknown
 from alignmt.model.batch import source_batch
 from alignmt.model.device import autocast, check_precision
 from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.shortlist import Shortlist
 from alignmt.text.tokenize import Tokenizer
 from alignmt.text.vocab import BOS, EOS, PAD, Vocab
 
@@ -66,7 +74,8 @@ class Translator:
     """A trained model with its tokenizers and vocabularies, translating raw text.
 
     It decodes where the model is, under `autocast(device, precision)`: put the model on
-    the device first (`load_checkpoint(..., device=...)`).
+    the device first (`load_checkpoint(..., device=...)`). `search.weights` and
+    `search.shortlist` choose int8 matmuls and the run's shortlist (see `search.Speed`).
     """
 
     def __init__(
@@ -77,6 +86,7 @@ class Translator:
         vocabs: tuple[Vocab, Vocab],
         search: SearchConfig,
         precision: Precision = "float32",
+        shortlist: Shortlist | None = None,
     ) -> None:
         self.model = model.eval()
         self.src_tokenizer, self.tgt_tokenizer = tokenizers
@@ -84,15 +94,48 @@ class Translator:
         self.search = search
         check_precision(self.device, precision)
         self.precision = precision
+        self.shortlist = shortlist
+        self.speed = self._check_speed()
+
+    def _check_speed(self) -> Speed:
+        """What `search.weights` and `search.shortlist` ask for, refused where it cannot
+        be: int8 off the CPU or under bfloat16, a shortlist the run lacks or that does not
+        fit its vocabularies."""
+        int8 = self.search.weights == "int8"
+        if int8 and (self.device.type != "cpu" or self.precision != "float32"):
+            raise ValueError(
+                f"search.weights=int8 runs the CPU's int8 matmuls in place of float32 ones; "
+                f"it cannot decode on {self.device} at precision {self.precision}"
+            )
+        k = self.search.shortlist
+        if not k:
+            return Speed(int8=int8)
+        if self.shortlist is None:
+            raise ValueError(
+                f"search.shortlist={k}: this run folder has no shortlist.safetensors; "
+                "build it with `alignmt shortlist RUN_DIR`"
+            )
+        table = self.shortlist.table
+        if table.shape[0] != len(self.src_vocab) or table.max() >= len(self.tgt_vocab):
+            raise ValueError(
+                f"the run's shortlist.safetensors ({table.shape[0]} source tokens) does not fit "
+                f"its vocabularies ({len(self.src_vocab)} / {len(self.tgt_vocab)}); build it again"
+            )
+        return Speed(int8=int8, shortlist=self.shortlist.top(k))
 
     @property
     def device(self) -> torch.device:
         """Where the model is, and so where it decodes."""
         return next(self.model.parameters()).device
 
-    def autocast(self) -> AbstractContextManager:
-        """The context the model runs in: autocast to bfloat16, or nothing for float32."""
-        return autocast(self.device, self.precision)
+    @contextmanager
+    def numerics(self) -> Iterator[None]:
+        """The context the model runs in: autocast to bfloat16, or nothing for float32;
+        with int8 weights, the decoder's Linears in int8 (the shortlist is search's)."""
+        with autocast(self.device, self.precision), ExitStack() as stack:
+            if self.speed.int8:
+                stack.enter_context(int8_linears(self.model.decoder))
+            yield
 
     def with_beam(self, beam_size: int | None) -> Translator:
         """This translator searching with `beam_size` (None: its own), sharing its model."""
@@ -104,6 +147,7 @@ class Translator:
             vocabs=(self.src_vocab, self.tgt_vocab),
             search=replace(self.search, beam_size=beam_size),
             precision=self.precision,
+            shortlist=self.shortlist,
         )
 
     @classmethod
@@ -138,6 +182,7 @@ class Translator:
             vocabs=(first.src_vocab, first.tgt_vocab),
             search=search,
             precision=precision,
+            shortlist=first.shortlist,
         )
 
     @classmethod
@@ -156,6 +201,7 @@ class Translator:
             vocabs=(ckpt.src_vocab, ckpt.tgt_vocab),
             search=search or ckpt.config.search,
             precision=precision,
+            shortlist=ckpt.shortlist,
         )
 
     @torch.no_grad()
@@ -237,12 +283,16 @@ class Translator:
         batches = [self._source_ids(chunk) for chunk in _chunks(sentences, batch_size)]
         cfg = self.search
         limits = dict(max_len_ratio=cfg.max_len_ratio, max_len_offset=cfg.max_len_offset)
-        with self.autocast():
+        with self.numerics():
             if draw is not None:
-                hyps = decode_batches(self.model, batches, width=batch_size, pick=draw[1], **limits)
+                hyps = decode_batches(
+                    self.model, batches, width=batch_size, pick=draw[1], speed=self.speed, **limits
+                )
                 return list(_chunks(hyps, draw[0]))
             if cfg.beam_size == 1 and nbest == 1 and not cfg.coverage_penalty:
-                hyps = decode_batches(self.model, batches, width=batch_size, **limits)
+                hyps = decode_batches(
+                    self.model, batches, width=batch_size, speed=self.speed, **limits
+                )
                 return [[h] for h in hyps]
             return beam_decode_batches(
                 self.model,
@@ -252,6 +302,7 @@ class Translator:
                 nbest=nbest,
                 alpha=cfg.length_penalty,
                 beta=cfg.coverage_penalty,
+                speed=self.speed,
                 **limits,
             )
 
@@ -271,7 +322,7 @@ class Translator:
         src_tokens = self._one_source(line)
         prefix_ids = self.target_ids(prefix)
         src, max_len = self._one_source_ids(src_tokens)
-        with self.autocast():
+        with self.numerics():
             steps = step_through(
                 self.model,
                 src,
@@ -294,7 +345,7 @@ class Translator:
         and the sentence's source tokens (for `hypothesis`)."""
         src_tokens = self._one_source(line)
         src, max_len = self._one_source_ids(src_tokens)
-        with self.autocast():
+        with self.numerics():
             trace = beam_trace(
                 self.model,
                 src,

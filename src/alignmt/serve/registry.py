@@ -7,14 +7,14 @@ decoding at the deadline of the call it serves (see `batcher.stop_past_deadline`
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from alignmt.checkpoint.format import snapshot_steps
 from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint, load_snapshot
-from alignmt.config import Precision
+from alignmt.config import Precision, Weights
 from alignmt.decoding.ensemble import Ensemble
 from alignmt.decoding.translator import Translator
 from alignmt.serve.batcher import stop_past_deadline
@@ -46,6 +46,8 @@ def load_models(
     *,
     device: torch.device | str = "cpu",
     precision: Precision = "float32",
+    weights: Weights | None = None,
+    shortlist: int | None = None,
 ) -> dict[str, ServedModel]:
     """Load each run folder (or .safetensors file); the first is the default model. RUN_A+RUN_B
     serves the runs as one ensemble, named so, for /v1/translate.
@@ -54,6 +56,8 @@ def load_models(
         run_dirs: the run folders.
         device: where the models (and the snapshots asked for later) go.
         precision: what they decode at (see `device.autocast`).
+        weights, shortlist: replace each run's `search.weights` and `search.shortlist`
+            (None: keep the run's).
 
     Raises:
         ValueError: two folders share a name, or none is given.
@@ -70,14 +74,17 @@ def load_models(
         if name in models:
             raise ValueError(f"two models would be named {name!r}: give folders distinct names")
         ckpts = [load_checkpoint(run, device=device) for run in runs]
+        search = ckpts[0].config.search
+        if weights is not None:
+            search = replace(search, weights=weights)
+        if shortlist is not None:
+            search = replace(search, shortlist=shortlist)
         folder = Path(runs[0]).parent if runs[0].endswith(".safetensors") else Path(runs[0])
         if len(runs) == 1:
-            translator = Translator.from_checkpoint(ckpts[0], precision=precision)
+            translator = Translator.from_checkpoint(ckpts[0], search, precision=precision)
             info = model_info(name, ckpts[0], folder)
         else:
-            translator = Translator.ensemble(
-                ckpts, runs, ckpts[0].config.search, precision=precision
-            )
+            translator = Translator.ensemble(ckpts, runs, search, precision=precision)
             info = model_info(name, ckpts[0], folder).model_copy(
                 update={
                     "parameters": sum(p.numel() for p in translator.model.parameters()),

@@ -8,7 +8,9 @@ A run directory holds `model.safetensors` (the best model, or the last without v
 `last.safetensors` (the last model plus everything needed to resume: optimizer moments, RNG
 states of every process, position in the global batch order, schedule), `config.yaml`,
 `metrics.jsonl` and `curves.png` (`runlog`); with `snapshot_every` also
-`snapshots/step_NNNNNN.safetensors`, the weights at step 0, every N steps and the last step.
+`snapshots/step_NNNNNN.safetensors`, the weights at step 0, every N steps and the last step;
+for a corpus, `shortlist.safetensors`, the lexical shortlist of its training pairs (built
+when training ends; decoding uses it when `search.shortlist` asks).
 Resuming replays nothing: it restores that state, so a killed and resumed run ends with the
 same weights (and snapshots) as an uninterrupted one.
 """
@@ -25,7 +27,9 @@ import torch
 
 from alignmt.checkpoint.format import LAST, WEIGHTS, check_same_model
 from alignmt.checkpoint.rundir import RunFolderError, check_new_run, clear_run, write_text
+from alignmt.checkpoint.shortlist_io import save_shortlist
 from alignmt.checkpoint.torch_io import (
+    load_checkpoint,
     load_weights,
     restore_train_state,
     set_rng_states,
@@ -35,6 +39,7 @@ from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.cache import cache_root
 from alignmt.text.guide import TokenLinks, eflomal_training_links, pharaoh_training_links
 from alignmt.text.prepare import Text, prepare_text
+from alignmt.text.shortlist import Shortlist, build_shortlist
 from alignmt.text.vocab import Vocab
 from alignmt.training.batches import Progress
 from alignmt.training.distributed import (
@@ -139,6 +144,8 @@ def _train(
         links=links,
     )
     seconds = loop.run(progress)
+    if world.main and len(text.train):
+        save_shortlist(run_dir, text_shortlist(text))
     best = run_dir / WEIGHTS
     if best.is_file() and text.valid:
         model.load_state_dict(load_weights(best))
@@ -162,6 +169,30 @@ def finished(loop: Loop, model: Seq2Seq, seconds: float) -> TrainResult:
         step=loop.state.step,
         main=loop.world.main,
     )
+
+
+def text_shortlist(text: Text) -> Shortlist:
+    """The lexical shortlist of the training pairs (see text/shortlist.py)."""
+    vocab = text.tgt_vocab
+    sizes = (len(text.src_vocab), len(vocab))
+    return build_shortlist(text.train, sizes, always=(vocab.eos_id, vocab.unk_id))
+
+
+def build_run_shortlist(run_dir: str | Path) -> tuple[Path, Shortlist]:
+    """Build and write the shortlist of a run trained before training built one, from its
+    config's corpus; refused if the corpus now gives other vocabularies."""
+    stored = load_checkpoint(run_dir)
+    cfg = stored.config
+    if cfg.data.task != "corpus":
+        raise ValueError(f"{run_dir}: a synthetic task ({cfg.data.task}) has no corpus to list")
+    text = prepare_text(cfg.data, cfg.seed)
+    if (text.src_vocab, text.tgt_vocab) != (stored.src_vocab, stored.tgt_vocab):
+        raise ValueError(
+            f"{run_dir}: {cfg.data.train} now gives other vocabularies than the run's; the "
+            "corpus has changed since training"
+        )
+    shortlist = text_shortlist(text)
+    return save_shortlist(run_dir, shortlist), shortlist
 
 
 def seed_everything(seed: int) -> None:
