@@ -285,8 +285,9 @@ def main() -> None:
         }
         profiles = (
             {
-                name: decoding_profile(model, partial(search, s=None), test.batches)
+                f"{name}, {path}": decoding_profile(model, partial(search, s=chosen), test.batches)
                 for name, search in searches.items()
+                for path, chosen in paths.items()
             }
             if args.profile
             else {}

