@@ -98,8 +98,10 @@ class Shortlisted:
         inner = self.kind._make(fields) if hasattr(self.kind, "_make") else self.kind(fields)
         self._use(allowed)
         logits, state, alpha = self.step(prev, state, inner)  # (N, S)
-        full = logits.new_full(allowed.shape, float("-inf")).index_copy_(1, self._union, logits)
-        return full.masked_fill_(~allowed, float("-inf")), state, alpha  # (N, V)
+        own = allowed.index_select(1, self._union)  # (N, S) each row's own words
+        logits = logits.masked_fill_(~own, float("-inf"))
+        full = logits.new_full(allowed.shape, float("-inf"))
+        return full.index_copy_(1, self._union, logits), state, alpha  # (N, V)
 
     def _use(self, allowed: Tensor) -> None:
         """Make the union of `allowed`'s rows the words the projections score, unless the
