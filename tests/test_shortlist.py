@@ -19,6 +19,7 @@ from alignmt.decoding.search import Speed, beam_decode_batches, decode_batches
 from alignmt.decoding.shortlist import allowed_words
 from alignmt.decoding.translator import Translator
 from alignmt.model.batch import source_batch
+from alignmt.serve.registry import load_models
 from alignmt.text.cache import TokenArrays
 from alignmt.text.prepare import prepare_text
 from alignmt.text.shortlist import Shortlist, build_shortlist
@@ -191,3 +192,12 @@ def test_bad_shortlists_are_refused_by_name(toy_run, tmp_path):
 
 def replace_search(ckpt, k: int):
     return replace(ckpt.config.search, shortlist=k)
+
+
+def test_a_server_decodes_with_the_speed_options_it_was_given(toy_run):
+    served = load_models([toy_run], weights="int8", shortlist=5)["run"]
+    speed = served.translator.speed
+    assert speed.int8 and speed.shortlist.depth == 5
+    assert served.translator.translate(["a red dog"])[0][0].tokens[-1] == "</s>"
+    plain = load_models([toy_run])["run"].translator.speed
+    assert not plain.int8 and plain.shortlist is None  # the run's config: neither
