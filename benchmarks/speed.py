@@ -36,7 +36,8 @@ import alignmt
 from alignmt.analysis.scores import corpus_scores
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import PRECISIONS, WEIGHTS, Config, DataConfig, ModelConfig, TrainConfig
-from alignmt.decoding.search import Speed, beam_decode_batches, decode_batches
+from alignmt.decoding.search import beam_decode_batches, decode_batches
+from alignmt.decoding.speed import Speed
 from alignmt.model.allocator import keep_freed_memory
 from alignmt.model.batch import source_batch
 from alignmt.model.device import autocast, pick_device

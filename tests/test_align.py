@@ -19,7 +19,7 @@ from alignmt.analysis.task_scores import score_task
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
 from alignmt.config import load_config
-from alignmt.decoding.search import Speed
+from alignmt.decoding.speed import Speed
 from alignmt.decoding.translator import Translator
 from alignmt.model.batch import make_batch
 from alignmt.model.seq2seq import Seq2Seq

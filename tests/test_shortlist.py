@@ -15,8 +15,9 @@ import torch
 from alignmt.checkpoint.shortlist_io import SHORTLIST, load_shortlist, save_shortlist
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
-from alignmt.decoding.search import Speed, beam_decode_batches, decode_batches
+from alignmt.decoding.search import beam_decode_batches, decode_batches
 from alignmt.decoding.shortlist import allowed_words
+from alignmt.decoding.speed import Speed
 from alignmt.decoding.translator import Translator
 from alignmt.model.batch import source_batch
 from alignmt.serve.registry import load_models

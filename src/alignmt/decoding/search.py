@@ -9,19 +9,19 @@ rows once none waits (continuous batching: `refill`, one step shared by both). T
 searches live beside this module: what both make of a step in steps.py, greedy search (and
 its sampling form, with sample.py's token choice) in greedy.py, beam search's candidates,
 stopping rule and back-trace in beam.py, with length normalisation GNMT's (Wu et al.
-2016, eq. 14).
+2016, eq. 14). On the CPU their step runs as speed.py's `fast_step` puts it: packed or int8
+matmuls, and a shortlist when asked.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from alignmt.decoding.beam import (
     BeamStep,
@@ -37,12 +37,10 @@ from alignmt.decoding.beam import (
     start_beams,
 )
 from alignmt.decoding.greedy import Pick, greedy_search, most_probable
-from alignmt.decoding.packed import int8_linears, packed_linears
 from alignmt.decoding.rows import Encoded, Pending, refill, select_rows
-from alignmt.decoding.shortlist import Shortlisted
+from alignmt.decoding.speed import Join, Speed, fast_step
 from alignmt.decoding.steps import Hypothesis, StepFn, full_precision
 from alignmt.model.seq2seq import Seq2Seq
-from alignmt.text.shortlist import Shortlist
 
 R = TypeVar("R")
 
@@ -59,15 +57,6 @@ def max_output_len(src_len: Tensor, ratio: float, offset: int) -> Tensor:
         (B,) int64.
     """
     return ((src_len.float() * ratio).long() + offset).clamp(min=1)
-
-
-@dataclass(frozen=True)
-class Speed:
-    """How decoding trades exactness for speed: the decoder's matmuls in int8 (CPU float32
-    Linears only, see int8.py), and the words each sentence may output (see shortlist.py)."""
-
-    int8: bool = False
-    shortlist: Shortlist | None = None  # None: the whole vocabulary
 
 
 @dataclass(frozen=True)
@@ -376,28 +365,11 @@ def _run(
         What `search` returns, and each sentence's source length, in input order.
     """
     src_lens: list[int] = []
-    speed = options.speed or Speed()
-    step: StepFn = model.decode_step
-    with ExitStack() as stack:
-        join = None
-        if speed.shortlist is not None:  # first: the projection is then the shortlist's
-            step = Shortlisted(
-                step, _projections(model), speed.shortlist, pad_id=model.pad_id, int8=speed.int8
-            )
-            stack.enter_context(step.active())
-            join = step.join
-        if speed.int8:
-            stack.enter_context(int8_linears(model.decoder))
-        stack.enter_context(packed_linears(model.decoder, rows=options.width * options.beam_size))
+    rows = options.width * options.beam_size
+    with fast_step(model, options.speed or Speed(), rows) as (step, join):
         encoded = _encode(model, batches, src_lens, options, join)
         out = search(step, encoded, bos_id=model.bos_id, eos_id=model.eos_id, width=options.width)
     return out, src_lens
-
-
-def _projections(model: Seq2Seq) -> list[nn.Linear]:
-    """The vocabulary projection of the model's decoder, or of each ensemble member's."""
-    decoders = model.decoder if isinstance(model.decoder, nn.ModuleList) else [model.decoder]
-    return [decoder.projection for decoder in decoders]
 
 
 def _encode(
@@ -405,7 +377,7 @@ def _encode(
     batches: Iterable[tuple[Tensor, Tensor]],
     src_lens: list[int],
     options: _Options,
-    join: Callable[[Tensor, Any], Any] | None = None,
+    join: Join = None,
 ) -> Iterator[Encoded]:
     """Encode each (src, src_len) batch when search asks for it, appending the sentences'
     source lengths to `src_lens`; `join(src, memory)` adds what a step wrapper reads."""

@@ -27,13 +27,8 @@ from alignmt.decoding.ensemble import Ensemble
 from alignmt.decoding.greedy import Pick
 from alignmt.decoding.packed import int8_linears
 from alignmt.decoding.sample import Sampling, sampler
-from alignmt.decoding.search import (
-    Hypothesis,
-    Speed,
-    beam_decode_batches,
-    decode_batches,
-    max_output_len,
-)
+from alignmt.decoding.search import Hypothesis, beam_decode_batches, decode_batches, max_output_len
+from alignmt.decoding.speed import check_speed
 from alignmt.decoding.trace import BeamTrace, DecoderStep, beam_trace, step_through
 from alignmt.decoding.words import hard_alignment, replace_unknown, warn_unknown
 from alignmt.model.batch import source_batch
@@ -95,33 +90,7 @@ class Translator:
         check_precision(self.device, precision)
         self.precision = precision
         self.shortlist = shortlist
-        self.speed = self._check_speed()
-
-    def _check_speed(self) -> Speed:
-        """What `search.weights` and `search.shortlist` ask for, refused where it cannot
-        be: int8 off the CPU or under bfloat16, a shortlist the run lacks or that does not
-        fit its vocabularies."""
-        int8 = self.search.weights == "int8"
-        if int8 and (self.device.type != "cpu" or self.precision != "float32"):
-            raise ValueError(
-                f"search.weights=int8 runs the CPU's int8 matmuls in place of float32 ones; "
-                f"it cannot decode on {self.device} at precision {self.precision}"
-            )
-        k = self.search.shortlist
-        if not k:
-            return Speed(int8=int8)
-        if self.shortlist is None:
-            raise ValueError(
-                f"search.shortlist={k}: this run folder has no shortlist.safetensors; "
-                "build it with `alignmt shortlist RUN_DIR`"
-            )
-        table = self.shortlist.table
-        if table.shape[0] != len(self.src_vocab) or table.max() >= len(self.tgt_vocab):
-            raise ValueError(
-                f"the run's shortlist.safetensors ({table.shape[0]} source tokens) does not fit "
-                f"its vocabularies ({len(self.src_vocab)} / {len(self.tgt_vocab)}); build it again"
-            )
-        return Speed(int8=int8, shortlist=self.shortlist.top(k))
+        self.speed = check_speed(search, shortlist, vocabs, self.device, precision)
 
     @property
     def device(self) -> torch.device:

@@ -1,0 +1,104 @@
+"""How decoding trades exactness for speed on the CPU: the decoder's matmuls in int8
+(int8.py, through packed.py's `int8_linears`), and a lexical shortlist (shortlist.py).
+`Speed` holds the choice; `check_speed` makes it from a search config, refusing what cannot
+be; `fast_step` puts it in place around a search's step function."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from alignmt.config import Precision, SearchConfig
+from alignmt.decoding.packed import int8_linears, packed_linears
+from alignmt.decoding.shortlist import Shortlisted
+from alignmt.decoding.steps import StepFn
+from alignmt.text.shortlist import Shortlist
+from alignmt.text.vocab import Vocab
+
+# join(src (B, T_src), memory) -> the memory a step wrapper reads, or None: as encoded
+Join = Callable[[Tensor, Any], Any] | None
+
+
+@dataclass(frozen=True)
+class Speed:
+    """The decoder's matmuls in int8 (CPU float32 Linears only), and the words each sentence
+    may output (None: the whole vocabulary)."""
+
+    int8: bool = False
+    shortlist: Shortlist | None = None
+
+
+def check_speed(
+    search: SearchConfig,
+    shortlist: Shortlist | None,
+    vocabs: tuple[Vocab, Vocab],
+    device: torch.device,
+    precision: Precision,
+) -> Speed:
+    """What `search.weights` and `search.shortlist` ask for, given the run's `shortlist`;
+    refused where it cannot be: int8 off the CPU or under bfloat16, a shortlist the run lacks
+    or that does not fit its vocabularies."""
+    int8 = search.weights == "int8"
+    if int8 and (device.type != "cpu" or precision != "float32"):
+        raise ValueError(
+            f"search.weights=int8 runs the CPU's int8 matmuls in place of float32 ones; "
+            f"it cannot decode on {device} at precision {precision}"
+        )
+    k = search.shortlist
+    if not k:
+        return Speed(int8=int8)
+    if shortlist is None:
+        raise ValueError(
+            f"search.shortlist={k}: this run folder has no shortlist.safetensors; "
+            "build it with `alignmt shortlist RUN_DIR`"
+        )
+    src_vocab, tgt_vocab = vocabs
+    table = shortlist.table
+    if table.shape[0] != len(src_vocab) or table.max() >= len(tgt_vocab):
+        raise ValueError(
+            f"the run's shortlist.safetensors ({table.shape[0]} source tokens) does not fit "
+            f"its vocabularies ({len(src_vocab)} / {len(tgt_vocab)}); build it again"
+        )
+    return Speed(int8=int8, shortlist=shortlist.top(k))
+
+
+@contextmanager
+def fast_step(model: Any, speed: Speed, rows: int) -> Iterator[tuple[StepFn, Join]]:
+    """Inside the block, `model`'s step as `speed` asks, and the memory `join` it needs.
+    On the CPU the decoder's float32 Linears run in int8 when asked and the others on
+    weights packed for `rows` rows (see packed.py); with a shortlist, the projection (each
+    ensemble member's) scores the step's words only.
+
+    Args:
+        model: a Seq2Seq or an Ensemble.
+        speed: the choice.
+        rows: the rows of a full step: width x beam size.
+    """
+    step: StepFn = model.decode_step
+    join: Join = None
+    with ExitStack() as stack:
+        if speed.shortlist is not None:  # first: the projection is then the shortlist's
+            decoders = (
+                model.decoder if isinstance(model.decoder, nn.ModuleList) else [model.decoder]
+            )
+            projections = [decoder.projection for decoder in decoders]
+            step = Shortlisted(
+                step, projections, speed.shortlist, pad_id=model.pad_id, int8=speed.int8
+            )
+            stack.enter_context(step.active())
+            join = step.join
+        if speed.int8:
+            stack.enter_context(int8_linears(model.decoder))
+        stack.enter_context(packed_linears(model.decoder, rows=rows))
+        yield step, join
+
+
+def _projections(model: Any) -> list[nn.Linear]:
+    """The vocabulary projection of the model's decoder, or of each ensemble member's."""
+    decoders = model.decoder if isinstance(model.decoder, nn.ModuleList) else [model.decoder]
+    return [decoder.projection for decoder in decoders]
