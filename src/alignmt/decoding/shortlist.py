@@ -8,7 +8,7 @@ by the next sentence, rows dropped) move them with the rest. At each step the pr
 (each member's, for an ensemble) multiplies only the rows of the union S of the step's
 allowed words, and each row's own words are then kept: a sentence's output depends on its
 own shortlist, never on which sentences share its batch. The union and the projection's
-rows for it are made again only when the rows of the step change.
+rows for it are made again only when new rows bring words the union lacks.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def allowed_words(shortlist: Shortlist, src: Tensor, pad_id: int, vocab: int) ->
         (B, V) bool.
     """
     table = torch.as_tensor(shortlist.table, device=src.device)  # (V_src, K)
-    words = table[src].masked_fill_((src == pad_id)[..., None], int(shortlist.frequent[0]))
+    real = torch.where(src == pad_id, src[:, :1], src)  # padding: the first token again
+    words = table[real]  # (B, T_src, K)
     allowed = torch.zeros(src.size(0), vocab, dtype=torch.bool, device=src.device)
     allowed[:, torch.as_tensor(shortlist.frequent, device=src.device)] = True
     return allowed.scatter_(1, words.flatten(1), True)  # (B, V)
