@@ -200,5 +200,6 @@ def test_a_server_decodes_with_the_speed_options_it_was_given(toy_run):
     speed = served.translator.speed
     assert speed.int8 and speed.shortlist.depth == 5
     assert served.translator.translate(["a red dog"])[0][0].tokens[-1] == "</s>"
+    assert (served.info.weights, served.info.shortlist) == ("int8", 5)  # /v1/models says so
     plain = load_models([toy_run])["run"].translator.speed
     assert not plain.int8 and plain.shortlist is None  # the run's config: neither

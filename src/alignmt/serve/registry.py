@@ -14,7 +14,7 @@ import torch
 
 from alignmt.checkpoint.format import snapshot_steps
 from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint, load_snapshot
-from alignmt.config import Precision, Weights
+from alignmt.config import Precision, SearchConfig, Weights
 from alignmt.decoding.ensemble import Ensemble
 from alignmt.decoding.translator import Translator
 from alignmt.serve.batcher import stop_past_deadline
@@ -82,10 +82,10 @@ def load_models(
         folder = Path(runs[0]).parent if runs[0].endswith(".safetensors") else Path(runs[0])
         if len(runs) == 1:
             translator = Translator.from_checkpoint(ckpts[0], search, precision=precision)
-            info = model_info(name, ckpts[0], folder)
+            info = model_info(name, ckpts[0], folder, search)
         else:
             translator = Translator.ensemble(ckpts, runs, search, precision=precision)
-            info = model_info(name, ckpts[0], folder).model_copy(
+            info = model_info(name, ckpts[0], folder, search).model_copy(
                 update={
                     "parameters": sum(p.numel() for p in translator.model.parameters()),
                     "validation_bleu": None,
@@ -110,9 +110,13 @@ def stoppable(translator: Translator) -> Translator:
     return translator
 
 
-def model_info(name: str, ckpt: Checkpoint, folder: Path) -> ModelInfo:
-    """What /v1/models says of a checkpoint in run folder `folder`."""
+def model_info(
+    name: str, ckpt: Checkpoint, folder: Path, search: SearchConfig | None = None
+) -> ModelInfo:
+    """What /v1/models says of a checkpoint in run folder `folder`, served with `search`
+    (default: the run's)."""
     m, data = ckpt.config.model, ckpt.config.data
+    search = search or ckpt.config.search
     return ModelInfo(
         name=name,
         source_language=data.src_lang,
@@ -134,7 +138,9 @@ def model_info(name: str, ckpt: Checkpoint, folder: Path) -> ModelInfo:
         parameters=sum(p.numel() for p in ckpt.model.parameters()),
         training_step=ckpt.step,
         validation_bleu=validation_bleu(folder / "metrics.jsonl", ckpt.step),
-        beam_size=ckpt.config.search.beam_size,
+        beam_size=search.beam_size,
+        weights=search.weights,
+        shortlist=search.shortlist,
         snapshots=snapshot_steps(folder),
     )
 

@@ -200,6 +200,10 @@ class ModelInfo(BaseModel):
     training_step: int
     validation_bleu: float | None = Field(description="greedy BLEU recorded at that step")
     beam_size: int = Field(description="the default beam")
+    weights: str = Field("float32", description="float32, or int8: the decoder's matmuls in int8")
+    shortlist: int = Field(
+        0, description="K: each source token's K likeliest translations and frequent words; 0: all"
+    )
     snapshots: list[int] = Field(
         description="training steps whose weights the run kept (train.snapshot_every)"
     )
