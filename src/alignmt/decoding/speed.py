@@ -83,12 +83,8 @@ def fast_step(model: Any, speed: Speed, rows: int) -> Iterator[tuple[StepFn, Joi
     join: Join = None
     with ExitStack() as stack:
         if speed.shortlist is not None:  # first: the projection is then the shortlist's
-            decoders = (
-                model.decoder if isinstance(model.decoder, nn.ModuleList) else [model.decoder]
-            )
-            projections = [decoder.projection for decoder in decoders]
             step = Shortlisted(
-                step, projections, speed.shortlist, pad_id=model.pad_id, int8=speed.int8
+                step, _projections(model), speed.shortlist, pad_id=model.pad_id, int8=speed.int8
             )
             stack.enter_context(step.active())
             join = step.join
