@@ -15,6 +15,7 @@ import torch
 from alignmt.checkpoint.shortlist_io import SHORTLIST, load_shortlist, save_shortlist
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
+from alignmt.decoding.ensemble import Ensemble
 from alignmt.decoding.search import beam_decode_batches, decode_batches
 from alignmt.decoding.shortlist import allowed_words
 from alignmt.decoding.speed import Speed
@@ -203,3 +204,20 @@ def test_a_server_decodes_with_the_speed_options_it_was_given(toy_run):
     assert (served.info.weights, served.info.shortlist) == ("int8", 5)  # /v1/models says so
     plain = load_models([toy_run])["run"].translator.speed
     assert not plain.int8 and plain.shortlist is None  # the run's config: neither
+
+
+def test_an_ensemble_decodes_over_a_shortlist_through_each_members_projection(toy_run):
+    ckpt = load_checkpoint(toy_run)
+    ensemble = Ensemble([ckpt.model, load_checkpoint(toy_run).model])
+    every = Shortlist(ckpt.shortlist.table, np.arange(len(ckpt.tgt_vocab)))
+    batches = toy_batches(ckpt)
+    plain = beam_decode_batches(ensemble, batches, width=8, beam_size=3)
+    listed = beam_decode_batches(
+        ensemble, batches, width=8, beam_size=3, speed=Speed(shortlist=every)
+    )
+    assert [h[0].tokens for h in listed] == [h[0].tokens for h in plain]
+    narrow = Speed(shortlist=Shortlist(ckpt.shortlist.table[:, :1], np.array([EOS])))
+    outputs = beam_decode_batches(ensemble, batches, width=8, beam_size=3, speed=narrow)
+    allowed = {EOS, *ckpt.shortlist.table[:, 0].tolist()}
+    assert all(set(h[0].tokens) <= allowed for h in outputs)  # both members were restricted
+    assert all("forward" not in vars(m.decoder.projection) for m in ensemble.members)
