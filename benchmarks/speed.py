@@ -299,15 +299,7 @@ def main() -> None:
             )
             for name, search in searches.items()
         }
-        valid = (
-            {
-                key: bleu(search(val.batches, paths[key[1]]), val.order, val.pairs, text)
-                for val in [test_batches(text, cfg, device, split=cfg.data.valid)]
-                for key, search in ((k, searches[k[0]]) for k in decoded)
-            }
-            if args.run
-            else {}
-        )
+        valid = valid_bleus(searches, paths, text, cfg, device) if args.run else {}
     gflops = matmul_gflops(device, getattr(torch, args.precision))
     cpu = platform.processor() or platform.machine()
     print(
@@ -396,6 +388,16 @@ def decoding_paths(args: argparse.Namespace, shortlist: Shortlist | None) -> dic
         if int8:
             paths[f"int8 + shortlist {args.shortlist}"] = Speed(int8=True, shortlist=listed)
     return paths
+
+
+def valid_bleus(searches, paths, text, cfg: Config, device) -> dict[tuple[str, str], float]:
+    """The BLEU of each search on each path over the validation set, decoded once each."""
+    val = test_batches(text, cfg, device, split=cfg.data.valid)
+    return {
+        (name, path): bleu(search(val.batches, chosen), val.order, val.pairs, text)
+        for name, search in searches.items()
+        for path, chosen in paths.items()
+    }
 
 
 def flax_rows(rows, text, cfg, args, test, device, speed) -> list[tuple[str, ...]]:

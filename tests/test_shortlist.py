@@ -175,6 +175,9 @@ def test_the_cli_builds_a_shortlist_and_translates_with_it(toy_run, tmp_path, ca
     assert outputs[1] == outputs[0] and len(outputs[0]) == 2
     assert main(["translate", str(toy_run), "--shortlist", "101"]) == 2
     assert "depth 100 cannot give 101" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["translate", str(toy_run), "--shortlist", "-1"])
+    assert "must be 0 or more, got -1" in capsys.readouterr().err
 
 
 def test_bad_shortlists_are_refused_by_name(toy_run, tmp_path):

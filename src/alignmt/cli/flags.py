@@ -54,7 +54,7 @@ def add_speed_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--shortlist",
-        type=at_least_zero_int,
+        type=count_or_zero,
         metavar="K",
         help="score only each source token's K likeliest translations and the frequent "
         "words (the run's shortlist.safetensors); 0 = every word (default: run config)",
@@ -82,9 +82,15 @@ def add_test_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="folder for translations, scores and plots")
 
 
-def at_least_zero_int(text: str) -> int:
-    """argparse type of an integer of at least 0."""
-    return 0 if text.strip() == "0" else positive(text)
+def count_or_zero(text: str) -> int:
+    """argparse type of a count where 0 turns the option off, as `--shortlist 0`."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
 
 
 def positive(text: str) -> int:

@@ -70,7 +70,7 @@ class Translator:
 
     It decodes where the model is, under `autocast(device, precision)`: put the model on
     the device first (`load_checkpoint(..., device=...)`). `search.weights` and
-    `search.shortlist` choose int8 matmuls and the run's shortlist (see `search.Speed`).
+    `search.shortlist` choose int8 matmuls and the run's shortlist (see `speed.Speed`).
     """
 
     def __init__(
@@ -99,8 +99,9 @@ class Translator:
 
     @contextmanager
     def numerics(self) -> Iterator[None]:
-        """The context the model runs in: autocast to bfloat16, or nothing for float32;
-        with int8 weights, the decoder's Linears in int8 (the shortlist is search's)."""
+        """The context the model runs in outside search (stepping through, the beam tree,
+        attention's links): autocast to bfloat16, or nothing for float32; with int8
+        weights, the decoder's Linears in int8, over the whole vocabulary."""
         with autocast(self.device, self.precision), ExitStack() as stack:
             if self.speed.int8:
                 stack.enter_context(int8_linears(self.model.decoder))
@@ -252,7 +253,8 @@ class Translator:
         batches = [self._source_ids(chunk) for chunk in _chunks(sentences, batch_size)]
         cfg = self.search
         limits = dict(max_len_ratio=cfg.max_len_ratio, max_len_offset=cfg.max_len_offset)
-        with self.numerics():
+        # Not numerics(): search puts int8 in place itself, the shortlist's projection too.
+        with autocast(self.device, self.precision):
             if draw is not None:
                 hyps = decode_batches(
                     self.model, batches, width=batch_size, pick=draw[1], speed=self.speed, **limits
