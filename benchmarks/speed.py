@@ -36,7 +36,8 @@ import alignmt
 from alignmt.analysis.scores import corpus_scores
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import PRECISIONS, WEIGHTS, Config, DataConfig, ModelConfig, TrainConfig
-from alignmt.decoding.search import beam_decode_batches, decode_batches
+from alignmt.decoding.search import search as search_batches
+from alignmt.decoding.settings import Search
 from alignmt.decoding.speed import Speed
 from alignmt.model.allocator import keep_freed_memory
 from alignmt.model.batch import source_batch
@@ -273,10 +274,11 @@ def main() -> None:
     params = sum(p.numel() for p in model.parameters())
     paths = decoding_paths(args, shortlist)
     test = test_batches(text, cfg, device)
-    beam = dict(beam_size=5, alpha=0.6, **MAX_OUTPUT)
+    greedy = Search(width=64, **MAX_OUTPUT)
+    beam = Search(beam_size=5, length_penalty=0.6, width=64, **MAX_OUTPUT)
     searches = {  # each: (batches, speed) -> one output per sentence, in batch order
-        "greedy": lambda b, s: decode_batches(model, b, width=64, speed=s, **MAX_OUTPUT),
-        "beam 5": lambda b, s: beam_decode_batches(model, b, width=64, speed=s, **beam),
+        "greedy": lambda b, s: search_batches(model, b, replace(greedy, speed=s or Speed())),
+        "beam 5": lambda b, s: search_batches(model, b, replace(beam, speed=s or Speed())),
     }
     with torch.no_grad(), autocast(device, args.precision):
         decoded = {  # (search, path) -> (sentences/s, outputs), paths interleaved per search

@@ -8,15 +8,10 @@ import math
 import pytest
 import torch
 
-from alignmt.decoding.search import (
-    beam_decode,
-    beam_decode_batches,
-    beam_search,
-    decode,
-    greedy_search,
-    length_penalty,
-    max_output_len,
-)
+from alignmt.decoding.greedy import greedy_search
+from alignmt.decoding.rules import length_penalty, max_output_len
+from alignmt.decoding.search import beam_decode, beam_search, decode, search
+from alignmt.decoding.settings import Search
 from tests.conftest import padded_batch, tiny_model
 from tests.test_search import BOS, EOS, X, Y, Z
 
@@ -52,10 +47,24 @@ def markov_step(rules: list[dict], vocab: int = 6, steps: int = 12):
     return step, state, (tables,)
 
 
+def beam_search_over(model, batches, how):
+    """Beam search itself over (src, src_len) batches, even for a beam of one, which
+    `search` hands to greedy search's loop; attention is over the padded source."""
+
+    def encoded():
+        for src, src_len in batches:
+            memory, state = model.encode(src, src_len)
+            limit = max_output_len(src_len.tolist(), how.max_len_ratio, how.max_len_offset)
+            yield state, memory, torch.from_numpy(limit)
+
+    return beam_search(model.decode_step, encoded(), how, bos_id=model.bos_id, eos_id=model.eos_id)
+
+
 def mock_beam(rules, max_len, **kwargs):
     step, state, memory = markov_step(rules)
     start = (state, memory, torch.tensor(max_len))
-    hyps = beam_search(step, [start], bos_id=BOS, eos_id=EOS, width=len(rules), **kwargs)
+    how = Search(width=len(rules), **kwargs)
+    hyps = beam_search(step, [start], how, bos_id=BOS, eos_id=EOS)
     return hyps, step.rows
 
 
@@ -83,11 +92,9 @@ def test_length_penalty_is_gnmts():
         (dict(width=0), "width"),
     ],
 )
-def test_beam_search_rejects_bad_sizes(kwargs, message):
-    step, state, memory = markov_step([{}])
-    kwargs = dict(beam_size=2, nbest=1, width=1) | kwargs
+def test_a_search_with_bad_sizes_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        beam_search(step, [(state, memory, torch.tensor([3]))], bos_id=BOS, eos_id=EOS, **kwargs)
+        Search(**dict(beam_size=2, nbest=1, width=1) | kwargs)
 
 
 def test_beam_finds_the_sequence_that_greedy_misses():
@@ -101,7 +108,7 @@ def test_beam_finds_the_sequence_that_greedy_misses():
     ]
     step, state, memory = markov_step(rules)
     start = (state, memory, torch.tensor([9]))
-    tokens, _, score, _, _ = greedy_search(step, [start], bos_id=BOS, eos_id=EOS, width=1)
+    tokens, _, score, _, _ = greedy_search(step, [start], Search(width=1), bos_id=BOS, eos_id=EOS)
     assert tokens[0, :2].tolist() == [X, EOS]
     assert math.isclose(float(score[0]), math.log(0.6 * 0.3), rel_tol=1e-12)
 
@@ -159,7 +166,7 @@ def test_length_penalty_orders_hypotheses_by_score_over_lp():
     [by_score], _ = mock_beam(LENGTH_RULES, [10], beam_size=2, nbest=2)
     assert [h.tokens for h in by_score] == [short, long]
     # alpha = 2: lp(1) = 1 and lp(3) = (8/6)^2, so -1.152 / 1.778 = -0.648 > -0.916.
-    [by_norm], _ = mock_beam(LENGTH_RULES, [10], beam_size=2, nbest=2, alpha=2.0)
+    [by_norm], _ = mock_beam(LENGTH_RULES, [10], beam_size=2, nbest=2, length_penalty=2.0)
     assert [h.tokens for h in by_norm] == [long, short]
     assert long_score / (8 / 6) ** 2 > short_score
     for hyps in (by_score, by_norm):  # the raw score is returned, not the normalised one
@@ -225,14 +232,15 @@ def test_beam_of_one_is_greedy(case, alpha):
     model = tiny_model(**arch, seed=seed)
     src, src_len, _, _ = padded_batch(src_lens=(9, 2, 5, 7, 3), tgt_lens=(1,) * 5)
     greedy = decode(model, src, src_len)
-    beam = beam_decode(model, src, src_len, beam_size=1, alpha=alpha)
-    for g, [b] in zip(greedy, beam, strict=True):
+    how = Search(beam_size=1, length_penalty=alpha, width=len(src_len))
+    beam = beam_search_over(model, [(src, src_len)], how)
+    for g, [b], n in zip(greedy, beam, src_len.tolist(), strict=True):
         assert b.tokens == g.tokens
         assert math.isclose(b.score, g.score, rel_tol=1e-12)
         if g.attention is None:
             assert b.attention is None
         else:
-            torch.testing.assert_close(b.attention, g.attention, rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(b.attention[:, :n], g.attention, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("case", MIXED, ids=mixed_id)
@@ -241,8 +249,8 @@ def test_each_hypothesis_is_its_teacher_forced_score_and_attention(case):
     model = tiny_model(**arch, seed=seed)
     src, src_len, _, _ = padded_batch(src_lens=(9, 2, 5, 7, 3), tgt_lens=(1,) * 5)
     alpha = 0.6
-    beams = beam_decode(model, src, src_len, beam_size=5, nbest=4, alpha=alpha)
-    limits = max_output_len(src_len, 2.0, 10).tolist()
+    beams = beam_decode(model, src, src_len, beam_size=5, nbest=4, length_penalty=alpha)
+    limits = max_output_len(src_len.tolist(), 2.0, 10).tolist()
     for b, hyps in enumerate(beams):
         n = int(src_len[b])
         assert len(hyps) == 4
@@ -266,8 +274,8 @@ def test_each_hypothesis_is_its_teacher_forced_score_and_attention(case):
 def test_a_sentence_beam_decodes_the_same_alone_and_inside_a_padded_batch():
     model = tiny_model(rnn="lstm", attention="concat", init="zeros", seed=2)
     src, src_len, _, _ = padded_batch(src_lens=(9, 2, 5, 7, 3), tgt_lens=(1,) * 5)
-    batch = beam_decode(model, src, src_len, beam_size=4, nbest=2, alpha=0.5)
-    assert_each_beams_as_alone(model, src, src_len, batch, beam_size=4, nbest=2, alpha=0.5)
+    batch = beam_decode(model, src, src_len, beam_size=4, nbest=2, length_penalty=0.5)
+    assert_each_beams_as_alone(model, src, src_len, batch, beam_size=4, nbest=2, length_penalty=0.5)
 
 
 def assert_each_beams_as_alone(model, src, src_len, results, **search):
@@ -291,10 +299,12 @@ def test_streamed_sentences_beam_decode_as_they_do_alone():
     calls = []
     step = model.decode_step
     model.decode_step = lambda prev, *rest: calls.append(len(prev)) or step(prev, *rest)
-    streamed = beam_decode_batches(model, batches, width=2, beam_size=3, nbest=2, alpha=0.5)
+    streamed = search(model, batches, Search(width=2, beam_size=3, nbest=2, length_penalty=0.5))
     del model.decode_step
     assert max(calls) == 2 * 3 and calls.count(6) > len(calls) // 2  # 2 sentences, 3 beams
-    assert_each_beams_as_alone(model, src, src_len, streamed, beam_size=3, nbest=2, alpha=0.5)
+    assert_each_beams_as_alone(
+        model, src, src_len, streamed, beam_size=3, nbest=2, length_penalty=0.5
+    )
 
 
 def test_a_stopped_sentence_hands_its_beams_to_the_next_one():
@@ -305,7 +315,7 @@ def test_a_stopped_sentence_hands_its_beams_to_the_next_one():
         ((t[:2],), (tables[:2],), torch.tensor([4, 4])),
         ((t[2:],), (tables[2:],), torch.tensor([4])),
     ]
-    hyps = beam_search(step, batches, beam_size=2, bos_id=BOS, eos_id=EOS, width=2)
+    hyps = beam_search(step, batches, Search(beam_size=2, width=2), bos_id=BOS, eos_id=EOS)
     assert step.rows[:2] == [4, 4]  # sentence 2 joined at the second step, in 0's rows
     assert hyps[0][0].tokens == [EOS] and hyps[2][0].tokens == [X, EOS]
     assert math.isclose(hyps[2][0].score, 0.0, abs_tol=1e-12)

@@ -11,7 +11,8 @@ import torch
 from alignmt.cli.parser import build_parser
 from alignmt.config import ConfigError, load_config
 from alignmt.decoding.beam import coverage_penalty
-from alignmt.decoding.search import beam_decode, beam_decode_batches, beam_search
+from alignmt.decoding.search import beam_decode, beam_search, search
+from alignmt.decoding.settings import Search
 from tests.conftest import padded_batch, tiny_model
 
 BOS, EOS, X, Y = 1, 2, 3, 4
@@ -40,9 +41,8 @@ def two_way_step(prev, state, memory):
 def test_the_penalty_prefers_the_output_that_attended_to_every_word(beta, winner):
     # ranks: X </s> log 0.54 + beta log 0.2, Y </s> log 0.36; they cross at beta = 0.252
     batch = [((torch.zeros(1),), (torch.zeros(1),), torch.tensor([5]))]
-    (best,) = beam_search(
-        two_way_step, batch, beam_size=2, bos_id=BOS, eos_id=EOS, width=1, beta=beta
-    )[0][:1]
+    how = Search(beam_size=2, width=1, coverage_penalty=beta)
+    (best,) = beam_search(two_way_step, batch, how, bos_id=BOS, eos_id=EOS)[0][:1]
     assert best.tokens == winner
     assert best.score == pytest.approx(math.log(0.54 if winner[0] == X else 0.36), abs=1e-5)
 
@@ -51,7 +51,7 @@ def test_a_model_without_attention_is_refused():
     model = tiny_model(attention="none")
     src, src_len, _, _ = padded_batch()
     with pytest.raises(ValueError, match="coverage_penalty sums attention"):
-        beam_decode(model, src, src_len, beam_size=2, beta=0.5)
+        beam_decode(model, src, src_len, beam_size=2, coverage_penalty=0.5)
 
 
 @pytest.mark.parametrize("order", ["bahdanau", "luong"])
@@ -63,11 +63,10 @@ def test_streamed_and_padded_sentences_search_as_they_do_alone(order):
         (src[i : i + 2, : int(src_len[i : i + 2].max())], src_len[i : i + 2])
         for i in range(0, 5, 2)
     ]
-    streamed = beam_decode_batches(model, batches, width=2, beam_size=3, beta=2.0, alpha=0.6)
+    how = dict(beam_size=3, coverage_penalty=2.0, length_penalty=0.6)
+    streamed = search(model, batches, Search(width=2, **how))
     for b, n in enumerate(src_len.tolist()):
-        (alone,) = beam_decode(
-            model, src[b : b + 1, :n], src_len[b : b + 1], beam_size=3, beta=2.0, alpha=0.6
-        )
+        (alone,) = beam_decode(model, src[b : b + 1, :n], src_len[b : b + 1], **how)
         assert streamed[b][0].tokens == alone[0].tokens
         assert streamed[b][0].score == pytest.approx(alone[0].score, rel=1e-9)
 
@@ -85,13 +84,14 @@ def test_the_flag_and_the_config_key_take_a_weight_of_zero_or_more(capsys):
 
 
 def test_the_explorers_beam_tree_ranks_hypotheses_as_the_search_does():
-    from alignmt.decoding.search import max_output_len
+    from alignmt.decoding.rules import max_output_len
     from alignmt.decoding.trace import beam_trace
 
     model = tiny_model(seed=6)
     src, src_len, _, _ = padded_batch(src_lens=(7,), tgt_lens=(1,))
-    max_len = int(max_output_len(src_len, 2.0, 10)[0])
+    max_len = int(max_output_len(src_len.tolist(), 2.0, 10)[0])
     for beta in (0.0, 3.0):
         trace = beam_trace(model, src[0], max_len=max_len, beam_size=3, alpha=0.6, beta=beta)
-        (best,) = beam_decode(model, src, src_len, beam_size=3, alpha=0.6, beta=beta)[0]
+        how = dict(beam_size=3, length_penalty=0.6, coverage_penalty=beta)
+        (best,) = beam_decode(model, src, src_len, **how)[0]
         assert trace.tokens(trace.finished[0]) == best.tokens

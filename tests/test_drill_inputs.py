@@ -137,8 +137,8 @@ def test_a_side_sentencepiece_cannot_learn_is_refused_naming_the_corpus(tmp_path
 
 def test_translate_writes_utf8_where_the_locale_cannot_hold_the_output(toy_run, monkeypatch):
     lines = ["the big cat sleeps", "", "a dog runs"]
-    translator = Translator.from_checkpoint(load_checkpoint(toy_run)).with_beam(1)
-    expected = [hyps[0].text for hyps in translator.translate(lines)]
+    translator = Translator.from_checkpoint(load_checkpoint(toy_run))
+    expected = [hyps[0].text for hyps in translator.translate(lines, beam_size=1)]
     assert any(not text.isascii() for text in expected)  # "schläft", "läuft", "großer"
     stdout = io.TextIOWrapper(io.BytesIO(), encoding="ascii")  # as in an ASCII locale
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("\n".join(lines).encode())))

@@ -8,14 +8,10 @@ import math
 import pytest
 import torch
 
-from alignmt.decoding.search import (
-    beam_decode_batches,
-    beam_search,
-    decode,
-    decode_batches,
-    greedy_search,
-    max_output_len,
-)
+from alignmt.decoding.greedy import greedy_search
+from alignmt.decoding.rules import max_output_len
+from alignmt.decoding.search import beam_search, decode, search
+from alignmt.decoding.settings import Search
 from tests.conftest import padded_batch, tiny_model
 
 BOS, EOS = 1, 2
@@ -47,7 +43,7 @@ def test_greedy_follows_the_argmax_and_stops_each_sentence_at_its_end_symbol():
     script = [[4, 5, EOS], [5, EOS], [4, 4, 4, 4, 4, 4]]
     step, state, memory = scripted_step(script)
     tokens, lengths, scores, token_scores, attention = greedy_search(
-        step, [(state, memory, torch.tensor([9, 9, 4]))], bos_id=BOS, eos_id=EOS, width=3
+        step, [(state, memory, torch.tensor([9, 9, 4]))], Search(width=3), bos_id=BOS, eos_id=EOS
     )
     assert lengths.tolist() == [3, 2, 4]  # the third sentence hit its length limit
     assert step.rows == [3, 3, 2, 1]  # each ended sentence left the batch
@@ -71,7 +67,7 @@ def test_an_ended_sentence_hands_its_row_to_the_next_one_from_any_batch():
         ((t[3:],), (table[3:],), torch.full((2,), 9)),
     ]
     tokens, lengths, scores, _, attention = greedy_search(
-        step, batches, bos_id=BOS, eos_id=EOS, width=2
+        step, batches, Search(width=2), bos_id=BOS, eos_id=EOS
     )
     # rows stay full while sentences wait: 0 and 1, then 2, 3 and 4 take over ended rows
     assert step.rows == [2, 2, 2, 2, 2, 1, 1]
@@ -89,7 +85,7 @@ def test_streamed_sentences_decode_as_they_do_alone():
         (src[i : i + 2, : int(src_len[i : i + 2].max())], src_len[i : i + 2])
         for i in range(0, 7, 2)
     ]
-    streamed = decode_batches(model, batches, width=3)
+    streamed = [hyp for [hyp] in search(model, batches, Search(width=3))]
     assert len(streamed) == 7
     for b, n in enumerate(src_len.tolist()):
         (alone,) = decode(model, src[b : b + 1, :n], src_len[b : b + 1])
@@ -99,10 +95,12 @@ def test_streamed_sentences_decode_as_they_do_alone():
 
 
 def test_greedy_search_of_no_sentence_returns_empty_outputs():
-    tokens, lengths, scores, _, attention = greedy_search(None, [], bos_id=BOS, eos_id=EOS, width=4)
+    tokens, lengths, scores, _, attention = greedy_search(
+        None, [], Search(width=4), bos_id=BOS, eos_id=EOS
+    )
     assert tokens.shape == (0, 0) and lengths.shape == scores.shape == (0,) and attention is None
     with pytest.raises(ValueError, match="width must be at least 1"):
-        greedy_search(None, [], bos_id=BOS, eos_id=EOS, width=0)
+        Search(width=0)
 
 
 def test_the_step_function_sees_each_previous_choice():
@@ -116,14 +114,17 @@ def test_the_step_function_sees_each_previous_choice():
         return logits, (t + 1,), None
 
     start = ((torch.zeros(1, dtype=torch.long),), None, torch.tensor([10]))
-    tokens, _, _, _, attention = greedy_search(step, [start], bos_id=BOS, eos_id=EOS, width=1)
+    tokens, _, _, _, attention = greedy_search(
+        step, [start], Search(width=1), bos_id=BOS, eos_id=EOS
+    )
     assert seen == [[BOS], [4], [5]]
     assert tokens[0].tolist() == [4, 5, EOS] and attention is None
 
 
 def test_the_length_limit_grows_with_the_source():
-    assert max_output_len(torch.tensor([1, 10]), 2.0, 10).tolist() == [12, 30]
-    assert max_output_len(torch.tensor([7]), 1.5, 0).tolist() == [10]
+    assert max_output_len([1, 10], 2.0, 10).tolist() == [12, 30]
+    assert max_output_len([7], 1.5, 0).tolist() == [10]
+    assert max_output_len([0, 3], 0.1, 0).tolist() == [1, 1]  # at least one token
 
 
 def test_greedy_output_is_the_argmax_of_the_teacher_forced_model_fed_its_own_output():
@@ -186,14 +187,15 @@ def test_bfloat16_logits_are_scored_and_ranked_in_float32():
     step, state, memory = scripted_step(script)
     start = [(state, memory, torch.tensor([9, 9]))]
     _, lengths, scores, _, attention = greedy_search(
-        bfloat16_step(step), start, bos_id=BOS, eos_id=EOS, width=2
+        bfloat16_step(step), start, Search(width=2), bos_id=BOS, eos_id=EOS
     )
     assert lengths.tolist() == [6, 3]
     assert scores.dtype == attention.dtype == torch.float32
     torch.testing.assert_close(scores, lengths.float() * per_token)
     step, state, memory = scripted_step(script)
     start = [(state, memory, torch.tensor([9, 9]))]
-    beams = beam_search(bfloat16_step(step), start, beam_size=3, bos_id=BOS, eos_id=EOS, width=2)
+    how = Search(beam_size=3, width=2)
+    beams = beam_search(bfloat16_step(step), start, how, bos_id=BOS, eos_id=EOS)
     for (best, *_), tokens in zip(beams, script, strict=True):
         assert best.tokens == tokens
         assert math.isclose(best.score, len(tokens) * per_token, rel_tol=1e-6)
@@ -215,9 +217,9 @@ def test_models_decode_under_bfloat16_autocast_into_float32_results(arch):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         # width 2: ended sentences hand their rows to new ones, whose first state is the
         # encoder's dtype while the rows' states are the steps' bfloat16
-        greedy = decode_batches(model, [(src, src_len)], width=2)
-        beams = beam_decode_batches(model, [(src, src_len)], width=2, beam_size=3)
-    for hyp in [*greedy, *(b[0] for b in beams)]:
+        greedy = search(model, [(src, src_len)], Search(width=2))
+        beams = search(model, [(src, src_len)], Search(width=2, beam_size=3))
+    for hyp in [*(g[0] for g in greedy), *(b[0] for b in beams)]:
         assert math.isfinite(hyp.score)
         if model.has_attention:
             assert hyp.attention.dtype == torch.float32

@@ -16,7 +16,8 @@ from alignmt.checkpoint.shortlist_io import SHORTLIST, load_shortlist, save_shor
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
 from alignmt.decoding.ensemble import Ensemble
-from alignmt.decoding.search import beam_decode_batches, decode_batches
+from alignmt.decoding.search import search
+from alignmt.decoding.settings import Search
 from alignmt.decoding.shortlist import allowed_words
 from alignmt.decoding.speed import Speed
 from alignmt.decoding.translator import Translator
@@ -96,10 +97,10 @@ def test_a_shortlist_holding_every_word_decodes_as_the_whole_vocabulary(toy_run)
     assert ckpt.shortlist is not None  # training wrote it
     every = Shortlist(ckpt.shortlist.table, np.arange(vocab))
     batches = toy_batches(ckpt)
-    for speed in (None, Speed(shortlist=every)):
-        greedy = decode_batches(model, batches, width=8, speed=speed)
-        beam = beam_decode_batches(model, batches, width=8, beam_size=3, nbest=3, speed=speed)
-        if speed is None:
+    for speed in (Speed(), Speed(shortlist=every)):
+        greedy = search(model, batches, Search(width=8, speed=speed))
+        beam = search(model, batches, Search(width=8, beam_size=3, nbest=3, speed=speed))
+        if speed.shortlist is None:
             plain = (greedy, beam)
     for ours, theirs in zip((greedy, beam), plain, strict=True):
         assert [h.tokens for h in _flat(ours)] == [h.tokens for h in _flat(theirs)]
@@ -108,7 +109,7 @@ def test_a_shortlist_holding_every_word_decodes_as_the_whole_vocabulary(toy_run)
 
 
 def _flat(hyps):
-    return [h for item in hyps for h in (item if isinstance(item, list) else [item])]
+    return [h for item in hyps for h in item]
 
 
 def toy_batches(ckpt, n: int = 40) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -124,9 +125,9 @@ def test_a_sentence_decodes_alike_alone_and_beside_others(toy_run):
     ckpt = load_checkpoint(toy_run)
     narrow = Speed(shortlist=Shortlist(ckpt.shortlist.table[:, :1], np.array([EOS])))
     batches = toy_batches(ckpt)
-    together = decode_batches(ckpt.model, batches, width=16, speed=narrow)
+    together = [h for [h] in search(ckpt.model, batches, Search(width=16, speed=narrow))]
     rows = [(src[i : i + 1], n[i : i + 1]) for src, n in batches for i in range(len(n))]
-    alone = [decode_batches(ckpt.model, [row], width=1, speed=narrow)[0] for row in rows]
+    alone = [search(ckpt.model, [row], Search(width=1, speed=narrow))[0][0] for row in rows]
     assert [h.tokens for h in together] == [h.tokens for h in alone]
     allowed = {EOS, *ckpt.shortlist.table[:, 0].tolist()}
     assert all(set(h.tokens) <= allowed for h in together)
@@ -151,8 +152,7 @@ def test_the_toy_run_translates_as_well_over_a_narrow_shortlist(toy_run, tmp_pat
         search=replace(ckpt.config.search, shortlist=1, beam_size=1),
         shortlist=load_shortlist(tmp_path),
     )
-    plain = plain.with_beam(1)
-    expected = [t[0].text for t in plain.translate(lines)]
+    expected = [t[0].text for t in plain.translate(lines, beam_size=1)]
     assert [t[0].text for t in listed.translate(lines)] == expected
     assert len(set(narrow.table[:, 0].tolist())) >= 10  # a word of its own for each word
 
@@ -214,13 +214,12 @@ def test_an_ensemble_decodes_over_a_shortlist_through_each_members_projection(to
     ensemble = Ensemble([ckpt.model, load_checkpoint(toy_run).model])
     every = Shortlist(ckpt.shortlist.table, np.arange(len(ckpt.tgt_vocab)))
     batches = toy_batches(ckpt)
-    plain = beam_decode_batches(ensemble, batches, width=8, beam_size=3)
-    listed = beam_decode_batches(
-        ensemble, batches, width=8, beam_size=3, speed=Speed(shortlist=every)
-    )
+    beam = Search(width=8, beam_size=3)
+    plain = search(ensemble, batches, beam)
+    listed = search(ensemble, batches, replace(beam, speed=Speed(shortlist=every)))
     assert [h[0].tokens for h in listed] == [h[0].tokens for h in plain]
     narrow = Speed(shortlist=Shortlist(ckpt.shortlist.table[:, :1], np.array([EOS])))
-    outputs = beam_decode_batches(ensemble, batches, width=8, beam_size=3, speed=narrow)
+    outputs = search(ensemble, batches, replace(beam, speed=narrow))
     allowed = {EOS, *ckpt.shortlist.table[:, 0].tolist()}
     assert all(set(h[0].tokens) <= allowed for h in outputs)  # both members were restricted
     assert all("forward" not in vars(m.decoder.projection) for m in ensemble.members)

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from alignmt.decoding.search import beam_decode, decode, length_penalty, max_output_len
+from alignmt.decoding.rules import length_penalty, max_output_len
+from alignmt.decoding.search import beam_decode, decode
 from alignmt.decoding.trace import beam_trace, step_through
 from tests.conftest import padded_batch, tiny_model
 from tests.test_beam import MIXED, mixed_id
@@ -20,7 +21,7 @@ def sentences(model_args, seed):
     """The tiny model and five sources of mixed lengths, each (T_src,) with its limit."""
     model = tiny_model(**model_args, seed=seed)
     src, src_len, _, _ = padded_batch(src_lens=(9, 2, 5, 7, 3), tgt_lens=(1,) * 5)
-    limits = max_output_len(src_len, 2.0, 10).tolist()
+    limits = max_output_len(src_len.tolist(), 2.0, 10).tolist()
     rows = [src[b, : int(n)] for b, n in enumerate(src_len)]
     return model, src, src_len, rows, limits
 
@@ -78,7 +79,7 @@ def test_an_override_on_a_model_without_attention_is_refused():
 @pytest.mark.parametrize("case", MIXED, ids=mixed_id)
 def test_stepping_with_a_beam_follows_beam_searchs_best(case):
     model, src, src_len, rows, limits = sentences(*case)
-    best = beam_decode(model, src, src_len, beam_size=4, alpha=0.6)
+    best = beam_decode(model, src, src_len, beam_size=4, length_penalty=0.6)
     for row, limit, [hyp] in zip(rows, limits, best, strict=True):
         steps = step_through(model, row, max_len=limit, beam_size=4, alpha=0.6)
         assert [s.token for s in steps] == hyp.tokens
@@ -96,7 +97,7 @@ def test_a_beam_after_a_forced_prefix_keeps_the_prefix():
 def test_the_beam_trees_finished_nodes_ranked_are_beam_searchs_nbest(case):
     model, src, src_len, rows, limits = sentences(*case)
     for nbest in (1, 4):
-        beams = beam_decode(model, src, src_len, beam_size=4, nbest=nbest, alpha=0.6)
+        beams = beam_decode(model, src, src_len, beam_size=4, nbest=nbest, length_penalty=0.6)
         for row, limit, hyps in zip(rows, limits, beams, strict=True):
             trace = beam_trace(model, row, max_len=limit, beam_size=4, alpha=0.6)
             ranked = trace.finished[:nbest]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.search import length_penalty
+from alignmt.decoding.rules import length_penalty
 from alignmt.decoding.translator import Translator
 from alignmt.decoding.words import hard_alignment, replace_unknown
 from tests.conftest import LEXICON
@@ -99,9 +99,8 @@ def test_a_bfloat16_translator_decodes_on_the_cpu_much_as_a_float32_one(toy_run)
     full = Translator.from_checkpoint(ckpt)
     half = Translator.from_checkpoint(ckpt, precision="bfloat16")
     for beam in (1, 3):
-        want = [h[0].text for h in full.with_beam(beam).translate(lines)]
-        got = [h[0] for h in half.with_beam(beam).translate(lines)]
-        assert half.with_beam(beam).precision == "bfloat16"
+        want = [h[0].text for h in full.translate(lines, beam_size=beam)]
+        got = [h[0] for h in half.translate(lines, beam_size=beam)]
         assert sum(w == g.text for w, g in zip(want, got, strict=True)) >= 0.8 * len(lines)
         assert all(g.attention.dtype == torch.float32 for g in got)
     stepped = half.step_through(lines[3], top_k=3, beam_size=3)

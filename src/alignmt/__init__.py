@@ -9,7 +9,7 @@ The layers, each importing only those before it:
     text                corpora, tokenizers, vocabularies, the token cache, synthetic tasks
     checkpoint          the run-folder format, atomic writes, then the torch loader/saver
     model               attention, encoder, decoder, Seq2Seq, the loss, batches as tensors
-    decoding            greedy and beam search, tracing, Translator
+    decoding            search (greedy, sampling, beam) behind one door, tracing, Translator
     analysis            BLEU/chrF, length buckets, alignments and AER, plots, task scores
     training            the loop, optimiser, micro-batches, torchrun/DDP, validation, run log
     experiments         runs that train and then analyse: the reversal demo
@@ -36,8 +36,10 @@ _EXPORTS = {
     "load_checkpoint": "alignmt.checkpoint.torch_io",
     "save_checkpoint": "alignmt.checkpoint.torch_io",
     "Seq2Seq": "alignmt.model.seq2seq",
-    "Hypothesis": "alignmt.decoding.search",
-    "beam_decode": "alignmt.decoding.search",
+    "Hypothesis": "alignmt.decoding.steps",
+    "Search": "alignmt.decoding.settings",
+    "search": "alignmt.decoding.search",
+    "beam_decode": "alignmt.decoding.search",  # search() over one padded batch, short names
     "decode": "alignmt.decoding.search",
     "Translation": "alignmt.decoding.translator",
     "Translator": "alignmt.decoding.translator",
@@ -51,6 +53,7 @@ __all__ = [  # the names of _EXPORTS, spelt out so that tools read them
     "Header",
     "Hypothesis",
     "ModelConfig",
+    "Search",
     "Seq2Seq",
     "Translation",
     "Translator",
@@ -63,6 +66,7 @@ __all__ = [  # the names of _EXPORTS, spelt out so that tools read them
     "load_config",
     "load_header",
     "save_checkpoint",
+    "search",
     "train",
 ]
 
@@ -71,7 +75,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing of this runs
     from alignmt.checkpoint.format import Header, load_header
     from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint, save_checkpoint
     from alignmt.config import Config, ModelConfig, load_config
-    from alignmt.decoding.search import Hypothesis, beam_decode, decode
+    from alignmt.decoding.search import beam_decode, decode, search
+    from alignmt.decoding.settings import Search
+    from alignmt.decoding.steps import Hypothesis
     from alignmt.decoding.translator import Translation, Translator
     from alignmt.model.seq2seq import Seq2Seq
     from alignmt.text.vocab import Vocab

@@ -1,13 +1,19 @@
 """The rules a config field's type can carry, as `Annotated` metadata: `Count` is
 `Annotated[int, AtLeast(1)]`. Each rule's `problem(value, whole config)` says what is wrong
 with a value, or None; `config` checks every field against its rules after merging.
+
+`check_model` holds the rules that tie model fields together, which every backend's model
+builder applies before it builds anything, so that both refuse the same with the same words.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+if TYPE_CHECKING:  # config imports this module
+    from alignmt.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -73,3 +79,40 @@ Count = Annotated[int, AtLeast(1)]  # a size or a number of things: 0 would mean
 NonNegative = Annotated[int, AtLeast(0)]  # a count or interval whose 0 means none, all or off
 Positive = Annotated[float, Above(0)]
 Probability = Annotated[float, Between(0, 1)]  # in [0, 1)
+
+
+def check_model(cfg: ModelConfig) -> None:
+    """Raise ValueError for a combination of model fields that no backend can build."""
+    vanilla, luong = cfg.attention == "none", cfg.attention != "none" and cfg.order == "luong"
+    if vanilla and cfg.coverage != "none":
+        raise ValueError(
+            f"model.coverage={cfg.coverage} counts attention, and model.attention=none "
+            "has none: use coverage=none"
+        )
+    if vanilla and cfg.context == "init_only" and cfg.init != "bridge":
+        raise ValueError(
+            "model.context=init_only passes the source only through s_0, so it needs "
+            f"model.init=bridge (got init={cfg.init}: the decoder would never see it)"
+        )
+    if luong and cfg.readout != "none":
+        raise ValueError(
+            f"model.readout={cfg.readout} has no place in the luong order, whose "
+            "attentional vector tanh(W_c [c_i; s_i]) is its readout; use readout=none"
+        )
+    units = cfg.dec_hidden if luong else projection_inputs(cfg)
+    if cfg.tie_embeddings and units != cfg.emb_dim:
+        raise ValueError(
+            f"model.tie_embeddings needs {cfg.emb_dim} (emb_dim) units before the vocabulary "
+            f"projection, found {units}: use a tanh or maxout readout with "
+            "readout_dim = emb_dim (luong order: dec_hidden = emb_dim)"
+        )
+
+
+def projection_inputs(cfg: ModelConfig) -> int:
+    """The units the vocabulary projection reads in the Bahdanau order or without attention:
+    the readout's, or else [s_i; c_i; E y_{i-1}] (c_i only where a context is fed)."""
+    if cfg.readout != "none":
+        return cfg.readout_dim
+    context = cfg.attention != "none" or cfg.context == "every_step"
+    enc_dim = cfg.enc_hidden * (2 if cfg.bidirectional else 1)
+    return cfg.dec_hidden + (enc_dim if context else 0) + cfg.emb_dim

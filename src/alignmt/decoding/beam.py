@@ -3,8 +3,8 @@ the back-trace through the parents at the end. `beam_search` in search.py runs t
 
 A sentence's K beams run as K rows, sentence-major (row b * K + k). Each step keeps the
 2K best one-token extensions of a sentence's beams, those ending in </s> last; hypotheses
-are ranked by score / `length_penalty`, GNMT's (Wu et al. 2016, eq. 14), plus its
-`coverage_penalty` when asked, for which `Covering` keeps each row's summed attention.
+are ranked by score / lp, GNMT's length penalty (Wu et al. 2016, eq. 14; rules.py), plus
+its `coverage_penalty` when asked, for which `Covering` keeps each row's summed attention.
 """
 
 from __future__ import annotations
@@ -43,23 +43,6 @@ class Beams(NamedTuple):
     prev: Tensor  # (B_t, K) int64 their last tokens
     ended: Tensor  # (B_t,) int64 how many hypotheses have ended
     best_ended: Tensor  # (B_t, nbest) the best ended hypotheses' score / lp, best first
-
-
-def length_penalty(length: Tensor | int, alpha: float) -> Tensor | float:
-    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14).
-
-    Beam search ranks hypotheses by score / lp: alpha = 0 gives lp = 1 (raw summed
-    log-probability); a larger alpha divides long outputs' (negative) scores by more, which
-    favours them.
-
-    Args:
-        length: |Y|, an int or a tensor of lengths.
-        alpha: the exponent.
-
-    Returns:
-        lp, a float or a tensor shaped as `length`.
-    """
-    return ((5 + length) / 6) ** alpha
 
 
 def coverage_penalty(covered: Tensor, beta: float) -> Tensor:
@@ -111,16 +94,6 @@ class Covering:
             raise ValueError("search.coverage_penalty sums attention, and this model has none")
         covered = pad_dim1(covered, alpha.size(1)) + alpha.float()  # (N, T_src)
         return logits, (*inner, covered), alpha
-
-
-def check_beam_args(beam_size: int, nbest: int, width: int) -> None:
-    """Raise ValueError unless beam_size >= 1, 1 <= nbest <= beam_size and width >= 1."""
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest must lie in [1, beam_size = {beam_size}], got {nbest}")
-    if width < 1:
-        raise ValueError(f"width must be at least 1, got {width}")
 
 
 def start_beams(taken: Taken, beam_size: int, nbest: int) -> tuple[Any, Any, Beams]:
@@ -207,15 +180,6 @@ def advance(
         ended=beams.ended + ends.sum(dim=1),
         best_ended=best_ended,
     )
-
-
-def cannot_improve(beams: Beams, lp: Tensor, alpha: float) -> Tensor:
-    """(B_t,) bool: whether a sentence's nbest-th ended hypothesis ranks at least as high
-    as its best live beam ever could (`beams` after the step, lp (B_t,) the current
-    length's penalty). Scores only fall as beams grow, and lp is monotone in the length, so
-    its largest value is at the current length or at the limit."""
-    lp_max = torch.maximum(length_penalty(beams.limit.to(lp), alpha), lp)
-    return beams.best_ended[:, -1] >= beams.scores[:, 0] / lp_max
 
 
 def parent_rows(parents: Tensor) -> Tensor:

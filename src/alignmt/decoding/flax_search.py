@@ -4,8 +4,9 @@ search.py's searches in JAX: a batch runs as one `jax.lax.while_loop` over outpu
 `jax.jit`, until all its sentences stop or its length bound. XLA compiles per shape, so
 stopped sentences' rows idle to the batch's end (search.py hands them to the next
 sentence), and `FlaxSearch` pads batches to a few bucketed shapes and counts compilations.
-A sentence gets search.py's output: its length limit, candidates, ranking and stopping rule
-(beam.py), GNMT's length normalisation (Wu et al. 2016, eq. 14); only rounding differs.
+A sentence gets search.py's output: the same candidates and back-trace (beam.py), and the
+length limit, ranking and stopping rule of rules.py, which both frameworks read (GNMT's length
+normalisation, Wu et al. 2016, eq. 14); only rounding differs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from alignmt.config import SearchConfig
+from alignmt.decoding.rules import cannot_improve, check_search_args, length_penalty, max_output_len
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 
 Array = jax.Array
@@ -75,19 +77,6 @@ class Beam(NamedTuple):
     tokens: Array  # (L, B, 2K) int32 every step's candidates' last tokens
     parents: Array  # (L, B, 2K) int32 the live beam (0..K-1) each candidate extends
     attention: Array | None  # (L, B, K, T_src) each live beam's alpha at each step
-
-
-def length_penalty(length: Any, alpha: Any) -> Any:
-    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14);
-    beam search ranks ended hypotheses by score / lp."""
-    return ((5 + length) / 6) ** alpha
-
-
-def max_output_len(src_len: Any, ratio: float, offset: int) -> np.ndarray:
-    """(B,) int32: the most tokens (</s> included) each sentence of src_len (B,) may output,
-    ratio * |x| + offset and at least 1, with search.max_output_len's float32 rounding."""
-    product = np.asarray(src_len, np.float32) * np.float32(ratio)
-    return np.maximum(product.astype(np.int64) + offset, 1).astype(np.int32)
 
 
 def bucket(n: int, floor: int = 1) -> int:
@@ -228,22 +217,20 @@ def _beam_step(
     at_limit = length >= limit  # (B,)
     # Of the K best, </s> ends a hypothesis (at the limit all do); -inf ones are not live yet
     ends = (rank < k) & jnp.isfinite(cand) & ((tokens == model.eos_id) | at_limit[:, None])
-    lp = length_penalty(length.astype(jnp.float32), alpha)
+    lengths = length.astype(jnp.float32)
+    lp = length_penalty(lengths, alpha)
     ended = jnp.where(ends, cand / lp, -jnp.inf)  # (B, 2K)
     live = ~beam.done  # stopped sentences run on, but their results no longer change
     best, best_score, best_end = _merge_ended(beam, ended, cand, live)
     count = beam.ended + jnp.where(live, ends.sum(axis=1), 0)
-    # Scores only fall as beams grow and lp is monotone in the length, so the best live
-    # beam can rank at most its score over the larger lp of now and the limit.
-    lp_max = jnp.maximum(length_penalty(limit.astype(jnp.float32), alpha), lp)
-    cannot_improve = best[:, -1] >= cand[:, 0] / lp_max
+    hopeless = cannot_improve(best[:, -1], cand[:, 0], lengths, limit.astype(jnp.float32), alpha)
     rows = (jnp.arange(batch)[:, None] * k + parents[:, :k]).reshape(-1)  # each beam's parent
     return Beam(
         step=length,
         prev=tokens[:, :k],
         scores=cand[:, :k],
         state=jax.tree_util.tree_map(lambda x: x[rows], state),
-        done=beam.done | at_limit | (count >= k) | cannot_improve,
+        done=beam.done | at_limit | (count >= k) | hopeless,
         ended=count,
         best=best,
         best_score=best_score,
@@ -326,10 +313,7 @@ class FlaxSearch:
         batch_size: int = 64,
     ) -> None:
         """`search`: beam_size, length_penalty and the length limit; nbest <= beam_size."""
-        if not 1 <= nbest <= search.beam_size or batch_size < 1:
-            raise ValueError(
-                f"need 1 <= nbest <= beam_size, batch_size >= 1: {nbest=}, {batch_size=}"
-            )
+        check_search_args(search.beam_size, nbest, batch_size)
         self.model, self.params, self.alpha = model, params, search.length_penalty
         self.limits = (search.max_len_ratio, search.max_len_offset)
         self.batch_size, self.static = batch_size, dict(beam_size=search.beam_size, nbest=nbest)
@@ -362,7 +346,7 @@ class FlaxSearch:
     def _batch(self, sources: list[Sequence[int]]) -> list[list[FlaxHypothesis]]:
         """One batch padded to its bucket, searched."""
         src, src_len = pad_batch(sources, min(bucket(len(sources)), self.batch_size), self.model)
-        limit = max_output_len(src_len, *self.limits)
+        limit = max_output_len(src_len, *self.limits).astype(np.int32)
         limit[len(sources) :] = 0
         max_len = int(max_output_len([src.shape[1]], *self.limits)[0])
         # full float32 matmuls, not TF32 or bfloat16 passes: candidates rank as in PyTorch

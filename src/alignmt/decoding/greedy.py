@@ -7,17 +7,15 @@ only at the end, so that the loop never copies a sentence's output as it grows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from alignmt.decoding.rows import Encoded, Pending, pad_dim1, refill
+from alignmt.decoding.settings import Search
 from alignmt.decoding.steps import StepFn, full_precision, log_sum_exp_from
-
-# a step's logits (W_t, V) -> the chosen tokens (W_t,) int64 and their log-probabilities (W_t,)
-Pick = Callable[[Tensor], tuple[Tensor, Tensor]]
 
 
 class Token(NamedTuple):
@@ -38,16 +36,10 @@ def most_probable(logits: Tensor) -> tuple[Tensor, Tensor]:
 
 @torch.no_grad()
 def greedy_search(
-    step: StepFn,
-    batches: Iterable[Encoded],
-    *,
-    bos_id: int,
-    eos_id: int,
-    width: int,
-    pick: Pick = most_probable,
+    step: StepFn, batches: Iterable[Encoded], how: Search, *, bos_id: int, eos_id: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
-    """Pick the most probable token at every step (or the token `pick` chooses: sampling
-    draws one), for at most `width` sentences at once.
+    """Pick the most probable token at every step (or the token `how.pick` chooses:
+    sampling draws one), for at most `how.width` sentences at once.
 
     Sentences are decoded in their input order, batch after batch, in rows that are reused:
     when a sentence ends, the next one takes over its row at the next step (continuous
@@ -61,10 +53,10 @@ def greedy_search(
             each batch only when its first sentence is needed. Memory fields whose second
             dimension (the source length) differs between batches are zero-padded to the
             longer one: the memory's mask must read zeros as padding.
+        how: reads `width`, `pick` (a step's logits (W_t, V) -> the chosen tokens and their
+            log-probabilities, each (W_t,); None: the most probable) and `check`, called
+            before every step.
         bos_id, eos_id: start and end symbols.
-        width: the most sentences decoded in one step, >= 1.
-        pick: a step's logits (W_t, V) -> the chosen tokens and their log-probabilities,
-            each (W_t,).
 
     Returns:
         For all B sentences, in order: tokens (B, T) int64, lengths (B,) of each output
@@ -72,16 +64,17 @@ def greedy_search(
         (B, T) each token's log-probability, attention (B, T, T_src) or None. Positions
         past a sentence's length hold eos_id and zeros; T_src is the longest source.
     """
-    if width < 1:
-        raise ValueError(f"width must be at least 1, got {width}")
+    pick = how.pick or most_probable
     pending = Pending(batches, bos_id)
-    start = pending.take(width)
+    start = pending.take(how.width)
     if start is None:
         empty = torch.zeros(0, dtype=torch.long)
         return empty.view(0, 0), empty, torch.zeros(0), torch.zeros(0, 0), None
     state, memory, rows = start
     history = []
     while len(rows.sentence):
+        if how.check is not None:
+            how.check()
         logits, state, alpha = step(rows.prev, state, memory)  # (W_t, V), (W_t, T_src) | None
         logits, alpha = full_precision(logits), full_precision(alpha)
         prev, log_probs = pick(logits)  # (W_t,) each

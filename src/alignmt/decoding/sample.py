@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from alignmt.decoding.greedy import Pick
+from alignmt.decoding.steps import Pick
 
 
 @dataclass(frozen=True)

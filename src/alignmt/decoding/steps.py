@@ -18,6 +18,9 @@ from torch import Tensor
 # step(prev (N,) int64, state, memory) -> (logits (N, V), new state, alpha (N, T_src) or None)
 StepFn = Callable[[Tensor, Any, Any], tuple[Tensor, Any, "Tensor | None"]]
 
+# a step's logits (W_t, V) -> the chosen tokens (W_t,) int64 and their log-probabilities (W_t,)
+Pick = Callable[[Tensor], tuple[Tensor, Tensor]]
+
 
 @dataclass
 class Hypothesis:

@@ -19,8 +19,11 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from alignmt.decoding.beam import BeamStep
 from alignmt.decoding.packed import packed_linears
-from alignmt.decoding.search import BeamStep, StepFn, beam_steps, full_precision
+from alignmt.decoding.search import beam_steps
+from alignmt.decoding.settings import Check, Search
+from alignmt.decoding.steps import StepFn, full_precision
 from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import Memory
 from alignmt.model.seq2seq import Seq2Seq
@@ -50,6 +53,7 @@ def step_through(
     beam_size: int = 1,
     alpha: float = 0.0,
     beta: float = 0.0,
+    check: Check | None = None,
 ) -> list[DecoderStep]:
     """Decode one sentence, recording every step; force `prefix`, then go on greedily or
     with a beam of `beam_size` to </s> or `max_len` tokens.
@@ -66,6 +70,7 @@ def step_through(
         beam_size, alpha, beta: with beam_size > 1 the continuation after the prefix is
             beam search's best (score / length_penalty(alpha), plus the coverage penalty
             with beta), and its steps are recorded by replaying it.
+        check: called before every decoder step; it stops the decoding by raising.
 
     Returns:
         One `DecoderStep` per output token, in order.
@@ -82,9 +87,15 @@ def step_through(
     follow = list(prefix)
     with packed_linears(model.decoder, rows=beam_size):
         if beam_size > 1:
-            ranking = (alpha, beta)
-            follow = _beam_best(model, step, state, memory, follow, max_len, beam_size, ranking)
-        return _walk(model, step, state, memory, follow, len(prefix), max_len, top_k)
+            how = Search(
+                beam_size=beam_size,
+                length_penalty=alpha,
+                coverage_penalty=beta,
+                width=1,
+                check=check,
+            )
+            follow = _beam_best(model, step, state, memory, follow, max_len, how)
+        return _walk(model, step, state, memory, follow, len(prefix), max_len, top_k, check)
 
 
 def _walk(
@@ -96,13 +107,16 @@ def _walk(
     forced: int,
     max_len: int,
     top_k: int,
+    check: Check | None,
 ) -> list[DecoderStep]:
     """Take `follow`'s tokens, then the most probable, until </s> or `max_len`; record each
-    step. The first `forced` tokens are marked as forced."""
+    step. The first `forced` tokens are marked as forced; `check` runs before each step."""
     steps: list[DecoderStep] = []
     prev = torch.tensor([model.bos_id], device=memory.states.device)
     while len(steps) < max_len and (not steps or steps[-1].token != model.eos_id):
         position = len(steps)
+        if check is not None:
+            check()
         logits, state, alpha = step(prev, state, memory, position)  # (1, V), (1, T_src)
         alpha = full_precision(alpha)
         log_probs = full_precision(logits)[0].log_softmax(dim=-1)  # (V,)
@@ -147,8 +161,7 @@ def _beam_best(
     memory: Memory,
     prefix: list[int],
     max_len: int,
-    beam_size: int,
-    ranking: tuple[float, float],
+    how: Search,
 ) -> list[int]:
     """Beam search's best output that starts with `prefix`: at the prefix's positions every
     other token is ruled out, so the beams grow from the prefix and are ranked with its
@@ -166,8 +179,8 @@ def _beam_best(
         calls += 1
         return logits, state, weights
 
-    history = _sentence_steps(model, forced_step, state, memory, max_len, beam_size, ranking)
-    trace = _trace(history, beam_size)
+    history = _sentence_steps(model, forced_step, state, memory, max_len, how)
+    trace = _trace(history, how.beam_size)
     return trace.tokens(trace.finished[0]) if trace.finished else prefix
 
 
@@ -217,6 +230,7 @@ def beam_trace(
     beam_size: int,
     alpha: float = 0.0,
     beta: float = 0.0,
+    check: Check | None = None,
 ) -> BeamTrace:
     """Beam search over one sentence, keeping every candidate it weighed (see `beam_search`).
 
@@ -229,14 +243,21 @@ def beam_trace(
         model: a Seq2Seq in eval mode.
         src: (T_src,) int64 source ids ending in </s>.
         max_len: the most output tokens (</s> included).
-        beam_size, alpha, beta: see `beam_search`.
+        beam_size, alpha, beta: K and the length and coverage penalties' weights (see
+            `beam_search`).
+        check: called before every decoder step; it stops the search by raising.
     """
     memory, state = model.encode(src[None], torch.tensor([len(src)], device=src.device))
+    how = Search(
+        beam_size=beam_size,
+        nbest=beam_size,
+        length_penalty=alpha,
+        coverage_penalty=beta,
+        width=1,
+        check=check,
+    )
     with packed_linears(model.decoder, rows=beam_size):
-        step, ranking = model.decode_step, (alpha, beta)
-        history = _sentence_steps(
-            model, step, state, memory, max_len, beam_size, ranking, beam_size
-        )
+        history = _sentence_steps(model, model.decode_step, state, memory, max_len, how)
     return _trace(history, beam_size)
 
 
@@ -246,24 +267,12 @@ def _sentence_steps(
     state: DecoderState,
     memory: Memory,
     max_len: int,
-    beam_size: int,
-    ranking: tuple[float, float],
-    nbest: int = 1,
+    how: Search,
 ) -> list[BeamStep]:
-    """`beam_steps` over one sentence that `model` encoded, to at most `max_len` tokens;
-    `step`, `beam_size` and `nbest` are as in `beam_search`, `ranking` its (alpha, beta)."""
+    """`beam_steps` over one sentence that `model` encoded, to at most `max_len` tokens."""
     limit = torch.tensor([max_len], device=memory.states.device)
-    history, _ = beam_steps(
-        step,
-        [(state, memory, limit)],
-        beam_size=beam_size,
-        bos_id=model.bos_id,
-        eos_id=model.eos_id,
-        width=1,
-        alpha=ranking[0],
-        beta=ranking[1],
-        nbest=nbest,
-    )
+    ids = dict(bos_id=model.bos_id, eos_id=model.eos_id)
+    history, _ = beam_steps(step, [(state, memory, limit)], how, **ids)
     return history
 
 

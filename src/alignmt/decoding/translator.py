@@ -15,7 +15,7 @@ import logging
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
@@ -24,11 +24,13 @@ from torch import Tensor
 from alignmt.checkpoint.torch_io import Checkpoint
 from alignmt.config import Precision, SearchConfig
 from alignmt.decoding.ensemble import Ensemble
-from alignmt.decoding.greedy import Pick
 from alignmt.decoding.packed import int8_linears
+from alignmt.decoding.rules import max_output_len
 from alignmt.decoding.sample import Sampling, sampler
-from alignmt.decoding.search import Hypothesis, beam_decode_batches, decode_batches, max_output_len
+from alignmt.decoding.search import search
+from alignmt.decoding.settings import Check, Search
 from alignmt.decoding.speed import check_speed
+from alignmt.decoding.steps import Hypothesis
 from alignmt.decoding.trace import BeamTrace, DecoderStep, beam_trace, step_through
 from alignmt.decoding.words import hard_alignment, replace_unknown, warn_unknown
 from alignmt.model.batch import source_batch
@@ -107,19 +109,6 @@ class Translator:
                 stack.enter_context(int8_linears(self.model.decoder))
             yield
 
-    def with_beam(self, beam_size: int | None) -> Translator:
-        """This translator searching with `beam_size` (None: its own), sharing its model."""
-        if beam_size is None or beam_size == self.search.beam_size:
-            return self
-        return Translator(
-            self.model,
-            tokenizers=(self.src_tokenizer, self.tgt_tokenizer),
-            vocabs=(self.src_vocab, self.tgt_vocab),
-            search=replace(self.search, beam_size=beam_size),
-            precision=self.precision,
-            shortlist=self.shortlist,
-        )
-
     @classmethod
     def ensemble(
         cls,
@@ -183,6 +172,7 @@ class Translator:
         batch_size: int = 64,
         warn: bool = True,
         sampling: Sampling | None = None,
+        beam_size: int | None = None,
     ) -> list[list[Translation]]:
         """Translate raw sentences, `nbest` hypotheses each, best first (or, with
         `sampling`, its number of samples each, in the order they were drawn).
@@ -195,6 +185,7 @@ class Translator:
                 to limit padding, and one that ends hands its rows to the next.
             warn: log a warning counting source tokens outside the vocabulary.
             sampling: draw outputs (`sample.Sampling`) instead of searching.
+            beam_size: the beam for this call; None: `search.beam_size`.
 
         Returns:
             One list of `nbest` translations per line, in input order.
@@ -205,6 +196,7 @@ class Translator:
             batch_size=batch_size,
             warn=warn,
             sampling=sampling,
+            beam_size=beam_size,
         )
 
     def source_tokens(self, line: str) -> list[str]:
@@ -220,62 +212,54 @@ class Translator:
         batch_size: int = 64,
         warn: bool = True,
         sampling: Sampling | None = None,
+        beam_size: int | None = None,
+        check: Check | None = None,
     ) -> list[list[Translation]]:
-        """`translate` for sentences already split by `source_tokens`; with `sampling`,
-        each sentence's `sampling.samples` drawn outputs instead of the search's nbest."""
+        """`translate` for sentences already split by `source_tokens`; `check` is called
+        before every decoder step and stops the search by raising (a server's deadline)."""
         if warn:
             warn_unknown(tokens, self.src_vocab)
+        how = self.settings(nbest, batch_size, sampling, beam_size, check)
+        draws = sampling.samples if sampling is not None else 1
         results: list[list[Translation]] = [[] for _ in tokens]
         todo = sorted((i for i, t in enumerate(tokens) if t), key=lambda i: len(tokens[i]))
-        draw = None
-        if sampling is not None:  # one generator for the call: its seed fixes every draw
-            generator = torch.Generator(self.device).manual_seed(sampling.seed)
-            draw = (sampling.samples, sampler(sampling, generator))
         # Groups of many batches keep the search's rows busy until a group's end (see
-        # `decode_batches`) and bound the attention held at once.
+        # `search`) and bound the attention held at once.
         for rows in _chunks(todo, 16 * batch_size):
-            hyps = self._search([tokens[i] for i in rows], nbest, batch_size, draw)
-            for i, sentence_hyps in zip(rows, hyps, strict=True):
+            sentences = [tokens[i] for i in rows for _ in range(draws)]
+            batches = [self._source_ids(chunk) for chunk in _chunks(sentences, batch_size)]
+            # Not numerics(): search puts int8 in place itself, the shortlist's projection too.
+            with autocast(self.device, self.precision):
+                found = search(self.model, batches, how)
+            if sampling is not None:  # each draw is a sentence of its own: regroup them
+                found = [[h for hyps in group for h in hyps] for group in _chunks(found, draws)]
+            for i, sentence_hyps in zip(rows, found, strict=True):
                 results[i] = [self._translation(tokens[i], h) for h in sentence_hyps]
         empty = Translation("", [], [EOS], 0.0, None, [])
-        return [r or [empty] * (draw[0] if draw else nbest) for r in results]
+        return [r or [empty] * (draws if sampling is not None else nbest) for r in results]
 
-    def _search(
+    def settings(
         self,
-        sentences: list[list[str]],
-        nbest: int,
-        batch_size: int,
-        draw: tuple[int, Pick] | None = None,
-    ) -> list[list[Hypothesis]]:
-        """Each sentence's nbest hypotheses, or with `draw` = (n, pick) its n samples."""
-        if draw is not None:
-            sentences = [s for s in sentences for _ in range(draw[0])]
-        batches = [self._source_ids(chunk) for chunk in _chunks(sentences, batch_size)]
-        cfg = self.search
-        limits = dict(max_len_ratio=cfg.max_len_ratio, max_len_offset=cfg.max_len_offset)
-        # Not numerics(): search puts int8 in place itself, the shortlist's projection too.
-        with autocast(self.device, self.precision):
-            if draw is not None:
-                hyps = decode_batches(
-                    self.model, batches, width=batch_size, pick=draw[1], speed=self.speed, **limits
-                )
-                return list(_chunks(hyps, draw[0]))
-            if cfg.beam_size == 1 and nbest == 1 and not cfg.coverage_penalty:
-                hyps = decode_batches(
-                    self.model, batches, width=batch_size, speed=self.speed, **limits
-                )
-                return [[h] for h in hyps]
-            return beam_decode_batches(
-                self.model,
-                batches,
-                width=batch_size,
-                beam_size=cfg.beam_size,
-                nbest=nbest,
-                alpha=cfg.length_penalty,
-                beta=cfg.coverage_penalty,
-                speed=self.speed,
-                **limits,
-            )
+        nbest: int = 1,
+        width: int = 64,
+        sampling: Sampling | None = None,
+        beam_size: int | None = None,
+        check: Check | None = None,
+    ) -> Search:
+        """The search of one call: this translator's, with the call's choices. Sampling
+        takes one generator per call, whose seed fixes every draw."""
+        pick = None
+        if sampling is not None:
+            pick = sampler(sampling, torch.Generator(self.device).manual_seed(sampling.seed))
+        return Search.from_config(
+            self.search,
+            nbest=nbest,
+            width=width,
+            beam_size=beam_size,
+            pick=pick,
+            speed=self.speed,
+            check=check,
+        )
 
     @torch.no_grad()
     def step_through(
@@ -286,10 +270,12 @@ class Translator:
         override: dict[int, int] | None = None,
         top_k: int = 5,
         beam_size: int = 1,
+        check: Check | None = None,
     ) -> Stepped:
         """The decoder over one raw sentence, step by step: `prefix` (target tokens) forced
         first, `override` (output position -> source position) steering attention, then
-        greedy (beam_size 1) or beam search to the end. See `trace.step_through`."""
+        greedy (beam_size 1) or beam search to the end; `check` runs before every decoder
+        step. See `trace.step_through`."""
         src_tokens = self._one_source(line)
         prefix_ids = self.target_ids(prefix)
         src, max_len = self._one_source_ids(src_tokens)
@@ -304,6 +290,7 @@ class Translator:
                 beam_size=beam_size,
                 alpha=self.search.length_penalty,
                 beta=self.search.coverage_penalty,
+                check=check,
             )
         attention = _stack([s.attention for s in steps])
         log_probs = [s.log_prob for s in steps]
@@ -311,9 +298,12 @@ class Translator:
         return Stepped(self._translation(src_tokens, hyp), steps)
 
     @torch.no_grad()
-    def beam_trace(self, line: str, *, beam_size: int) -> tuple[list[str], BeamTrace]:
+    def beam_trace(
+        self, line: str, *, beam_size: int, check: Check | None = None
+    ) -> tuple[list[str], BeamTrace]:
         """Every candidate beam search weighs for one raw sentence (see `trace.beam_trace`),
-        and the sentence's source tokens (for `hypothesis`)."""
+        and the sentence's source tokens (for `hypothesis`); `check` runs before every
+        decoder step."""
         src_tokens = self._one_source(line)
         src, max_len = self._one_source_ids(src_tokens)
         with self.numerics():
@@ -324,6 +314,7 @@ class Translator:
                 beam_size=beam_size,
                 alpha=self.search.length_penalty,
                 beta=self.search.coverage_penalty,
+                check=check,
             )
         return src_tokens, trace
 
@@ -356,7 +347,7 @@ class Translator:
     def output_limit(self, src_tokens: list[str]) -> int:
         """The most output tokens (</s> included) a sentence of these tokens may get."""
         cfg = self.search
-        length = torch.tensor([len(src_tokens) + 1])  # with </s>
+        length = [len(src_tokens) + 1]  # with </s>
         return int(max_output_len(length, cfg.max_len_ratio, cfg.max_len_offset)[0])
 
     def _one_source_ids(self, tokens: list[str]) -> tuple[Tensor, int]:

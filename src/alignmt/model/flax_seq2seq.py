@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from alignmt.config import ModelConfig
+from alignmt.config_rules import check_model
 from alignmt.model.flax_decoder import Decoder, Memory
 from alignmt.model.flax_init import embedding_init
 from alignmt.model.flax_rnn import DecoderState, Direction
@@ -149,37 +150,11 @@ def sequence_loss(logits: Array, targets: Array, pad_id: int, label_smoothing: f
 
 
 def check_config(cfg: ModelConfig) -> None:
-    """The combinations `Seq2Seq.from_config` refuses, refused alike (same messages), and
-    what only the PyTorch model has."""
+    """What no backend can build (`config_rules.check_model`), and what only the PyTorch
+    model has."""
     if cfg.coverage != "none":
         raise ValueError(
             f"model.coverage={cfg.coverage} is built in the PyTorch model only: train and "
             "decode it with train.backend=torch (translate --backend torch)"
         )
-    if cfg.attention == "none" and cfg.context == "init_only" and cfg.init != "bridge":
-        raise ValueError(
-            "model.context=init_only passes the source only through s_0, so it needs "
-            f"model.init=bridge (got init={cfg.init}: the decoder would never see it)"
-        )
-    if cfg.attention != "none" and cfg.order == "luong" and cfg.readout != "none":
-        raise ValueError(
-            f"model.readout={cfg.readout} has no place in the luong order, whose "
-            "attentional vector tanh(W_c [c_i; s_i]) is its readout; use readout=none"
-        )
-    if cfg.tie_embeddings:
-        enc_dim = cfg.enc_hidden * (2 if cfg.bidirectional else 1)
-        luong = cfg.attention != "none" and cfg.order == "luong"
-        units = cfg.dec_hidden if luong else _readout_in(cfg, enc_dim)
-        if units != cfg.emb_dim:
-            raise ValueError(
-                f"model.tie_embeddings needs {cfg.emb_dim} (emb_dim) units before the "
-                f"vocabulary projection, found {units}: use a tanh or maxout readout with "
-                "readout_dim = emb_dim (luong order: dec_hidden = emb_dim)"
-            )
-
-
-def _readout_in(cfg: ModelConfig, enc_dim: int) -> int:
-    if cfg.readout != "none":
-        return cfg.readout_dim
-    context = cfg.attention != "none" or cfg.context == "every_step"
-    return cfg.dec_hidden + (enc_dim if context else 0) + cfg.emb_dim
+    check_model(cfg)

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from alignmt.config import ModelConfig
+from alignmt.config_rules import check_model
 from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import (
     BahdanauDecoder,
@@ -55,6 +56,7 @@ class Seq2Seq(nn.Module):
         eos_id: int = 2,
     ) -> Seq2Seq:
         """Build the model a `ModelConfig` describes; the only place that reads it."""
+        check_model(cfg)
         encoder = Encoder(
             vocab_size=src_vocab,
             emb_dim=cfg.emb_dim,
@@ -85,23 +87,8 @@ class Seq2Seq(nn.Module):
             max_fertility=cfg.max_fertility,
         )
         if cfg.attention == "none":
-            if cfg.coverage != "none":
-                raise ValueError(
-                    f"model.coverage={cfg.coverage} counts attention, and model.attention=none "
-                    "has none: use coverage=none"
-                )
-            if cfg.context == "init_only" and cfg.init != "bridge":
-                raise ValueError(
-                    "model.context=init_only passes the source only through s_0, so it needs "
-                    f"model.init=bridge (got init={cfg.init}: the decoder would never see it)"
-                )
             decoder = VanillaDecoder(**common, **readout, feed_context=cfg.context == "every_step")
         elif cfg.order == "luong":
-            if cfg.readout != "none":
-                raise ValueError(
-                    f"model.readout={cfg.readout} has no place in the luong order, whose "
-                    "attentional vector tanh(W_c [c_i; s_i]) is its readout; use readout=none"
-                )
             decoder = LuongDecoder(**common, **attention)
         else:
             decoder = BahdanauDecoder(**common, **attention, **readout)
@@ -196,12 +183,8 @@ def _tie_output(decoder: nn.Module) -> None:
     """Share the target embedding matrix with the vocabulary projection (Press & Wolf 2017):
     V x E fewer parameters, which helps most where the corpus is small."""
     proj = decoder.projection
-    if proj.in_features != decoder.emb_dim:
-        raise ValueError(
-            f"model.tie_embeddings needs {decoder.emb_dim} (emb_dim) units before the vocabulary "
-            f"projection, found {proj.in_features}: use a tanh or maxout readout with "
-            "readout_dim = emb_dim (luong order: dec_hidden = emb_dim)"
-        )
+    # check_model refused other sizes from the config alone; this holds it to the decoder built
+    assert proj.in_features == decoder.emb_dim, (proj.in_features, decoder.emb_dim)
     # nn.Embedding draws N(0, 1), which as output weights would give logits of std ~sqrt(E)
     # and a far-too-confident untrained model; N(0, 1/E) keeps them near unit scale.
     with torch.no_grad():
