@@ -14,12 +14,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from benchmarks.drill_requests import Case, case
 from benchmarks.drill_server import send, server
-from torch import nn
 
 from alignmt.cli import main
-from alignmt.serve.batcher import Batcher, stop_past_deadline
+from alignmt.serve import decoding
+from alignmt.serve.batcher import Batcher
 from alignmt.serve.limits import Limits, RequestError
-from alignmt.serve.registry import load_models
+from alignmt.serve.registry import ServedModel, load_models
+from alignmt.serve.schemas import BeamRequest, SnapshotsRequest, StepRequest, TranslateRequest
 
 
 def test_a_real_server_answers_300_fuzzed_requests_and_every_probe(toy_run):
@@ -82,15 +83,13 @@ def _submit_past_deadline(run, deadline: float = 1.0):
     asyncio.run(scenario())
 
 
-def test_a_call_past_its_deadline_stops_at_its_next_hooked_module():
-    layer = nn.Linear(2, 2)
-    layer.register_forward_pre_hook(stop_past_deadline)
+def test_a_call_past_its_deadline_stops_at_its_next_check():
     calls, outcome = [0], []
 
-    def run(payloads):
+    def run(payloads, check):
         try:
             for _ in range(100):  # 10 s in all: long past the 1 s deadline
-                layer(layer.weight[:1])
+                check()  # as the search does before each decoder step
                 calls[0] += 1
                 time.sleep(0.1)
             outcome.append("finished")
@@ -104,13 +103,14 @@ def test_a_call_past_its_deadline_stops_at_its_next_hooked_module():
 
 
 def test_served_models_stop_decoding_once_nobody_waits(toy_run):
-    translator = load_models([toy_run])["run"].translator
+    served = load_models([toy_run])["run"]
+    request = TranslateRequest(sentences=["a cat"])
     outcome = []
 
-    def run(payloads):
+    def run(payloads, check):
         time.sleep(1.5)  # the 1 s deadline passes; then the model is asked to decode
         try:
-            translator.translate_tokens([["a", "cat"]], warn=False)
+            decoding.translate_batch(served, Limits(), [request], check)
             outcome.append("finished")
         except RequestError as error:
             outcome.append(error.status)
@@ -118,7 +118,48 @@ def test_served_models_stop_decoding_once_nobody_waits(toy_run):
 
     _submit_past_deadline(run)
     assert outcome == [504]
-    assert translator.translate_tokens([["a", "cat"]], warn=False)  # elsewhere: no effect
+    assert served.translator.translate_tokens([["a", "cat"]], warn=False)  # elsewhere: none
+
+
+class _Spy:
+    """A translator that notes the `check` each decoding call is handed."""
+
+    def __init__(self, translator):
+        self.translator, self.checks = translator, []
+
+    def __getattr__(self, name):
+        attr = getattr(self.translator, name)
+        if name not in ("translate_tokens", "step_through", "beam_trace"):
+            return attr
+
+        def noted(*args, **kwargs):
+            self.checks.append(kwargs.get("check"))
+            return attr(*args, **kwargs)
+
+        return noted
+
+
+@pytest.mark.parametrize(
+    ("fn", "body", "decodes"),
+    [
+        (decoding.translate_batch, [TranslateRequest(sentences=["a cat", "a dog"])], 1),
+        (decoding.step, StepRequest(sentence="a cat", beam_size=2), 1),
+        (decoding.beam, BeamRequest(sentence="a cat"), 1),
+        (decoding.snapshots, SnapshotsRequest(sentence="a cat"), 1 + 2 * 2),  # 2 snapshots
+    ],
+)
+def test_every_endpoints_decoding_hands_the_calls_check_to_each_search(toy_run, fn, body, decodes):
+    run = load_models([toy_run])["run"]
+    spy = _Spy(run.translator)
+    info = run.info.model_copy(update={"snapshots": [100, 200]})
+    served = ServedModel(run.name, spy, info, run.folder)
+    served.snapshot = lambda step: spy  # each snapshot searches as the model does
+
+    def check():
+        pass
+
+    fn(served, Limits(), body, check)
+    assert spy.checks == [check] * decodes
 
 
 @pytest.mark.parametrize("field", ["deadline", "batch_wait"])

@@ -4,6 +4,7 @@ its thread are test_batcher.py's, slow clients test_serve_slow_clients.py's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -13,12 +14,16 @@ import pytest
 import torch
 from benchmarks.load import free_port
 from fastapi.testclient import TestClient
+from pydantic import ValidationError
+from starlette.requests import Request
 
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.translator import Translator
+from alignmt.serve import routes
 from alignmt.serve.app import create_app
-from alignmt.serve.limits import Limits
+from alignmt.serve.limits import Limits, RequestError
 from alignmt.serve.registry import load_models
+from alignmt.serve.schemas import StepRequest, TranslateRequest
 from tests.conftest import SHARED, needs_shared_data, vanilla_twin
 
 SENTENCE = "the big dog sleeps now"
@@ -76,7 +81,8 @@ def test_translate_answers_what_the_translator_computes(client, translator):
         {"sentences": [SENTENCE, "a cat"], "beam_size": 3, "nbest": 2, "attention": True},
     )
     assert status == 200 and body["model"] == "run" and body["beam_size"] == 3
-    expected = translator.with_beam(3).translate([SENTENCE, "a cat"], nbest=2)
+    split = [translator.source_tokens(line) for line in (SENTENCE, "a cat")]
+    expected = translator.translate_tokens(split, nbest=2, beam_size=3)
     for got, hyps in zip(body["translations"], expected, strict=True):
         assert got["source_tokens"] == hyps[0].src_tokens
         for h, t in zip(got["hypotheses"], hyps, strict=True):
@@ -363,6 +369,78 @@ def test_each_request_is_logged_in_one_line_without_its_text(client, caplog):
     assert lines[0].startswith("POST /v1/translate 200 sentences=2 ms=")
     assert lines[1].startswith("POST /v1/translate 422 ")
     assert not any(word in line for line in lines for word in ("dog", "cat", "secret"))
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message", "value"),
+    [
+        ({"sentences": ["a cat"], "beam_size": 2, "nbest": 3}, "nbest", "3 is more than", 3),
+        (
+            {"sentences": ["a cat"], "nbest": 2, "sample": {}},
+            "nbest",
+            "sampling draws outputs",
+            2,
+        ),
+        ({"sentences": ["a cat", "a\x1bcat"]}, "sentences[1]", "a control character", "U+001B"),
+        ({"sentences": ["a cat", " "]}, "sentences[1]", "the sentence is empty", " "),
+    ],
+)
+def test_rules_that_need_no_model_refuse_a_request_in_validation(
+    client, body, field, message, value
+):
+    with pytest.raises(ValidationError):
+        TranslateRequest.model_validate(body)
+    status, answer = post(client, "/v1/translate", body)
+    error = answer["error"]
+    assert status == 422 and (error["code"], error["field"]) == ("invalid", field)
+    assert error["message"].startswith(f"{field}: {message}") and error["value"] == value
+    said = error["message"].removeprefix(f"{field}: ")  # said as it is: no "Value error, "
+    assert error["errors"] == [{"field": field, "message": said, "value": value}]
+
+
+def test_a_request_without_a_beam_size_is_held_to_the_models_beam(client):
+    # the run searches with a beam of 3: nbest 4 cannot be met, nor a max_beam of 2
+    status, answer = post(client, "/v1/translate", {"sentences": ["a cat"], "nbest": 4})
+    assert status == 422 and answer["error"]["field"] == "nbest"
+    assert answer["error"]["message"] == "nbest: 4 is more than the beam size 3"
+    request = TranslateRequest(sentences=["a cat"])
+    with pytest.raises(RequestError, match="max_beam"):
+        request.with_default_beam(3).check_limits(replace(LIMITS, max_beam=2))
+
+
+class _Queue:
+    """A stand-in for the decoding thread: notes what a route queues, answers `{}`."""
+
+    def __init__(self):
+        self.jobs = []
+
+    async def submit(self, key, run, payload, sentences):
+        self.jobs.append((key, payload, sentences))
+        return b"{}"
+
+
+def _call(route, body, served, limits=LIMITS):
+    queue, request = _Queue(), Request({"type": "http", "state": {}})
+    response = asyncio.run(route(body, request, served, limits, queue))
+    return response, request.state.sentences, queue.jobs
+
+
+def test_a_route_runs_on_its_own_given_its_dependencies(served):
+    response, sentences, jobs = _call(
+        routes.translate, TranslateRequest(sentences=["a cat", "a dog"], nbest=2), served
+    )
+    assert response.body == b"{}" and sentences == 2
+    [(key, queued, count)] = jobs
+    assert key == ("run", "translate", 3, 2) and queued.beam_size == 3 and count == 2
+    sampled = TranslateRequest(sentences=["a cat", "a dog"], sample={"samples": 3})
+    [(key, _, count)] = _call(routes.translate, sampled, served)[2]
+    assert key is None and count == 6  # alone, so that its seed alone decides its draws
+    with pytest.raises(RequestError) as refused:
+        _call(routes.translate, TranslateRequest(sentences=["a cat"] * 9), served)
+    assert refused.value.details["limit"] == "max_sentences"
+    with pytest.raises(RequestError) as refused:
+        _call(routes.step, StepRequest(sentence="a cat", model="nope"), served)
+    assert refused.value.status == 404
 
 
 @pytest.mark.slow

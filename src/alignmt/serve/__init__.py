@@ -3,9 +3,10 @@ search, trace and translate, which never imports training, experiments, the comm
 or matplotlib.
 
     server.py    run_server: uvicorn, with a deadline on reading each request's headers
-    app.py       the FastAPI app: routes, request checks, errors as JSON
+    app.py       the FastAPI app: routes, guard, static files and decoding thread; errors as JSON
+    routes.py    the routes and their dependencies (models, limits, the decoding thread)
     guard.py     what every request passes first: body size, read deadline, HEAD; its log
-    schemas.py   the pydantic models of every request and response body
+    schemas.py   the pydantic models of every request and response body; request rules
     limits.py    what a server accepts (each a flag) and the errors past a limit
     batcher.py   the decoding thread and its queue: dynamic batching
     decoding.py  the work behind each endpoint, on the decoding thread

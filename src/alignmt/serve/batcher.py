@@ -13,8 +13,8 @@ another request, and the event loop only ever awaits a future.
 
 A call still running when all of its jobs are past their deadline is stopped: its clients
 have had their 504, and a request at the limits (64 sentences of 200 tokens, beam 16) would
-otherwise keep the thread long after that while every other request waits (see
-`stop_past_deadline`).
+otherwise keep the thread long after that while every other request waits. The thread hands
+each call a `Check` on its deadline, which the search calls between decoder steps.
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ from typing import Any
 
 from alignmt.serve.limits import Limits, RequestError, over_limit
 
-# payloads of jobs with one key -> one result (or the exception to raise) per payload
-RunFn = Callable[[list[Any]], list[Any]]
+# Called between decoder steps; raises the call's 504 once no client waits for it.
+Check = Callable[[], None]
+# payloads of jobs with one key, and the call's check -> one result (or the exception to
+# raise) per payload
+RunFn = Callable[[list[Any], Check], list[Any]]
 
 
 @dataclass
@@ -46,18 +49,15 @@ class Job:
     future: Future = field(default_factory=Future)
 
 
-# The latest deadline of the jobs in the call the decoding thread is running; None between
-# calls, and on every other thread.
-_running = threading.local()
+def deadline_check(deadline: float) -> Check:
+    """The check of a call whose last client gives up at `deadline` (a time.monotonic()):
+    a 504 once it has passed, and otherwise nothing, so a call stops within a step of it."""
 
+    def check() -> None:
+        if time.monotonic() > deadline:
+            raise RequestError(504, "timeout", "stopped at the deadline: no client waits for it")
 
-def stop_past_deadline(*_: Any) -> None:
-    """Raise a 504 if the call being run is past all of its jobs' deadlines, and otherwise
-    do nothing. registry.py hooks it before each decoder step of the served models (its
-    arguments, a module's, are unused), so a call stops within a step of its deadline."""
-    deadline = getattr(_running, "deadline", None)
-    if deadline is not None and time.monotonic() > deadline:
-        raise RequestError(504, "timeout", "stopped at the deadline: no client waits for it")
+    return check
 
 
 class Batcher:
@@ -177,15 +177,13 @@ class Batcher:
     @staticmethod
     def _run(jobs: list[Job]) -> None:
         """Run one call; whatever goes wrong, every job gets an answer and the thread lives."""
-        _running.deadline = max(job.deadline for job in jobs)
+        check = deadline_check(max(job.deadline for job in jobs))
         try:
-            results = jobs[0].run([job.payload for job in jobs])
+            results = jobs[0].run([job.payload for job in jobs], check)
             if len(results) != len(jobs):
                 raise RuntimeError(f"{len(jobs)} jobs got {len(results)} results")
         except Exception as error:  # a bug or the deadline, not the client: every job fails
             results = [error] * len(jobs)
-        finally:
-            _running.deadline = None
         for job, result in zip(jobs, results, strict=True):
             if isinstance(result, BaseException):
                 job.future.set_exception(result)

@@ -3,7 +3,8 @@ what only the model can check (source tokens, vocabulary, attention), decode, an
 result into the response's JSON.
 
 Each function returns the JSON bytes of its response, or the `RequestError` a request
-gets; serialising here keeps that work off the event loop too.
+gets; serialising here keeps that work off the event loop too. Each passes the call's
+`check` (batcher.py) on to the translator, which calls it between decoder steps.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from torch import Tensor
 
 from alignmt.decoding.sample import Sampling
 from alignmt.decoding.translator import Translation, Translator
+from alignmt.serve.batcher import Check
 from alignmt.serve.limits import Limits, RequestError, invalid, over_limit
 from alignmt.serve.registry import ServedModel
 from alignmt.serve.schemas import (
@@ -37,12 +39,15 @@ DECIMALS = 5  # of attention weights and probabilities in responses
 
 
 def translate_batch(
-    served: ServedModel, limits: Limits, requests: list[TranslateRequest]
+    served: ServedModel,
+    limits: Limits,
+    requests: list[TranslateRequest],
+    check: Check | None = None,
 ) -> list[bytes | RequestError]:
-    """Translate the sentences of several requests that share a beam size and n-best, in
-    one call: they share decoder steps."""
-    first = requests[0]
-    translator = served.translator.with_beam(first.beam_size)
+    """Translate the sentences of several requests that share a beam size (None: the
+    model's) and n-best, in one call: they share decoder steps."""
+    first, translator = requests[0], served.translator
+    beam_size = first.beam_size or translator.search.beam_size
     results: list[bytes | RequestError] = []
     tokens, todo = [], []
     for request in requests:
@@ -57,13 +62,19 @@ def translate_batch(
         tokens += split
     sampling = None if first.sample is None else Sampling(**first.sample.model_dump())
     translations = translator.translate_tokens(
-        tokens, nbest=first.nbest, batch_size=limits.batch_width, warn=False, sampling=sampling
+        tokens,
+        nbest=first.nbest,
+        batch_size=limits.batch_width,
+        warn=False,
+        sampling=sampling,
+        beam_size=beam_size,
+        check=check,
     )
     for index, start, count in todo:
         request = requests[index]
         response = TranslateResponse(
             model=served.name,
-            beam_size=translator.search.beam_size,
+            beam_size=beam_size,
             translations=[
                 SentenceTranslation(
                     source_tokens=hyps[0].src_tokens,
@@ -96,12 +107,16 @@ def _check_attention_cells(
         raise over_limit("max_attention_cells", cells, most, what)
 
 
-def step(served: ServedModel, limits: Limits, request: StepRequest) -> bytes:
+def step(
+    served: ServedModel, limits: Limits, request: StepRequest, check: Check | None = None
+) -> bytes:
     """The decoder step by step over one sentence (see `Translator.step_through`)."""
     translator = served.translator
     src_tokens = _one_source(translator, request.sentence, limits)
     vocab = translator.tgt_vocab
-    check_top_k(request.top_k, len(vocab), limits)
+    if request.top_k > len(vocab):  # max_top_k is checked with the other limits
+        message = f"{request.top_k} is more than the {len(vocab)} target tokens"
+        raise invalid("top_k", message, request.top_k)
     if request.override and not translator.model.has_attention:
         raise invalid("override", f"model {served.name!r} has no attention to override")
     _check_forcing(request, translator.output_limit(src_tokens), len(src_tokens))
@@ -115,6 +130,7 @@ def step(served: ServedModel, limits: Limits, request: StepRequest) -> bytes:
         override=request.override,
         top_k=request.top_k,
         beam_size=request.beam_size,
+        check=check,
     )
     out = stepped.translation
     steps = [
@@ -160,11 +176,14 @@ def _check_forcing(request: StepRequest, limit: int, source_tokens: int) -> None
             raise invalid("override", message, source)
 
 
-def beam(served: ServedModel, limits: Limits, request: BeamRequest) -> bytes:
+def beam(
+    served: ServedModel, limits: Limits, request: BeamRequest, check: Check | None = None
+) -> bytes:
     """Beam search's whole tree for one sentence (see `Translator.beam_trace`)."""
-    translator, k = served.translator, request.beam_size
+    translator = served.translator
+    k = request.beam_size or translator.search.beam_size
     _one_source(translator, request.sentence, limits)
-    src_tokens, trace = translator.beam_trace(request.sentence, beam_size=k)
+    src_tokens, trace = translator.beam_trace(request.sentence, beam_size=k, check=check)
     vocab = translator.tgt_vocab
     nodes = [
         BeamNode(
@@ -196,7 +215,9 @@ def beam(served: ServedModel, limits: Limits, request: BeamRequest) -> bytes:
     return response.model_dump_json().encode()
 
 
-def snapshots(served: ServedModel, limits: Limits, request: SnapshotsRequest) -> bytes:
+def snapshots(
+    served: ServedModel, limits: Limits, request: SnapshotsRequest, check: Check | None = None
+) -> bytes:
     """How one sentence's attention formed over training: each snapshot reads the served
     model's greedy output (teacher-forced, so every matrix has the same shape) and says
     what it would have output itself."""
@@ -205,12 +226,13 @@ def snapshots(served: ServedModel, limits: Limits, request: SnapshotsRequest) ->
     if not served.info.snapshots:
         raise invalid("model", f"run {served.name!r} kept no snapshots (train.snapshot_every)")
     _one_source(served.translator, request.sentence, limits)
-    final = served.translator.step_through(request.sentence, top_k=1).translation
+    sentence = request.sentence
+    final = served.translator.step_through(sentence, top_k=1, check=check).translation
     kept = []
     for step in served.info.snapshots:
         snapshot = served.snapshot(step)
-        read = snapshot.step_through(request.sentence, prefix=final.tokens, top_k=1)
-        own = snapshot.step_through(request.sentence, top_k=1).translation
+        read = snapshot.step_through(sentence, prefix=final.tokens, top_k=1, check=check)
+        own = snapshot.step_through(sentence, top_k=1, check=check).translation
         attention = _rounded(read.translation.attention)
         kept.append(Snapshot(step=step, attention=attention, text=own.text, tokens=own.tokens))
     response = SnapshotsResponse(
@@ -228,13 +250,6 @@ def hypothesis(t: Translation, attention: bool) -> Hypothesis:
         attention=_rounded(t.attention) if attention else None,
         alignment=t.alignment,
     )
-
-
-def check_top_k(top_k: int, vocab_size: int, limits: Limits) -> None:
-    if top_k > limits.max_top_k:
-        raise over_limit("max_top_k", top_k, limits.max_top_k, "top_k")
-    if top_k > vocab_size:
-        raise invalid("top_k", f"{top_k} is more than the {vocab_size} target tokens", top_k)
 
 
 def _source_tokens(translator: Translator, sentence: str, limits: Limits) -> list[str]:

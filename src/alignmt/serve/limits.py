@@ -8,12 +8,8 @@ that a client can tell what to change; nothing a client sends reaches the model 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
-
-# C0 and C1 control characters but tab, and the surrogate code points.
-_REFUSED = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def _limit(default: float, what: str) -> Any:
@@ -104,16 +100,13 @@ def cut(value: Any, size: int = 80) -> Any:
     return text if len(text) <= size else text[: size - 3] + "..."
 
 
-def check_sentence(text: str, field: str, limits: Limits) -> None:
-    """Refuse a sentence that no model should read: blank, too long, with control characters
-    (tab aside), or with lone surrogates (JSON can carry them; UTF-8 cannot)."""
-    if not text.strip():
-        raise invalid(field, "the sentence is empty or only whitespace", text)
+def check_length(text: str, field: str, limits: Limits) -> None:
+    """Refuse a sentence longer than max_chars; what it holds is its schema's to check."""
     if len(text) > limits.max_chars:
         raise over_limit("max_chars", len(text), limits.max_chars, f"{field} length")
-    bad = _REFUSED.search(text)
-    if bad:
-        char = bad.group()
-        kind = "a lone surrogate" if "\ud800" <= char <= "\udfff" else "a control character"
-        code = f"U+{ord(char):04X}"
-        raise invalid(field, f"{kind} ({code}) at character {bad.start()}", code)
+
+
+def check_beam(beam_size: int | None, limits: Limits) -> None:
+    """Refuse a beam past max_beam (None: a model's own, checked once it is known)."""
+    if beam_size is not None and beam_size > limits.max_beam:
+        raise over_limit("max_beam", beam_size, limits.max_beam, "beam_size")

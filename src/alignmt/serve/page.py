@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from alignmt.serve import decoding
 from alignmt.serve.limits import Limits, RequestError
 from alignmt.serve.registry import ServedModel
@@ -45,7 +47,7 @@ def precompute(
     Raises:
         ValueError: a sentence the server would refuse (no tokens, too many), naming it.
     """
-    limits = Limits(max_top_k=max(top_k, Limits.max_top_k))
+    limits = Limits()
     entries = []
     for i, sentence in enumerate(sentences):
         try:
@@ -74,12 +76,22 @@ def _answers(
         except RequestError as error:  # e.g. an over-long line, named by the caller
             raise ValueError(error.body()["error"]["message"]) from None
 
-    step = answer(decoding.step, StepRequest(sentence=sentence, top_k=top_k))
-    beam = answer(decoding.beam, BeamRequest(sentence=sentence, beam_size=beam_size))
+    step = answer(decoding.step, _request(StepRequest, sentence=sentence, top_k=top_k))
+    beam = answer(decoding.beam, _request(BeamRequest, sentence=sentence, beam_size=beam_size))
     snapshots = None
     if served.info.snapshots and served.translator.model.has_attention:
-        snapshots = answer(decoding.snapshots, SnapshotsRequest(sentence=sentence))
+        snapshots = answer(decoding.snapshots, _request(SnapshotsRequest, sentence=sentence))
     return {"step": step, "beam": beam, "snapshots": snapshots}
+
+
+def _request(kind: type[Any], **fields: Any) -> Any:
+    """The request the page would send, or a ValueError saying why the server refuses it
+    (a control character in the sentence, say)."""
+    try:
+        return kind(**fields)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise ValueError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
 
 
 def self_contained(data: dict[str, Any], command: str) -> str:

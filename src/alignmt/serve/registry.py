@@ -1,8 +1,7 @@
 """The models a server holds: each run folder given at start-up, loaded once, named by the
 folder's name. Requests name a model, never a file. The weights a run kept during training
 (its snapshots) are loaded when first asked for, on the decoding thread, and kept. Every
-model and snapshot of a server sits on one device and decodes at one precision. Each stops
-decoding at the deadline of the call it serves (see `batcher.stop_past_deadline`)."""
+model and snapshot of a server sits on one device and decodes at one precision."""
 
 from __future__ import annotations
 
@@ -15,9 +14,7 @@ import torch
 from alignmt.checkpoint.format import snapshot_steps
 from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint, load_snapshot
 from alignmt.config import Precision, SearchConfig, Weights
-from alignmt.decoding.ensemble import Ensemble
 from alignmt.decoding.translator import Translator
-from alignmt.serve.batcher import stop_past_deadline
 from alignmt.serve.schemas import ModelInfo
 
 
@@ -35,8 +32,8 @@ class ServedModel:
         if step not in self._snapshots:
             served = self.translator
             ckpt = load_snapshot(self.folder, step, device=served.device)
-            self._snapshots[step] = stoppable(
-                Translator.from_checkpoint(ckpt, served.search, precision=served.precision)
+            self._snapshots[step] = Translator.from_checkpoint(
+                ckpt, served.search, precision=served.precision
             )
         return self._snapshots[step]
 
@@ -93,21 +90,12 @@ def load_models(
                     "ensemble": names,
                 }
             )
-        models[name] = ServedModel(name, stoppable(translator), info, folder)
+        models[name] = ServedModel(name, translator, info, folder)
     return models
 
 
 def _name(run: Path) -> str:
     return run.stem if run.suffix == ".safetensors" else run.name
-
-
-def stoppable(translator: Translator) -> Translator:
-    """`translator`, checking the deadline before each decoder step: the decoder embeds the
-    previous token once a step, whatever the architecture, so that is where it looks."""
-    model = translator.model
-    for decoder in model.decoder if isinstance(model, Ensemble) else [model.decoder]:
-        decoder.embed.register_forward_pre_hook(stop_past_deadline)
-    return translator
 
 
 def model_info(

@@ -2,9 +2,11 @@
 gets back.
 
 Requests are strict (no type coercion: "5" is not a beam size) and closed (an unknown field
-is an error, so that a misspelt option is never silently ignored). Limits that depend on the
-server's flags or on the model (beam size, sentence length, vocabulary) are checked by the
-routes, not here.
+is an error, so that a misspelt option is never silently ignored). Every rule that needs
+neither a model nor the server's limits is a validator here, so a request that breaks one is
+refused by validation (422). The rules that read the limits are each request's
+`check_limits`; those that need the model (its default beam, its vocabulary, how it splits
+a sentence) are checked where the model is known.
 """
 
 from __future__ import annotations
@@ -12,11 +14,40 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from alignmt.serve.limits import Limits, check_beam, check_length, invalid, over_limit
 
 PositiveInt = Annotated[int, Field(ge=1)]
 _STEP = re.compile("[0-9]{1,6}")  # an output position, as a JSON object key
 Position = Annotated[int, Field(ge=0)]
+# C0 and C1 control characters but tab, and the surrogate code points.
+_UNREADABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
+REFUSED = "refused"  # the error type of this module's validators
+
+
+def _refused(message: str, value: object) -> PydanticCustomError:
+    """A validator's error: `message` said as it is (a ValueError's would read "Value error,
+    ..."), and `value` the one to echo, in place of the field's whole input."""
+    return PydanticCustomError(REFUSED, message, {"value": value})
+
+
+def _readable(text: str) -> str:
+    """Refuse a sentence that no model should read: blank, with control characters (tab
+    aside), or with lone surrogates (JSON can carry them; UTF-8 cannot)."""
+    if not text.strip():
+        raise _refused("the sentence is empty or only whitespace", text)
+    bad = _UNREADABLE.search(text)
+    if bad:
+        char = bad.group()
+        kind = "a lone surrogate" if "\ud800" <= char <= "\udfff" else "a control character"
+        code = f"U+{ord(char):04X}"
+        raise _refused(f"{kind} ({code}) at character {bad.start()}", code)
+    return text
+
+
+Sentence = Annotated[str, AfterValidator(_readable)]
 
 
 class _Request(BaseModel):
@@ -38,22 +69,74 @@ class SampleOptions(BaseModel):
 
 
 class TranslateRequest(_Request):
-    sentences: list[str] = Field(min_length=1, description="raw source sentences")
+    sentences: list[Sentence] = Field(min_length=1, description="raw source sentences")
     beam_size: PositiveInt | None = Field(None, description="1 is greedy; default: the run's")
-    nbest: PositiveInt = Field(1, description="hypotheses per sentence, at most beam_size")
-    attention: bool = Field(False, description="return each hypothesis' attention matrix")
+    # before nbest, whose validator reads it
     sample: SampleOptions | None = Field(
         None, description="draw outputs from the model instead of searching (nbest must be 1)"
     )
+    nbest: PositiveInt = Field(1, description="hypotheses per sentence, at most beam_size")
+    attention: bool = Field(False, description="return each hypothesis' attention matrix")
+
+    @field_validator("nbest")
+    @classmethod
+    def _nbest_fits(cls, nbest: int, info: ValidationInfo) -> int:
+        # info.data holds the fields declared before this one that were valid
+        if nbest > 1 and info.data.get("sample"):
+            raise _refused("sampling draws outputs: ask for sample.samples", nbest)
+        beam = info.data.get("beam_size")
+        if beam is not None and nbest > beam:
+            raise _refused(_past_beam(nbest, beam), nbest)
+        return nbest
 
     @property
     def outputs(self) -> int:
         """Outputs per sentence: the samples drawn, or the n best."""
         return self.sample.samples if self.sample else self.nbest
 
+    @property
+    def drawn(self) -> int:
+        """The sentences it decodes: each of its own, once per sample when sampling."""
+        return len(self.sentences) * (self.sample.samples if self.sample else 1)
 
-class StepRequest(_Request):
-    sentence: str
+    def with_default_beam(self, beam_size: int) -> TranslateRequest:
+        """This request searching with its own beam size or else `beam_size`, the served
+        model's, which nbest must fit too.
+
+        Raises:
+            RequestError: 422, nbest past `beam_size`.
+        """
+        if self.beam_size is not None:
+            return self
+        if self.nbest > beam_size:
+            raise invalid("nbest", _past_beam(self.nbest, beam_size), self.nbest)
+        return self.model_copy(update={"beam_size": beam_size})
+
+    def check_limits(self, limits: Limits) -> None:
+        """Refuse a request past the server's `limits` (a `RequestError`, 422)."""
+        most = limits.max_sentences
+        if len(self.sentences) > most:
+            raise over_limit("max_sentences", len(self.sentences), most, "sentences")
+        if self.drawn > most:
+            raise over_limit("max_sentences", self.drawn, most, "samples in all")
+        for i, sentence in enumerate(self.sentences):
+            check_length(sentence, f"sentences[{i}]", limits)
+        check_beam(self.beam_size, limits)
+
+
+def _past_beam(nbest: int, beam_size: int) -> str:
+    return f"{nbest} is more than the beam size {beam_size}"
+
+
+class _OneSentence(_Request):
+    sentence: Sentence
+
+    def check_limits(self, limits: Limits) -> None:
+        """Refuse a request past the server's `limits` (a `RequestError`, 422)."""
+        check_length(self.sentence, "sentence", limits)
+
+
+class StepRequest(_OneSentence):
     prefix: list[str] = Field(
         default_factory=list, description="target tokens to force at steps 0, 1, ..."
     )
@@ -71,20 +154,34 @@ class StepRequest(_Request):
         if not isinstance(value, dict):
             return value
         if not all(isinstance(key, str) and _STEP.fullmatch(key) for key in value):
-            raise ValueError('override keys must be step numbers, such as "2"')
+            raise _refused('override keys must be step numbers, such as "2"', value)
         steps = {int(key): position for key, position in value.items()}
         if len(steps) < len(value):
-            raise ValueError('override names a step twice (as "1" and "01", say)')
+            raise _refused('override names a step twice (as "1" and "01", say)', value)
         return steps
 
+    def check_limits(self, limits: Limits) -> None:
+        super().check_limits(limits)
+        if self.top_k > limits.max_top_k:
+            raise over_limit("max_top_k", self.top_k, limits.max_top_k, "top_k")
+        check_beam(self.beam_size, limits)
 
-class BeamRequest(_Request):
-    sentence: str
+
+class BeamRequest(_OneSentence):
     beam_size: PositiveInt | None = Field(None, description="default: the run's")
 
+    def with_default_beam(self, beam_size: int) -> BeamRequest:
+        """This request searching with its own beam size or else `beam_size`, the served
+        model's."""
+        return self if self.beam_size else self.model_copy(update={"beam_size": beam_size})
 
-class SnapshotsRequest(_Request):
-    sentence: str
+    def check_limits(self, limits: Limits) -> None:
+        super().check_limits(limits)
+        check_beam(self.beam_size, limits)
+
+
+class SnapshotsRequest(_OneSentence):
+    pass
 
 
 class Hypothesis(BaseModel):
