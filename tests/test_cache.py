@@ -118,7 +118,7 @@ def test_a_second_prepare_maps_the_cache_without_tokenising_again(tmp_path, monk
     def no_build(*args, **kwargs):
         raise AssertionError("tokenised again")
 
-    monkeypatch.setattr(prepare_module, "_build", no_build)
+    monkeypatch.setattr(prepare_module, "build_split", no_build)
     second = prepare_text(cfg, seed=1)
     assert folders(cfg) == [folder] and folder.stat().st_ino == inode
     assert everything(second.train) == everything(first.train)
@@ -148,6 +148,7 @@ def test_new_contents_of_the_same_size_and_time_rebuild_the_cache(tmp_path):
         "limit=50",
         "max_len_ratio=2.0",
         "tokenizer=char",
+        "tokenizer=space",
     ],
 )
 def test_a_changed_setting_builds_a_new_cache_folder(tmp_path, change):
@@ -165,6 +166,14 @@ def test_a_sentencepiece_setting_or_seed_builds_a_new_cache_folder(tmp_path):
     prepare_text(cfg, seed=2)
     prepare_text(replace(cfg, spm_vocab_size=45), seed=1)
     assert len(folders(cfg)) == 3
+
+
+def test_unescape_builds_a_new_cache_folder_for_the_space_tokenizer(tmp_path):
+    cfg = corpus_config(tmp_path, tokenizer="space")
+    prepare_text(cfg, seed=1)
+    text = prepare_text(replace(cfg, unescape=True), seed=1)
+    assert len(folders(cfg)) == 2
+    assert [t.unescape for t in text.tokenizers] == [True, True]  # not the stale folder's
 
 
 def test_the_cache_folder_defaults_to_the_environment_then_xdg(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-"""Tests for alignmt.text.parts and SentencePiece's sample in alignmt.text.prepare: parallel
+"""Tests for alignmt.text.parts and SentencePiece's sample in alignmt.text.build: parallel
 tokenising gives byte for byte what one process gives, and the sample a SentencePiece model
 is trained on is deterministic and keeps every token encodable."""
 

@@ -4,18 +4,28 @@ import gzip
 import itertools
 import json
 import random
+from dataclasses import replace
 
 import pytest
+from sacremoses import MosesDetokenizer
+from sacremoses import MosesTokenizer as SacreMosesTokenizer
 
+from alignmt.analysis.scores import corpus_scores
+from alignmt.checkpoint.format import header_metadata, parse_header
+from alignmt.config import Config, DataConfig
+from alignmt.text.escape import moses_escape, moses_unescape
+from alignmt.text.prepare import Text, prepare_text
 from alignmt.text.tokenize import (
     CharTokenizer,
     D2lTokenizer,
     MosesTokenizer,
     SentencePieceTokenizer,
+    SpaceTokenizer,
     Tokenizer,
     build_tokenizer,
     tokenizer_from_json,
 )
+from alignmt.text.vocab import UNK, Vocab
 from tests.conftest import SHARED, needs_shared_data
 
 WORDS = ["Ein", "Mann", "Frau", "Hund", "läuft", "über", "die", "Straße"]
@@ -139,10 +149,128 @@ def test_sentencepiece_decodes_pieces_the_model_lacks_as_its_unknown_mark(sp):
     assert sp.decode(tokens) == "the dog" + " ⁇ " * 2 + " runs."
 
 
+# --- A corpus tokenised already (space) -------------------------------------------------
+
+# Lines as Moses-preprocessed data comes: tokenised, special characters escaped.
+ESCAPED = [
+    "Parliament &apos;s prerogative , &quot; he said &quot; .",
+    "Smith &amp; Wesson &#124; 1 &lt; 2 &gt; 0",
+    "see &#91; 3 &#93; , the Commission &apos;s view",
+    "&amp;",
+]
+
+
+def test_moses_cuts_escaped_entities_apart_which_is_why_space_exists():
+    assert MosesTokenizer(lang="en").encode(ESCAPED[0])[:4] == ["Parliament", "&", "apos", ";"]
+
+
+def test_space_keeps_the_corpus_tokens_intact():
+    assert SpaceTokenizer().encode(ESCAPED[0]) == ESCAPED[0].split(" ")
+    assert SpaceTokenizer().encode("  a\xa0b  c ") == ["a\xa0b", "c"]  # spaces alone split
+
+
+@pytest.mark.parametrize(
+    ("escaped", "text"),
+    [
+        ("&apos;s", "'s"),
+        ("&quot;", '"'),
+        ("&amp;", "&"),
+        ("&#124;", "|"),
+        ("&lt;unk&gt;", "<unk>"),
+        ("&#91;3&#93;", "[3]"),
+        ("&bar; &bra; &ket;", "| [ ]"),  # older Moses releases' names
+        ("&amp;apos;", "&apos;"),  # an escaped entity is text
+        ("AT&T &nbsp; &APOS;", "AT&T &nbsp; &APOS;"),  # no entity of Moses'
+    ],
+)
+def test_unescape_gives_the_characters_moses_escaped(escaped, text):
+    assert moses_unescape(escaped) == text
+    assert MosesDetokenizer().unescape_xml(escaped) == text  # sacremoses agrees
+
+
+def test_escape_writes_the_entities_moses_writes():
+    text = "a & b | c < d > e ' f \" g [ h ] &amp;"
+    assert moses_escape(text) == SacreMosesTokenizer().escape_xml(text)
+    assert moses_unescape(moses_escape(text)) == text
+
+
+def test_unescaping_space_gives_real_characters_and_decodes_to_the_line_again():
+    tokenizer = SpaceTokenizer(unescape=True)
+    assert tokenizer.encode(ESCAPED[0])[:5] == ["Parliament", "'s", "prerogative", ",", '"']
+    assert tokenizer.encode(ESCAPED[1]) == ["Smith", "&", "Wesson", "|", "1", "<", "2", ">", "0"]
+    assert tokenizer.encode(ESCAPED[2])[:4] == ["see", "[", "3", "]"]
+    for line in ESCAPED:
+        assert tokenizer.decode(tokenizer.encode(line)) == line
+        assert SpaceTokenizer().decode(SpaceTokenizer().encode(line)) == line
+
+
+def test_space_decode_escapes_tokens_but_not_unk():
+    tokenizer = SpaceTokenizer(unescape=True)
+    assert tokenizer.decode(["it", "'s", UNK, "<b>"]) == "it &apos;s <unk> &lt;b&gt;"
+
+
+def test_space_unescapes_before_lowercasing():
+    tokenizer = SpaceTokenizer(lowercase=True, unescape=True)
+    assert tokenizer.encode("The &QUOT; &quot; Dog") == ["the", "&quot;", '"', "dog"]
+
+
+def test_unescaped_output_scores_full_bleu_against_the_escaped_references():
+    tokenizer = SpaceTokenizer(unescape=True)
+    hyps = [tokenizer.decode(tokenizer.encode(line)) for line in ESCAPED]
+    assert corpus_scores(hyps, ESCAPED).bleu == pytest.approx(100)
+
+
+def test_a_checkpoint_header_gives_back_the_space_tokenizer():
+    tokenizers = (SpaceTokenizer(unescape=True), SpaceTokenizer(lowercase=True))
+    vocab = Vocab(["a"])
+    meta = header_metadata(Config(), vocab, vocab, 3, tokenizers)
+    header = parse_header("x.safetensors", meta)
+    assert header.src_tokenizer.encode(ESCAPED[0])[1] == "'s"
+    assert header.tgt_tokenizer.encode("&APOS;s")[0] == "&apos;s"
+    assert [header.src_tokenizer.to_json(), header.tgt_tokenizer.to_json()] == [
+        t.to_json() for t in tokenizers
+    ]
+
+
+ESCAPED_DE = ["das Recht , &quot; sagte er &quot; .", "A &amp; B &#124; 1 &lt; 2", "x", "&amp;"]
+
+
+def prepare_escaped(tmp_path, **data) -> Text:
+    """An escaped corpus (ESCAPED -> ESCAPED_DE) prepared with `data`; it validates on
+    itself."""
+    for lang, lines in (("en", ESCAPED), ("de", ESCAPED_DE)):
+        (tmp_path / f"train.{lang}").write_text("".join(line + "\n" for line in lines))
+    prefix = str(tmp_path / "train")
+    cache = str(tmp_path / "cache")
+    cfg = DataConfig(task="corpus", train=prefix, valid=prefix, cache_dir=cache, workers=1)
+    return prepare_text(replace(cfg, **data), seed=1)
+
+
+def entity_tokens(text: Text) -> set[str]:
+    tokens = {*text.src_vocab.itos, *text.tgt_vocab.itos}
+    return {token for token in tokens if "apos" in token or "quot" in token or "#" in token}
+
+
+def test_moses_makes_words_of_an_escaped_corpus_s_entity_names(tmp_path):
+    assert {"apos", "quot"} <= entity_tokens(prepare_escaped(tmp_path, tokenizer="moses"))
+
+
+def test_an_escaped_corpus_prepared_with_unescaping_space_has_the_characters(tmp_path):
+    text = prepare_escaped(tmp_path, tokenizer="space", unescape=True)
+    assert not entity_tokens(text)
+    assert {"'s", '"', "&", "|", "<", ">", "[", "]"} <= {*text.src_vocab.itos}
+    src, tgt = text.tokenizers
+    assert [src.decode(src.encode(p.src)) for p in text.valid] == ESCAPED
+    assert [tgt.decode(tgt.encode(p.tgt)) for p in text.valid] == ESCAPED_DE
+    assert all(text.src_vocab.unk_id not in ids for ids, _ in text.valid_ids)
+    first = text.train.pairs([0])[0][0]
+    assert [text.src_vocab.itos[i] for i in first][:2] == ["Parliament", "'s"]
+
+
 # --- JSON and the factory -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["moses", "char", "sentencepiece", "d2l"])
+@pytest.mark.parametrize("kind", ["moses", "char", "sentencepiece", "d2l", "space"])
 @pytest.mark.parametrize("lowercase", [False, True])
 def test_from_json_rebuilds_a_tokenizer_that_encodes_the_same(kind, lowercase, sentences):
     original = build_tokenizer(
@@ -157,7 +285,7 @@ def test_from_json_rebuilds_a_tokenizer_that_encodes_the_same(kind, lowercase, s
     assert [rebuilt.encode(s) for s in probes] == [original.encode(s) for s in probes]
 
 
-@pytest.mark.parametrize("kind", ["moses", "char", "sentencepiece", "d2l"])
+@pytest.mark.parametrize("kind", ["moses", "char", "sentencepiece", "d2l", "space"])
 @pytest.mark.parametrize("lowercase", [False, True])
 def test_encode_batch_gives_the_tokens_encode_gives(kind, lowercase, sentences):
     tokenizer = build_tokenizer(
@@ -184,6 +312,7 @@ def test_from_json_rejects_an_unknown_kind_and_names_it():
         ("char", CharTokenizer),
         ("sentencepiece", SentencePieceTokenizer),
         ("d2l", D2lTokenizer),
+        ("space", SpaceTokenizer),
     ],
 )
 def test_build_tokenizer_makes_the_kind_asked_for(kind, cls, sentences):

@@ -87,9 +87,14 @@ class DataConfig:
     src_lang: str = "en"  # file suffix and Moses language of the source
     tgt_lang: str = "de"
     tsv_swap: bool = False  # TSV only: read column 2 as the source and column 1 as the target
-    # per side, trained on train; d2l: d2l.ai's words, split on spaces after a space is put
-    # before , . ! ? (Zhang et al., "Dive into Deep Learning", §10.5)
-    tokenizer: Literal["moses", "char", "sentencepiece", "d2l"] = "moses"
+    # moses: sacremoses' words; char: characters; sentencepiece: subwords, a model per side,
+    # trained on train; d2l: d2l.ai's words, split on spaces after a space is put before
+    # , . ! ? (Zhang et al., "Dive into Deep Learning", §10.5); space: the tokens of a corpus
+    # tokenised before it arrived (by Moses' scripts, say), split on spaces alone
+    tokenizer: Literal["moses", "char", "sentencepiece", "d2l", "space"] = "moses"
+    # space only: read Moses' entities (&apos; &quot; &amp; ...) as their characters in the
+    # tokens, and write them back into the output, the form the references are in
+    unescape: bool = False
     lowercase: bool = False  # lowercase both sides before tokenising
     spm_vocab_size: Count = 8000  # SentencePiece pieces per side
     spm_model_type: Literal["bpe", "unigram"] = "bpe"

@@ -21,13 +21,14 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import yaml
 from safetensors import SafetensorError, safe_open
 
-from alignmt import __version__
 from alignmt.config import Config, ConfigError, config_from_dict, dump_config
 from alignmt.text.tokenize import CharTokenizer, Tokenizer, tokenizer_from_json
 from alignmt.text.vocab import Vocab
@@ -48,6 +49,19 @@ _SNAPSHOT = re.compile(r"step_(\d+)\.safetensors")
 
 
 TRAIN_PREFIX = "_train."  # prefix of training-state tensors; no parameter name starts with "_"
+
+
+@cache
+def alignmt_version() -> str:
+    """The version of the alignmt installed, as its package metadata has it, which a
+    checkpoint records; read there, not from the package face, which sits above this layer."""
+    try:
+        return version("alignmt")
+    except PackageNotFoundError:
+        # A source tree on PYTHONPATH, never installed: no version can be known, and a
+        # made-up release number would claim one. "0+unknown" is a valid version (PEP 440)
+        # that sorts below every release, so a reader that compares versions takes it as old.
+        return "0+unknown"
 
 
 @dataclass
@@ -83,7 +97,7 @@ def header_metadata(
     """
     src_tok, tgt_tok = tokenizers or (CharTokenizer(), CharTokenizer())
     return {
-        "alignmt": __version__,
+        "alignmt": alignmt_version(),
         "config": dump_config(cfg),
         "src_vocab": src_vocab.to_json(),
         "tgt_vocab": tgt_vocab.to_json(),
@@ -104,7 +118,7 @@ def parse_header(path: Path, meta: dict[str, str]) -> Header:
     except (ConfigError, yaml.YAMLError) as err:
         raise ValueError(
             f"{err}; it was written by alignmt {written}, this is alignmt "
-            f"{__version__}: a newer alignmt may read it"
+            f"{alignmt_version()}: a newer alignmt may read it"
         ) from None
     char = CharTokenizer().to_json()
     fields = {}

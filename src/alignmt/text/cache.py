@@ -5,7 +5,7 @@ arrays), and the cache folder that holds one between runs: its key (a digest of 
 files' contents and of every setting that shapes the result), its layout, publishing a
 finished build atomically, and checking a folder before trusting it. Memory-mapped arrays
 let the processes of a run share one copy through the page cache. Reading, tokenising and
-counting the corpus is `prepare`'s.
+counting the corpus is `build`'s.
 """
 
 from __future__ import annotations

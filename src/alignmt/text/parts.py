@@ -5,7 +5,7 @@ and drops over-long and lopsided pairs, recording how many and the first few lin
 the chunk's kept pairs as codes into the chunk's own token table, written to a file (or kept
 in memory). `Seen` merges the tables and counts of the parts into one count per token, for
 the vocabularies, and `assemble` maps every part's codes to vocabulary ids, into
-`cache.TokenArrays`. What to read and which tokenizers to use is `prepare`'s.
+`cache.TokenArrays`. What to read and which tokenizers to use is `build`'s.
 """
 
 from __future__ import annotations

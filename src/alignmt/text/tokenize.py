@@ -1,13 +1,16 @@
 """Raw sentences to token strings and back, for one language side.
 
-Owns the four tokenisers a corpus can be cut with (Moses words, characters, SentencePiece
-subwords, d2l.ai's space-split words), SentencePiece training, and the JSON that rebuilds a
-tokeniser from a checkpoint. Does not own token ids: `data.Vocab` maps tokens to ids and
-unknown tokens to `<unk>` (`encode_batch`'s codes index a table of tokens, a compact form for
-big corpora). Bahdanau et al. (2015, Sec. 4.1) used words "after a usual tokenization", which
+Owns the five tokenisers a corpus can be cut with (Moses words, characters, SentencePiece
+subwords, d2l.ai's space-split words, and the tokens of a corpus that arrives tokenised),
+SentencePiece training, and the JSON that rebuilds a tokeniser from a checkpoint. Does not
+own token ids: `data.Vocab` maps tokens to ids and unknown tokens to `<unk>`
+(`encode_batch`'s codes index a table of tokens, a compact form for big corpora).
+Bahdanau et al. (2015, Sec. 4.1) used words "after a usual tokenization", which
 `MosesTokenizer` reproduces; subwords and characters serve the corpora and models since;
 `D2lTokenizer` reproduces the d2l.ai book's chapters (Zhang et al., "Dive into Deep
-Learning", §10.5 and §11.4).
+Learning", §10.5 and §11.4). `SpaceTokenizer` keeps the tokens of data that was tokenised
+before it arrived, as most preprocessed translation data is, by the Moses scripts (Koehn et
+al. 2007).
 """
 
 from __future__ import annotations
@@ -27,7 +30,10 @@ import sentencepiece
 from sacremoses import MosesDetokenizer
 from sacremoses import MosesTokenizer as _SacreMosesTokenizer
 
-TokenizerKind = Literal["moses", "char", "sentencepiece", "d2l"]
+from alignmt.text.escape import moses_escape, moses_unescape
+from alignmt.text.vocab import UNK
+
+TokenizerKind = Literal["moses", "char", "sentencepiece", "d2l", "space"]
 KINDS: tuple[str, ...] = get_args(TokenizerKind)
 
 SPACE = "\u2581"  # "▁", the visible space of CharTokenizer (SentencePiece's own marker)
@@ -173,6 +179,44 @@ class D2lTokenizer(Tokenizer):
         return f"D2lTokenizer(lowercase={self.lowercase})"
 
 
+class SpaceTokenizer(Tokenizer):
+    """The tokens of a corpus tokenised before it arrived: its lines split on spaces alone.
+
+    Such data is usually Moses-tokenised with its special characters escaped
+    ("Parliament &apos;s prerogative , &quot;"); Moses would cut it a second time, "&apos;s"
+    into "& apos ; s". With `unescape`, Moses' entities become their characters in the tokens
+    ("'s"), so that vocabularies and heatmaps read as text, and `decode` escapes them again:
+    its output keeps the corpus's form, the form the references it is scored against are in.
+    """
+
+    kind = "space"
+
+    def __init__(self, *, lowercase: bool = False, unescape: bool = False) -> None:
+        self.lowercase = lowercase
+        self.unescape = unescape
+
+    def encode(self, text: str) -> list[str]:
+        # Unescaped before lowercasing: "&AMP;" is no entity of Moses', so it stays text.
+        if self.unescape:
+            text = moses_unescape(text)
+        if self.lowercase:
+            text = text.lower()
+        # Spaces alone, not str.split(): a no-break space inside a token is part of it.
+        return [token for token in text.split(" ") if token]
+
+    def decode(self, tokens: Sequence[str]) -> str:
+        if self.unescape:  # <unk> is the vocabulary's, not text to escape
+            tokens = [token if token == UNK else moses_escape(token) for token in tokens]
+        return " ".join(tokens)
+
+    def to_json(self) -> str:
+        spec = {"kind": self.kind, "lowercase": self.lowercase, "unescape": self.unescape}
+        return json.dumps(spec)
+
+    def __repr__(self) -> str:
+        return f"SpaceTokenizer(lowercase={self.lowercase}, unescape={self.unescape})"
+
+
 class SentencePieceTokenizer(Tokenizer):
     """SentencePiece subwords (Kudo & Richardson 2018), BPE or unigram.
 
@@ -287,6 +331,8 @@ def tokenizer_from_json(text: str) -> Tokenizer:
         return CharTokenizer(lowercase=spec["lowercase"])
     if kind == "d2l":
         return D2lTokenizer(lowercase=spec["lowercase"])
+    if kind == "space":
+        return SpaceTokenizer(lowercase=spec["lowercase"], unescape=spec["unescape"])
     if kind == "sentencepiece":
         model = base64.b64decode(spec["model"])
         return SentencePieceTokenizer(model=model, lowercase=spec["lowercase"])
@@ -298,6 +344,7 @@ def build_tokenizer(
     *,
     lang: str,
     lowercase: bool,
+    unescape: bool = False,
     train_sentences: Sequence[str] | None = None,
     vocab_size: int = 8000,
     model_type: str = "bpe",
@@ -306,9 +353,11 @@ def build_tokenizer(
     """The tokeniser a data config asks for, trained on `train_sentences` if it needs training.
 
     Args:
-        kind: "moses", "char", "sentencepiece" or "d2l".
+        kind: "moses", "char", "sentencepiece", "d2l" or "space".
         lang: language code for Moses' rules (ignored by the others).
         lowercase: lowercase every sentence before tokenising.
+        unescape: "space" only: read Moses' entities as their characters, and write them
+            back when decoding (see `SpaceTokenizer`).
         train_sentences: raw training sentences; required for "sentencepiece", ignored
             otherwise.
         vocab_size, model_type, seed: SentencePiece training options (see
@@ -323,6 +372,8 @@ def build_tokenizer(
         return CharTokenizer(lowercase=lowercase)
     if kind == "d2l":
         return D2lTokenizer(lowercase=lowercase)
+    if kind == "space":
+        return SpaceTokenizer(lowercase=lowercase, unescape=unescape)
     if kind == "sentencepiece":
         if train_sentences is None:
             raise ValueError("train_sentences: required to train a sentencepiece tokenizer")
