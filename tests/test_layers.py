@@ -40,8 +40,10 @@ NO_TORCH = [
     "alignmt.config",
     "alignmt.config_rules",
     "alignmt.reference",
+    "alignmt.text.build",
     "alignmt.text.cache",
     "alignmt.text.corpus",
+    "alignmt.text.escape",
     "alignmt.text.guide",
     "alignmt.text.links",
     "alignmt.text.parts",
@@ -58,6 +60,7 @@ NO_TORCH = [
     "alignmt.model.flax_seq2seq",  # the Flax model and its run folders: JAX without torch
     "alignmt.checkpoint.flax_io",
     "alignmt.decoding.words",  # both translators' word-level output
+    "alignmt.decoding.rules",  # the search rules every framework and runtime reads
     "alignmt.analysis.coverage",
     "alignmt.analysis.scores",
     "alignmt.analysis.tables",
