@@ -9,6 +9,8 @@ not finite. Each returns a `drill_common.Tally` result, as those of drill_runs.p
 - `nonfinite`: NaN and inf losses and gradients at random steps: each update is skipped and
   counted in metrics.jsonl, and the weights stay finite; `max_bad_steps` in a row stop the
   run with an error and leave the last good checkpoint, from which it resumes.
+
+Both train with either backend (`train.backend`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import random
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from unittest import mock
 
+import numpy as np
 import torch
 from benchmarks.drill_common import outcome, run_cli
 from benchmarks.drill_runs import (
@@ -44,24 +48,24 @@ from alignmt.training.run import train
 # --- a full or read-only disk -----------------------------------------------------------------
 
 
-def disks(workdir: Path, *, mounts: bool = True) -> dict:
+def disks(workdir: Path, *, mounts: bool = True, backend: str = "torch") -> dict:
     """Checkpoint writes that fail: through to /dev/full; into a full tmpfs (with `mounts`,
     where this process may mount one); and on a read-only filesystem, in-process: the write
     raises EROFS as the kernel would (a filesystem with files open for writing cannot be
     remounted read-only under a running process)."""
-    reference = reverse_config(workdir / "whole")
+    reference = reverse_config(workdir / "whole", backend=backend)
     problems = run_to_end(reference)[1]
     if problems:
         return outcome([problems])
-    faults = {"dev_full": lambda folder: _fail_a_write(folder, _through_dev_full, "No space")}
+    faults = {"dev_full": partial(_fail_a_write, fault=_through_dev_full, cause="No space")}
     if mounts and _can_mount(workdir / "probe"):
-        faults["tmpfs_full"] = lambda folder: _fail_a_write(folder, _fill_tmpfs, "No space")
+        faults["tmpfs_full"] = partial(_fail_a_write, fault=_fill_tmpfs, cause="No space")
     faults["read_only"] = _read_only
     results = []
     for name, fail in faults.items():
         folder = workdir / name
         try:
-            found = fail(folder)
+            found = fail(folder, backend=backend)
             found += differences(folder / "run", Path(reference.out_dir))
         finally:
             subprocess.run(["umount", str(folder)], capture_output=True)  # the tmpfs, if any
@@ -70,12 +74,12 @@ def disks(workdir: Path, *, mounts: bool = True) -> dict:
 
 
 def _fail_a_write(
-    folder: Path, fault: Callable[[Path], Callable[[], None]], cause: str
+    folder: Path, *, fault: Callable[[Path], Callable[[], None]], cause: str, backend: str
 ) -> list[str]:
     """Train in `folder`, bring on `fault` once a checkpoint is on disk, and check that the
     run stopped as it should and kept that checkpoint; then clear the fault (the callable
     `fault` returned) and resume to the end."""
-    cfg = reverse_config(folder)
+    cfg = reverse_config(folder, backend=backend)
     run_dir, last = Path(cfg.out_dir), Path(cfg.out_dir) / "last.safetensors"
     if fault is _fill_tmpfs:
         folder.mkdir(parents=True, exist_ok=True)
@@ -132,9 +136,9 @@ def _fill_tmpfs(folder: Path) -> Callable[[], None]:
     return filler.unlink
 
 
-def _read_only(folder: Path) -> list[str]:
+def _read_only(folder: Path, *, backend: str) -> list[str]:
     """Train in-process, with every checkpoint write after the first raising EROFS."""
-    cfg = reverse_config(folder)
+    cfg = reverse_config(folder, backend=backend)
     config, run_dir = write_config(cfg), Path(cfg.out_dir)
     real = Path.write_bytes
 
@@ -193,9 +197,30 @@ POISONS = {
 }
 
 
+# The same faults in JAX, on (loss, gradient) as the differentiated function would return them:
+# the gradient of loss * NaN (or * inf) is the gradient times NaN (or times inf, NaN where 0).
+FLAX_POISONS = {
+    "NaN loss": lambda loss, grad: (loss * np.nan, _times(grad, np.nan)),
+    "inf loss": lambda loss, grad: (loss * np.inf, _times(grad, np.inf)),
+    "NaN gradient": lambda loss, grad: (loss, _times(grad, np.nan)),
+    "inf gradient": lambda loss, grad: (loss, _times(grad, np.inf)),
+}
+
+
+def _times(grad, factor: float):
+    import jax  # here: JAX is an optional extra, and the PyTorch drills run without it
+
+    return jax.tree_util.tree_map(lambda g: g * factor, grad)
+
+
 @contextlib.contextmanager
-def poisoned(at: dict[int, str]) -> Iterator[None]:
-    """Training's loss poisoned (`POISONS`) at the given calls, counted from 1."""
+def poisoned(at: dict[int, str], backend: str = "torch") -> Iterator[None]:
+    """Training's loss poisoned (`POISONS`) at the given calls, counted from 1: PyTorch's
+    before its backward pass, Flax's as its compiled gradient returns."""
+    if backend == "flax":
+        with _flax_poisoned(at), _kept_threads():
+            yield
+        return
     module = importlib.import_module("alignmt.training.optim")
     real, calls = module.loss_of, [0]
 
@@ -208,13 +233,33 @@ def poisoned(at: dict[int, str]) -> Iterator[None]:
         yield
 
 
-def nonfinite(workdir: Path, count: int, seed: int = 0) -> dict:
+def _flax_poisoned(at: dict[int, str]) -> contextlib.AbstractContextManager:
+    """Each `flax_optim.Updates` made meanwhile with its gradient poisoned at `at`'s calls;
+    the update that follows skips (or applies) what it gets, as it would in a real run."""
+    module = importlib.import_module("alignmt.training.flax_optim")
+    real_init, calls = module.Updates.__init__, [0]
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        grad = self.grad
+
+        def poisoned_grad(*inputs):
+            calls[0] += 1
+            loss_grad = grad(*inputs)
+            return FLAX_POISONS[at[calls[0]]](*loss_grad) if calls[0] in at else loss_grad
+
+        self.grad = poisoned_grad
+
+    return mock.patch.object(module.Updates, "__init__", init)
+
+
+def nonfinite(workdir: Path, count: int, seed: int = 0, backend: str = "torch") -> dict:
     """`count` poisoned updates at random steps of one run, and then a run poisoned
     `max_bad_steps` times in a row."""
     rng = random.Random(seed)
-    cfg = reverse_config(workdir / "scattered", steps=300)
+    cfg = reverse_config(workdir / "scattered", steps=300, backend=backend)
     at = {step: rng.choice(sorted(POISONS)) for step in rng.sample(range(1, 301), count)}
-    with poisoned(at):
+    with poisoned(at, backend):
         result = train(cfg, progress=False)
     skipped = [
         json.loads(line).get("skipped")
@@ -225,14 +270,14 @@ def nonfinite(workdir: Path, count: int, seed: int = 0) -> dict:
         path = result.run_dir / name
         problems += [f"{path}: {key} is not finite" for key in _not_finite(path)]
     results = [problems if i == 0 else [] for i in range(count)]  # one run holds them all
-    return outcome([*results, _streak(workdir / "streak", rng)])
+    return outcome([*results, _streak(workdir / "streak", rng, backend)])
 
 
-def _streak(folder: Path, rng: random.Random) -> list[str]:
-    cfg = reverse_config(folder, steps=100, max_bad_steps=5)
+def _streak(folder: Path, rng: random.Random, backend: str) -> list[str]:
+    cfg = reverse_config(folder, steps=100, max_bad_steps=5, backend=backend)
     first = rng.randint(25, 90)
     try:
-        with poisoned({step: "NaN loss" for step in range(first, first + 5)}):
+        with poisoned({step: "NaN loss" for step in range(first, first + 5)}, backend):
             train(cfg, progress=False)
         return [f"{folder}: 5 poisoned updates in a row did not stop the run"]
     except TrainingError as err:

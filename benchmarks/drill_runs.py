@@ -14,6 +14,8 @@ torchrun), as a user runs it.
   holds a checkpoint. Under torchrun (2 processes) one rank is killed.
 - `signals`: SIGTERM or SIGINT mid-training: exit 0 within `SIGNAL_BOUND` seconds with a
   checkpoint of the step it stopped at; `--resume` then ends as an uninterrupted run.
+
+Both train with either backend (`train.backend`), and both promise the same: bit for bit.
 """
 
 from __future__ import annotations
@@ -196,6 +198,7 @@ def kills(
     corpus: bool = False,
     nproc: int = 1,
     steps: int | None = None,
+    backend: str = "torch",
 ) -> dict:
     """SIGKILL training `count` times at random moments, resuming after each; with `nproc`
     processes under torchrun, one rank at a time. Each run is killed until one of its
@@ -204,15 +207,15 @@ def kills(
     rng = random.Random(seed)
     make = corpus_config if corpus else reverse_config
     sentence = "the big cat" if corpus else "abcde"
-    sized = {"steps": steps} if steps else {}
-    reference = make(workdir / "whole", **sized)
+    keys = {"backend": backend} | ({"steps": steps} if steps else {})
+    reference = make(workdir / "whole", **keys)
     seconds, problems = run_to_end(reference, nproc=nproc)
     if problems:
         return outcome([problems])
     results: list[list[str]] = []
     runs = mid_write = 0
     while len(results) < count and runs < 4 * count:  # bounded, should moments fall past the end
-        cfg = make(workdir / f"killed{runs}", **sized)
+        cfg = make(workdir / f"killed{runs}", **keys)
         found, torn = _kill_until_done(cfg, rng, seconds, (len(results), count), nproc, sentence)
         ended = differences(Path(cfg.out_dir), Path(reference.out_dir))
         results += [problems + ended for problems in found]  # a kill held if the run ended well
@@ -320,35 +323,47 @@ def _children(pid: int) -> list[int]:
 # --- signals ----------------------------------------------------------------------------------
 
 
-def signals(workdir: Path, count: int, seed: int = 0, steps: int = 1000) -> dict:
+def signals(
+    workdir: Path, count: int, seed: int = 0, steps: int = 1000, backend: str = "torch"
+) -> dict:
     """SIGTERM and SIGINT in turn, once each into `count` runs, at random moments of
     training; each run is then resumed to its end."""
     rng = random.Random(seed)
-    reference = reverse_config(workdir / "whole", steps=steps, save_every=0)
-    seconds, problems = run_to_end(reference)
+    keys = {"steps": steps, "save_every": 0, "backend": backend}
+    reference = reverse_config(workdir / "whole", **keys)
+    problems = run_to_end(reference)[1]
     if problems:
         return outcome([problems])
+    seconds = _logged_span(Path(reference.out_dir))
     results = []
     for trial in range(count):
         sent = (signal.SIGTERM, signal.SIGINT)[trial % 2]
-        cfg = reverse_config(workdir / f"signalled{trial}", steps=steps, save_every=0)
+        cfg = reverse_config(workdir / f"signalled{trial}", **keys)
         problems, stopped = _signal_once(cfg, sent, rng, seconds)
         ended = differences(Path(cfg.out_dir), Path(reference.out_dir), stopped)
         results.append(problems + (ended if stopped else []))
     return outcome(results)
 
 
+def _logged_span(run: Path) -> float:
+    """Seconds from a run's first metrics record to its last: when a signal sent once
+    training has begun can land. The process lives longer (a Flax one mostly compiles)."""
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return records[-1]["seconds"] - records[0]["seconds"]
+
+
 def _signal_once(
     cfg: Config, sent: signal.Signals, rng: random.Random, seconds: float
 ) -> tuple[list[str], int]:
-    """Signal a training run once, check how it stopped, and resume it to the end:
-    (problems, the step it stopped at; 0 if it did not)."""
+    """Signal a training run once, at a random moment of the `seconds` after its first
+    metrics record, check how it stopped, and resume it to the end: (problems, the step it
+    stopped at; 0 if it did not)."""
     run_dir = Path(cfg.out_dir)
     process = start(write_config(cfg))
     metrics = run_dir / "metrics.jsonl"
     while process.poll() is None and not (metrics.is_file() and metrics.stat().st_size):
         time.sleep(0.01)  # until training has begun
-    time.sleep(rng.uniform(0, 0.3) * seconds)
+    time.sleep(rng.uniform(0, 0.7) * seconds)
     if process.poll() is not None:
         return [f"{run_dir}: ended before the {sent.name} could be sent; lengthen the run"], 0
     sent_at = time.monotonic()

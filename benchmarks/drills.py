@@ -3,6 +3,7 @@
     python benchmarks/drills.py                  # every drill at full count (about 10 minutes)
     python benchmarks/drills.py --only kills     # one drill (see `drills`)
     python benchmarks/drills.py --scale 0.1      # a tenth of each count
+    python benchmarks/drills.py --backend flax   # the training drills, train.backend=flax
 
 Each drill sends its faults, checks what alignmt promises after each, and reports how many
 were tried and how many held; the table it prints is docs/reliability.md's. The drills
@@ -10,7 +11,9 @@ themselves live in drill_runs.py (kills, signals), drill_faults.py (disks, non-f
 updates), drill_args.py (bad run folders and arguments), drill_inputs.py (corpora and
 translate input from the wild, written by drill_texts.py) and drill_server.py (the server
 under attack, with requests from drill_requests.py); each returns a `drill_common.Tally`
-result, and tests/ runs each with a few faults. Every process a drill starts is bounded in
+result, and tests/ runs each with a few faults. With `--backend flax` the drills on training
+(`FLAX`) train with `train.backend=flax`; the others do not depend on the backend that
+trained the model, and torchrun is PyTorch's. Every process a drill starts is bounded in
 time. Run from the repository root, with nothing else using the CPU (the kills draw their
 moments from the time an uninterrupted run takes). Needs root for the full-tmpfs case of
 `disks` (it is skipped otherwise, and says so).
@@ -25,6 +28,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 # Run as a script, this file's folder is on the path but not the repository root, from
@@ -35,21 +39,28 @@ from benchmarks import drill_args, drill_faults, drill_inputs, drill_runs, drill
 
 from alignmt.training.run import train
 
+# The drills on training, which run with either backend
+FLAX = ("kills", "kills_corpus", "signals", "disks", "nonfinite")
 
-def drills(scale: float, workdir: Path, run_dir: Path) -> dict[str, tuple[str, Callable]]:
-    """Name -> (what it sends, the call), at `scale` times the full counts."""
+
+def drills(
+    scale: float, workdir: Path, run_dir: Callable[[], Path], backend: str = "torch"
+) -> dict[str, tuple[str, Callable]]:
+    """Name -> (what it sends, the call), at `scale` times the full counts; `run_dir` trains
+    the model that translate, bad_inputs and server drill on, when first called."""
 
     def n(full: int) -> int:
         return max(1, round(full * scale))
 
-    return {
+    on = {"backend": backend}
+    table = {
         "kills": (
             f"{n(20)} SIGKILLs, reversal task",
-            lambda: drill_runs.kills(workdir / "kills", n(20)),
+            lambda: drill_runs.kills(workdir / "kills", n(20), **on),
         ),
         "kills_corpus": (
             f"{n(20)} SIGKILLs, corpus with validation",
-            lambda: drill_runs.kills(workdir / "kills_corpus", n(20), corpus=True),
+            lambda: drill_runs.kills(workdir / "kills_corpus", n(20), corpus=True, **on),
         ),
         "kills_torchrun": (
             f"{n(10)} SIGKILLs of one of 2 torchrun processes",
@@ -57,15 +68,15 @@ def drills(scale: float, workdir: Path, run_dir: Path) -> dict[str, tuple[str, C
         ),
         "signals": (
             f"{n(10)} SIGTERM / SIGINT",
-            lambda: drill_runs.signals(workdir / "signals", n(10)),
+            lambda: drill_runs.signals(workdir / "signals", n(10), **on),
         ),
         "disks": (
             "checkpoint writes into /dev/full, a full tmpfs, a read-only folder",
-            lambda: drill_faults.disks(workdir / "disks"),
+            lambda: drill_faults.disks(workdir / "disks", **on),
         ),
         "nonfinite": (
             f"{n(20)} NaN / inf losses and gradients, and a streak",
-            lambda: drill_faults.nonfinite(workdir / "nonfinite", n(20)),
+            lambda: drill_faults.nonfinite(workdir / "nonfinite", n(20), **on),
         ),
         "corpora": (
             f"{n(200)} fuzzed corpora",
@@ -73,30 +84,41 @@ def drills(scale: float, workdir: Path, run_dir: Path) -> dict[str, tuple[str, C
         ),
         "translate": (
             f"translate {n(10_000):,} fuzzed lines",
-            lambda: drill_inputs.translations(run_dir, workdir / "translate", n(10_000)),
+            lambda: drill_inputs.translations(run_dir(), workdir / "translate", n(10_000)),
         ),
         "bad_inputs": (
             "damaged checkpoints x 4 commands, resume mismatches, bad flags",
-            lambda: drill_args.bad_inputs(workdir / "bad_inputs", run_dir),
+            lambda: drill_args.bad_inputs(workdir / "bad_inputs", run_dir()),
         ),
         "server": (
             f"{n(10_000):,} fuzzed requests, {n(20)} slow clients",
-            lambda: drill_server.server(run_dir, n(10_000), n(20)),
+            lambda: drill_server.server(run_dir(), n(10_000), n(20)),
         ),
     }
+    return table if backend == "torch" else {name: table[name] for name in FLAX}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", metavar="NAME", help="these drills only")
     parser.add_argument("--scale", type=float, default=1.0, help="share of the full counts")
-    parser.add_argument("--out", default="runs/drills.json", help="results as JSON")
+    parser.add_argument(
+        "--backend", choices=("torch", "flax"), default="torch", help=f"train.backend of {FLAX}"
+    )
+    parser.add_argument("--out", help="results as JSON (default runs/drills[_flax].json)")
     args = parser.parse_args()
+    out = Path(args.out or f"runs/drills{'_flax' if args.backend == 'flax' else ''}.json")
     workdir = Path(tempfile.mkdtemp(prefix="alignmt-drills-"))
+
+    @cache
+    def run_dir() -> Path:  # what translate, serve and args use
+        return train(drill_runs.corpus_config(workdir / "model", steps=300), progress=False).run_dir
+
     try:
-        cfg = drill_runs.corpus_config(workdir / "model", steps=300)
-        run_dir = train(cfg, progress=False).run_dir  # what translate, serve and args use
-        table = drills(args.scale, workdir, run_dir)
+        table = drills(args.scale, workdir, run_dir, args.backend)
+        unknown = sorted(set(args.only or ()) - set(table))
+        if unknown:
+            parser.error(f"--only {' '.join(unknown)}: not among {', '.join(table)}")
         results = {}
         for name in args.only or table:
             what, call = table[name]
@@ -112,8 +134,8 @@ def main() -> None:
                 print(f"  {failure}", flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=1))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
     print(
         "\n| drill | what was sent | tried | held | seconds |\n| --- | --- | ---: | ---: | ---: |"
     )

@@ -27,7 +27,7 @@ from alignmt.decoding.flax_search import _apply, greedy_search
 from alignmt.decoding.search import decode
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.prepare import prepare_text
-from alignmt.training import flax_loop
+from alignmt.training import flax_optim
 
 ROWS, LENGTH = 64, 24
 
@@ -78,8 +78,8 @@ def main() -> None:
         model.zero_grad()
         model.loss(src, src_len, tgt_in, tgt_out, 0.1).backward()
 
-    tx = flax_loop.make_optimizer(cfg.train)
-    updates = flax_loop.Updates(flax_model, tx, 0.1)
+    tx = flax_optim.make_optimizer(cfg.train)
+    updates = flax_optim.Updates(flax_model, tx, 0.1)
     key = jax.random.key(0)
     opt_state = tx.init(params)
     _, grads = updates.grad(params, arrays, key)

@@ -49,7 +49,8 @@ from alignmt.text.split import read_split
 from alignmt.training.batches import Progress, steps
 from alignmt.training.distributed import Objective, World
 from alignmt.training.optim import make_optimizer, train_step
-from alignmt.training.run import seed_everything, text_shortlist
+from alignmt.training.run import text_shortlist
+from alignmt.training.start import seed_everything
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"  # beside the repo
 MAX_OUTPUT = dict(max_len_ratio=0.0, max_len_offset=100)  # "max output length 100"

@@ -17,7 +17,7 @@ import jax
 from alignmt.checkpoint.flax_io import Params, build_model
 from alignmt.config import Config, SearchConfig
 from alignmt.decoding.flax_search import FlaxSearch
-from alignmt.training import flax_loop
+from alignmt.training import flax_optim
 from alignmt.training.batches import Progress, steps
 from alignmt.training.distributed import World
 
@@ -36,15 +36,15 @@ class FlaxTraining:
 def measure_flax_training(text, cfg: Config, *, warmup: int, interval: int) -> FlaxTraining:
     """Train cfg.train.steps steps in Flax; tokens/s as `speed.measure_training` counts it."""
     model = build_model(cfg.model, text.src_vocab, text.tgt_vocab)
-    tx = flax_loop.make_optimizer(cfg.train)
-    params = flax_loop.init_params(model, cfg.seed)
+    tx = flax_optim.make_optimizer(cfg.train)
+    params = flax_optim.init_params(model, cfg.seed)
     opt_state, key = tx.init(params), jax.random.key(cfg.seed + 1)
-    updates = flax_loop.Updates(model, tx, cfg.train.label_smoothing)
+    updates = flax_optim.Updates(model, tx, cfg.train.label_smoothing)
     batches = steps(text, cfg.data, cfg.train, cfg.seed, Progress(), World())
     rates, compile_s, tokens, compiled, start = [], 0.0, 0, False, time.perf_counter()
     for step in range(1, cfg.train.steps + 1):
         batch = next(batches).batches[0]
-        arrays = flax_loop.padded(batch, cfg.train.batch_size, text.tgt_vocab.eos_id)
+        arrays = flax_optim.padded(batch, cfg.train.batch_size, text.tgt_vocab.eos_id)
         new_shape = arrays["src"].shape + arrays["tgt_in"].shape not in updates.shapes
         began = time.perf_counter()
         params, opt_state, loss, _ = updates.step(

@@ -312,7 +312,7 @@ def test_a_signal_at_a_step_due_for_evaluation_leaves_it_to_the_resumed_run(tmp_
     straight = toy_corpus_config(tmp_path / "straight", steps=10, eval_every=5)
     train(straight, progress=False)
     stopped = replace(straight, out_dir=str(tmp_path / "stopped"))
-    module = importlib.import_module("alignmt.training.loop")
+    module = importlib.import_module("alignmt.training.torch_backend")
     real, calls = module.train_step, [0]
 
     def signalled(*args):

@@ -51,16 +51,17 @@ def test_a_time_budget_moves_the_cosine_along_by_whichever_is_further_steps_or_s
 
 
 def test_training_stops_when_its_minutes_are_up_with_the_rate_annealed(tmp_path, monkeypatch):
-    train_module = importlib.import_module("alignmt.training.loop")
+    loop_module = importlib.import_module("alignmt.training.loop")
+    backend = importlib.import_module("alignmt.training.torch_backend")
     clock = [0.0]  # one second per update, so the budget is counted in steps
-    real_step = train_module.train_step
+    real_step = backend.train_step
 
     def one_second_step(*args):
         clock[0] += 1.0
         return real_step(*args)
 
-    monkeypatch.setattr(train_module.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(train_module, "train_step", one_second_step)
+    monkeypatch.setattr(loop_module.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(backend, "train_step", one_second_step)
     cfg = tiny_config(tmp_path, steps=1000, minutes=0.55, log_every=10)
     result = train(cfg, progress=False)
     assert result.steps == [10, 20, 30, 33]  # the last, short interval is logged too
@@ -72,8 +73,9 @@ def test_training_stops_when_its_minutes_are_up_with_the_rate_annealed(tmp_path,
 
 def test_a_clock_that_runs_out_during_an_evaluation_makes_that_step_the_last(tmp_path, monkeypatch):
     loop_module = importlib.import_module("alignmt.training.loop")
+    backend = importlib.import_module("alignmt.training.torch_backend")
     clock = [0.0]  # one second per update, 25 seconds per validation
-    real_step, real_validate = loop_module.train_step, loop_module.validate
+    real_step, real_validate = backend.train_step, backend.validate
 
     def one_second_step(*args):
         clock[0] += 1.0
@@ -84,8 +86,8 @@ def test_a_clock_that_runs_out_during_an_evaluation_makes_that_step_the_last(tmp
         return real_validate(*args)
 
     monkeypatch.setattr(loop_module.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(loop_module, "train_step", one_second_step)
-    monkeypatch.setattr(loop_module, "validate", slow_validate)
+    monkeypatch.setattr(backend, "train_step", one_second_step)
+    monkeypatch.setattr(backend, "validate", slow_validate)
     cfg = toy_corpus_config(tmp_path, steps=1000, minutes=0.5, eval_every=10)
     result = train(cfg, progress=False)
     # at step 10 (10 s) the evaluation is due and ends at 35 s, past the 30-s budget
@@ -230,7 +232,7 @@ def test_resuming_a_run_stopped_before_its_first_checkpoint_starts_it_from_step_
     cfg = tiny_config(tmp_path, steps=4, log_every=2)
     whole = train(cfg, progress=False, overwrite=True)
     (whole.run_dir / "last.safetensors").unlink()  # as if killed before writing one
-    with caplog.at_level(logging.WARNING, logger="alignmt.training.run"):
+    with caplog.at_level(logging.WARNING, logger="alignmt.training.start"):
         resumed = train(cfg, progress=False, resume=True)
     assert "starting from step 0" in caplog.text
     assert resumed.steps == whole.steps and resumed.losses == whole.losses

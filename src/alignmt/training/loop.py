@@ -5,6 +5,10 @@ or halved when the validation metric plateaus. What each update trains on is `ba
 (length-bucketed corpus batches, or fresh synthetic ones), and running as one of many
 processes under torchrun is `distributed`'s; setting a run up is `run`'s.
 
+`Loop` is the same for both backends. What differs between training in PyTorch and in JAX
+(an update, the learning rate's home, a mean over processes, validation, checkpoints) is a
+`Backend`'s: `torch_backend.TorchBackend` or `flax_backend.FlaxBackend`.
+
 On a corpus the model is evaluated every `eval_every` steps (validation loss, and BLEU of
 greedy translations); the best model by `metric` is kept and training can stop early. The
 loop stops at `steps`, at the time budget, on early stopping, on SIGTERM or SIGINT (with a
@@ -19,39 +23,78 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import torch
-from torch import Tensor
 from tqdm import tqdm
 
 from alignmt.checkpoint.format import LAST, WEIGHTS, snapshot_path, snapshot_steps
-from alignmt.checkpoint.torch_io import (
-    capture_train_state,
-    rng_states,
-    save_checkpoint,
-)
 from alignmt.config import Config
-from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.guide import TokenLinks
 from alignmt.text.prepare import Text
+from alignmt.text.vocab import Vocab
 from alignmt.training.batches import Progress, Step, steps
-from alignmt.training.distributed import (
-    Interrupts,
-    World,
-    talking_to_peers,
-    wrap,
-)
-from alignmt.training.optim import guide_weight, lr_factor, train_step
+from alignmt.training.distributed import Interrupts, World
+from alignmt.training.optim import lr_factor
 from alignmt.training.runlog import RunLog
-from alignmt.training.validate import validate
+
+if TYPE_CHECKING:
+    from alignmt.model.seq2seq import Seq2Seq
 
 log = logging.getLogger(__name__)
+
+# One update's loss as its backend returns it (a torch or a JAX scalar), left where it was
+# computed until an interval's mean is taken: reading it is a host sync.
+Loss = TypeVar("Loss")
 
 
 class TrainingError(RuntimeError):
     """Training cannot go on (too many non-finite updates in a row)."""
+
+
+class Backend(Protocol[Loss]):
+    """What training does differently in PyTorch and in JAX; `Loop` does the rest."""
+
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of the updates that follow."""
+
+    def update(self, step: Step, index: int) -> Loss | None:
+        """One update on this process's share of `step`, the run's `index`-th (from 0);
+        its part of the update's loss, or None when the loss or gradient was not finite,
+        in which case neither the weights nor the optimiser state changed."""
+
+    def mean_loss(self, losses: list[Loss]) -> float | None:
+        """The mean of an interval's applied updates' `losses` over every process's tokens
+        (None for none); every process calls it, as every process skipped the same."""
+
+    def validate(self) -> dict[str, float]:
+        """valid_loss (teacher-forced) and bleu (greedy) of the current weights."""
+
+    def rng_state(self) -> dict[str, Any]:
+        """This process's generator states, which rank 0 saves for every process."""
+
+    def save_weights(self, path: Path, step: int) -> None:
+        """A model-only checkpoint of the current weights at `path`."""
+
+    def save_state(self, path: Path, progress: Progress, rngs: list[dict[str, Any]]) -> None:
+        """A resumable checkpoint: weights, optimiser state, `progress` and the generator
+        states of every process (`rngs`, in rank order)."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    model: Seq2Seq  # the best (or last) model, in eval mode
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    steps: list[int]  # the step at the end of each logged interval
+    losses: list[float]  # mean training loss over each interval
+    seconds: float  # wall time of the loop (model building and saving excluded)
+    evals: list[dict[str, float]] = field(default_factory=list)  # validation records
+    stopped_by: str | None = None  # "SIGTERM" or "SIGINT" when a signal ended the run
+    step: int = 0  # the step training ended at
+    main: bool = True  # False on the ranks > 0 of a distributed run, which record nothing
 
 
 class Loop:
@@ -61,19 +104,17 @@ class Loop:
         self,
         *,
         cfg: Config,
-        model: Seq2Seq,
-        optimizer: torch.optim.Optimizer,
+        backend: Backend[Any],
         text: Text,
         state: Progress,
         run_dir: Path,
         world: World,
-        device: torch.device,
         links: TokenLinks | None = None,
     ) -> None:
-        self.cfg, self.model, self.optimizer, self.text = cfg, model, optimizer, text
+        self.cfg, self.backend, self.text = cfg, backend, text
         self.links = links  # the training pairs' word links, for guided alignment
-        self.state, self.run_dir, self.world, self.device = state, run_dir, world, device
-        self.objective = self._wrap()
+        self.state, self.run_dir, self.world = state, run_dir, world
+        self.lr = cfg.train.lr  # the rate of the last update
         self.log: RunLog | None = None  # rank 0 alone keeps the run log and the snapshots
         if world.main:
             self.log = RunLog(run_dir, state.step, tensorboard=cfg.train.tensorboard)
@@ -105,10 +146,28 @@ class Loop:
                 self.log.close()
         return time.perf_counter() - started
 
+    def result(self, model: Seq2Seq, seconds: float) -> TrainResult:
+        """What `train` returns once this loop has run `seconds`, handing back `model`."""
+        kept = self.log  # rank 0's record; the other ranks keep none
+        logged, losses, evals = (kept.steps, kept.losses, kept.evals) if kept else ([], [], [])
+        return TrainResult(
+            run_dir=self.run_dir,
+            model=model,
+            src_vocab=self.text.src_vocab,
+            tgt_vocab=self.text.tgt_vocab,
+            steps=logged,
+            losses=losses,
+            seconds=seconds,
+            evals=evals,
+            stopped_by=self.stopped_by,
+            step=self.state.step,
+            main=self.world.main,
+        )
+
     def _train(self, interrupts: Interrupts, bar: tqdm) -> None:
         cfg, state = self.cfg.train, self.state
         updates = steps(self.text, self.cfg.data, cfg, self.cfg.seed, state, self.world, self.links)
-        interval: list[Tensor | None] = []
+        interval: list[Any] = []  # the applied updates' losses; None for a skipped one
         if state.step == 0:
             self._snapshot()  # the untrained weights: where a look at training starts
         last = self._evaluate_pending() or state.step >= cfg.steps
@@ -126,10 +185,6 @@ class Loop:
                 interval.clear()
             if self._checkpoint():
                 return
-
-    def _wrap(self):
-        """The module a training step calls (`distributed.wrap`)."""
-        return wrap(self.model, self.world)
 
     def _every(self, period: int) -> bool:
         """Whether the step just taken ends a period of `period` steps (0: no period)."""
@@ -154,23 +209,13 @@ class Loop:
             self._save_last()
         return False
 
-    def _update(self, step: Step) -> Tensor | None:
-        """One update on this process's share of `step`; its part of the update's loss, or
-        None when the update was skipped for a non-finite loss or gradient."""
+    def _update(self, step: Step) -> Any:
+        """One update; its loss, or None when it was skipped for a non-finite loss or
+        gradient. train.max_bad_steps skipped in a row end the run with `TrainingError`."""
         state = self.state
         state.tokens += step.tokens
-        batches = [batch.to(self.device) for batch in step.batches]
-        with talking_to_peers():
-            loss, finite = train_step(
-                self.objective,
-                batches,
-                step.tokens,
-                self.optimizer,
-                self.cfg.train,
-                self.world.size,
-                guide_weight(self.cfg.train, state.step),
-            )
-        if finite:
+        loss = self.backend.update(step, state.step)
+        if loss is not None:
             state.bad_steps = 0
             return loss
         state.bad_steps += 1
@@ -181,15 +226,18 @@ class Loop:
             state.bad_steps,
         )
         if state.bad_steps >= self.cfg.train.max_bad_steps:
-            last = self.run_dir / LAST
-            kept = f"{last} holds the last checkpoint" if last.is_file() else "no checkpoint yet"
-            raise TrainingError(
-                f"{state.bad_steps} updates in a row had a non-finite loss or gradient "
-                f"(train.max_bad_steps={self.cfg.train.max_bad_steps}), the last at step "
-                f"{state.step + 1}; none was applied ({kept}). Try a lower train.lr or "
-                "train.clip_norm, or train.precision=float32."
-            )
+            raise self._too_many_bad_steps()
         return None
+
+    def _too_many_bad_steps(self) -> TrainingError:
+        state, last = self.state, self.run_dir / LAST
+        kept = f"{last} holds the last checkpoint" if last.is_file() else "no checkpoint yet"
+        return TrainingError(
+            f"{state.bad_steps} updates in a row had a non-finite loss or gradient "
+            f"(train.max_bad_steps={self.cfg.train.max_bad_steps}), the last at step "
+            f"{state.step + 1}; none was applied ({kept}). Try a lower train.lr or "
+            "train.clip_norm, or train.precision=float32."
+        )
 
     def _elapsed(self) -> float:
         """Seconds of training so far, across resumptions."""
@@ -215,17 +263,14 @@ class Loop:
         return self.out_of_time
 
     def _set_lr(self) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = self._scheduled_lr()
-
-    def _scheduled_lr(self) -> float:
         """The learning rate of the step about to be taken."""
         factor = lr_factor(self.cfg.train)(self.state.step, self.elapsed) * self.state.lr_scale
-        return self.cfg.train.lr * factor
+        self.lr = self.cfg.train.lr * factor
+        self.backend.set_lr(self.lr)
 
-    def _log_interval(self, interval: list[Tensor | None]) -> str:
+    def _log_interval(self, interval: list[Any]) -> str:
         """Record the interval's mean loss over every process's tokens; return it as text."""
-        loss = self._mean_loss([loss for loss in interval if loss is not None])
+        loss = self.backend.mean_loss([loss for loss in interval if loss is not None])
         state = self.state
         state.seconds = round(self._elapsed(), 3)
         if self.log:
@@ -233,7 +278,7 @@ class Loop:
                 {
                     "step": state.step,
                     "loss": loss,
-                    "lr": self._lr(),
+                    "lr": self.lr,
                     "epoch": state.epoch,
                     "seconds": state.seconds,
                     "tokens": state.tokens,
@@ -242,15 +287,6 @@ class Loop:
             )
         log.info("step %d loss %s", state.step, loss)
         return "skipped" if loss is None else f"{loss:.4f}"
-
-    def _mean_loss(self, done: list[Tensor]) -> float | None:
-        """The mean of the interval's applied updates' losses over every process's tokens."""
-        # every process skipped the same updates, so len(done) is the same on all
-        total = self.world.sum(torch.stack(done).sum() if done else torch.zeros(()))
-        return total / len(done) if done else None
-
-    def _lr(self) -> float:
-        return self.optimizer.param_groups[0]["lr"]
 
     def _evaluate_pending(self) -> bool:
         """The evaluation due at the step a signal stopped the run; True: stop early."""
@@ -273,17 +309,14 @@ class Loop:
         return stop
 
     def _evaluate(self) -> bool:
-        record = self._validate()
+        record = self.backend.validate()
         record["step"] = self.state.step
         record["seconds"] = round(self._elapsed(), 3)
         self.log.evaluation(record)
         log.info("step %d valid %s", self.state.step, record)
         if self._improved(record):
-            self._save(self.run_dir / WEIGHTS, with_state=False)
+            self.backend.save_weights(self.run_dir / WEIGHTS, self.state.step)
         return 0 < self.cfg.train.early_stop <= self.state.bad_evals
-
-    def _validate(self) -> dict[str, float]:
-        return validate(self.model, self.text, self.cfg)
 
     def _improved(self, record: dict[str, float]) -> bool:
         cfg, state = self.cfg.train, self.state
@@ -303,40 +336,20 @@ class Loop:
         if not self.stopped_by:
             self._snapshot()  # the last step, wherever the steps, clock or early stop ended
         if not self.text.valid:
-            self._save(self.run_dir / WEIGHTS, with_state=False)
+            self.backend.save_weights(self.run_dir / WEIGHTS, self.state.step)
 
     def _snapshot(self) -> None:
         """Keep this step's weights as a model-only checkpoint, unless it is already kept."""
         path = snapshot_path(self.run_dir, self.state.step)
         if self.world.main and self.cfg.train.snapshot_every and not path.is_file():
-            self._save(path, with_state=False)
+            self.backend.save_weights(path, self.state.step)
 
     def _save_last(self) -> None:
         """The resumable checkpoint; every process hands rank 0 its generator states."""
         self.state.seconds = round(self._elapsed(), 3)  # validation time included
-        rngs = self.world.gather(self._rng_states())
+        rngs = self.world.gather(self.backend.rng_state())
         if self.world.main:
-            self._save(self.run_dir / LAST, with_state=True, rngs=rngs)
-
-    def _rng_states(self) -> dict:
-        return rng_states(self.device)
-
-    def _save(self, path: Path, *, with_state: bool, rngs: list | None = None) -> None:
-        self.model.eval()
-        text = self.text
-        train_state = (
-            capture_train_state(self.optimizer, asdict(self.state), rngs) if with_state else None
-        )
-        save_checkpoint(
-            path,
-            self.model,
-            self.cfg,
-            text.src_vocab,
-            text.tgt_vocab,
-            self.state.step,
-            tokenizers=text.tokenizers,
-            train_state=train_state,
-        )
+            self.backend.save_state(self.run_dir / LAST, self.state, rngs)
 
 
 def drop_stale_snapshots(run_dir: Path, step: int) -> None:

@@ -1,8 +1,8 @@
 """A training run: `train(cfg)` fits a Seq2Seq and writes a run directory.
 
-It claims the folder (a new run, `--resume` or `--overwrite`, decided alike on every
-process), prepares the data (in turn, when processes share a token cache), builds the model
-and optimizer, restores a resumed run's state, and hands over to `loop.Loop`.
+It claims the folder and prepares the data (`start`), builds the model and optimizer,
+restores a resumed run's state, and hands a `torch_backend.TorchBackend` to `loop.Loop`;
+with `train.backend=flax` all of that is `flax_backend.train`'s.
 
 A run directory holds `model.safetensors` (the best model, or the last without validation),
 `last.safetensors` (the last model plus everything needed to resume: optimizer moments, RNG
@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 import torch
 
 from alignmt.checkpoint.format import LAST, WEIGHTS, check_same_model
-from alignmt.checkpoint.rundir import RunFolderError, check_new_run, clear_run, write_text
+from alignmt.checkpoint.rundir import write_text
 from alignmt.checkpoint.shortlist_io import save_shortlist
 from alignmt.checkpoint.torch_io import (
     load_checkpoint,
@@ -40,33 +39,14 @@ from alignmt.text.cache import cache_root
 from alignmt.text.guide import TokenLinks, eflomal_training_links, pharaoh_training_links
 from alignmt.text.prepare import Text, prepare_text
 from alignmt.text.shortlist import Shortlist, build_shortlist
-from alignmt.text.vocab import Vocab
 from alignmt.training.batches import Progress
-from alignmt.training.distributed import (
-    World,
-    check_resume,
-    join,
-    leave,
-)
-from alignmt.training.loop import Loop
+from alignmt.training.distributed import World, check_resume, join, leave
+from alignmt.training.loop import Loop, TrainResult
 from alignmt.training.optim import make_optimizer
+from alignmt.training.start import claim_folder, prepare_in_turn, seed_everything
+from alignmt.training.torch_backend import TorchBackend
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainResult:
-    run_dir: Path
-    model: Seq2Seq  # the best (or last) model, in eval mode
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    steps: list[int]  # the step at the end of each logged interval
-    losses: list[float]  # mean training loss over each interval
-    seconds: float  # wall time of the loop (model building and saving excluded)
-    evals: list[dict[str, float]] = field(default_factory=list)  # validation records
-    stopped_by: str | None = None  # "SIGTERM" or "SIGINT" when a signal ended the run
-    step: int = 0  # the step training ended at
-    main: bool = True  # False on the ranks > 0 of a distributed run, which record nothing
 
 
 def train(
@@ -89,9 +69,9 @@ def train(
         other than 0 the curve is empty: rank 0 keeps the record).
     """
     if cfg.train.backend == "flax":  # imported here: JAX is an optional extra
-        from alignmt.training import flax_loop
+        from alignmt.training import flax_backend
 
-        return flax_loop.train(cfg, progress=progress, resume=resume, overwrite=overwrite)
+        return flax_backend.train(cfg, progress=progress, resume=resume, overwrite=overwrite)
     world, device = join(cfg.train.device, cfg.train.wait_minutes)
     try:
         return _train(cfg, world, device, progress, resume, overwrite)
@@ -132,16 +112,11 @@ def _train(
     if world.main:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_text(run_dir / "config.yaml", dump_config(cfg))
+    backend = TorchBackend(
+        cfg=cfg, model=model, optimizer=optimizer, text=text, world=world, device=device
+    )
     loop = Loop(
-        cfg=cfg,
-        model=model,
-        optimizer=optimizer,
-        text=text,
-        state=state,
-        run_dir=run_dir,
-        world=world,
-        device=device,
-        links=links,
+        cfg=cfg, backend=backend, text=text, state=state, run_dir=run_dir, world=world, links=links
     )
     seconds = loop.run(progress)
     if world.main and len(text.train):
@@ -149,26 +124,7 @@ def _train(
     best = run_dir / WEIGHTS
     if best.is_file() and text.valid:
         model.load_state_dict(load_weights(best))
-    return finished(loop, model.eval(), seconds)
-
-
-def finished(loop: Loop, model: Seq2Seq, seconds: float) -> TrainResult:
-    """What `train` returns once `loop` has run `seconds`, handing back `model`."""
-    kept = loop.log  # rank 0's record; the other ranks keep none
-    logged, losses, evals = (kept.steps, kept.losses, kept.evals) if kept else ([], [], [])
-    return TrainResult(
-        run_dir=loop.run_dir,
-        model=model,
-        src_vocab=loop.text.src_vocab,
-        tgt_vocab=loop.text.tgt_vocab,
-        steps=logged,
-        losses=losses,
-        seconds=seconds,
-        evals=evals,
-        stopped_by=loop.stopped_by,
-        step=loop.state.step,
-        main=loop.world.main,
-    )
+    return loop.result(model.eval(), seconds)
 
 
 def text_shortlist(text: Text) -> Shortlist:
@@ -193,24 +149,6 @@ def build_run_shortlist(run_dir: str | Path) -> tuple[Path, Shortlist]:
         )
     shortlist = text_shortlist(text)
     return save_shortlist(run_dir, shortlist), shortlist
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def prepare_in_turn(cfg: Config, world: World, progress: bool | None) -> Text:
-    """With the token cache, rank 0 prepares the data first (building the cache if there is
-    none) and the others then load it, instead of all building it at once; without it,
-    every process prepares its own copy."""
-    if world.main or not cfg.data.cache:
-        text = prepare_text(cfg.data, cfg.seed, progress=progress if world.main else False)
-    if cfg.data.cache:
-        world.wait_for_main()
-        if not world.main:
-            text = prepare_text(cfg.data, cfg.seed, progress=False)
-    return text
 
 
 def guided_links(cfg: Config, text: Text, world: World) -> TokenLinks | None:
@@ -250,25 +188,6 @@ def guided_links(cfg: Config, text: Text, world: World) -> TokenLinks | None:
         if links is None:  # the other ranks read what rank 0 cached
             links = learn()
     return links
-
-
-def claim_folder(run_dir: Path, world: World, resume: bool, overwrite: bool) -> bool:
-    """Refuse a new run in a folder that holds another (on every process alike), or clear
-    it to overwrite; return whether there is a run to resume."""
-    problem = check_new_run(run_dir, resume=resume, overwrite=overwrite) if world.main else None
-    problem = world.broadcast(problem)
-    if problem:
-        raise RunFolderError(problem)
-    if overwrite and world.main:
-        clear_run(run_dir)
-    if resume and not (run_dir / LAST).is_file():
-        log.warning(
-            "%s holds no %s (stopped before its first checkpoint): starting from step 0",
-            run_dir,
-            LAST,
-        )
-        return False
-    return resume
 
 
 def resume_state(
