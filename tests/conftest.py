@@ -200,7 +200,7 @@ class Killed(Exception):
 def train_killed_at(cfg, step: int, monkeypatch) -> None:
     """Train `cfg` until its `step`-th training step raises `Killed`, as a kill would; then
     put the real training step back, so that the caller can resume."""
-    from alignmt.training import loop as module
+    from alignmt.training import torch_backend as module
     from alignmt.training.run import train
 
     real_step, calls = module.train_step, [0]
