@@ -19,6 +19,7 @@ from alignmt.text.vocab import Vocab
 from alignmt.training.distributed import Objective
 from alignmt.training.optim import lr_factor, train_step
 from alignmt.training.run import train
+from alignmt.training.torch_backend import TorchBackend
 from tests.conftest import padded_batch, tiny_model, toy_corpus_config, train_killed_at
 
 
@@ -185,6 +186,20 @@ def test_a_corpus_run_validates_keeps_the_best_model_and_stores_its_tokenizers(t
     assert (best.src_tokenizer.kind, best.tgt_tokenizer.kind) == ("moses", "moses")
     assert load_checkpoint(result.run_dir / "last.safetensors").step == 30
     assert (result.run_dir / "curves.png").stat().st_size > 0
+
+
+def test_train_threads_hold_for_the_run_and_the_callers_count_comes_back(tmp_path, monkeypatch):
+    # torch's thread count is process-wide: a run that kept train.threads would slow every
+    # later computation of the caller (a notebook, a test session) that asked for another.
+    seen = []
+    update = TorchBackend.update
+    monkeypatch.setattr(
+        TorchBackend, "update", lambda *a: seen.append(torch.get_num_threads()) or update(*a)
+    )
+    before = torch.get_num_threads()
+    train(toy_corpus_config(tmp_path, steps=3, eval_every=0, threads=before + 1), progress=False)
+    assert seen == [before + 1] * 3
+    assert torch.get_num_threads() == before
 
 
 def test_early_stopping_ends_the_run_after_evaluations_without_improvement(tmp_path):

@@ -73,9 +73,13 @@ def train(
 
         return flax_backend.train(cfg, progress=progress, resume=resume, overwrite=overwrite)
     world, device = join(cfg.train.device, cfg.train.wait_minutes)
+    threads = torch.get_num_threads()
     try:
+        if cfg.train.threads:
+            torch.set_num_threads(cfg.train.threads)
         return _train(cfg, world, device, progress, resume, overwrite)
     finally:
+        torch.set_num_threads(threads)  # the count is process-wide: give the caller theirs back
         leave(world)
 
 
@@ -92,8 +96,6 @@ def _train(
     run_dir = Path(cfg.out_dir)
     resume = claim_folder(run_dir, world, resume, overwrite)
     seed_everything(cfg.seed)
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
     text = prepare_in_turn(cfg, world, progress)
     links = guided_links(cfg, text, world)
     model = Seq2Seq.from_config(
