@@ -48,12 +48,12 @@ from alignmt.training.run import train
 # --- a full or read-only disk -----------------------------------------------------------------
 
 
-def disks(workdir: Path, *, mounts: bool = True, backend: str = "torch") -> dict:
+def disks(workdir: Path, *, mounts: bool = True, backend: str = "torch", steps: int = 300) -> dict:
     """Checkpoint writes that fail: through to /dev/full; into a full tmpfs (with `mounts`,
     where this process may mount one); and on a read-only filesystem, in-process: the write
     raises EROFS as the kernel would (a filesystem with files open for writing cannot be
     remounted read-only under a running process)."""
-    reference = reverse_config(workdir / "whole", backend=backend)
+    reference = reverse_config(workdir / "whole", backend=backend, steps=steps)
     problems = run_to_end(reference)[1]
     if problems:
         return outcome([problems])
@@ -65,7 +65,7 @@ def disks(workdir: Path, *, mounts: bool = True, backend: str = "torch") -> dict
     for name, fail in faults.items():
         folder = workdir / name
         try:
-            found = fail(folder, backend=backend)
+            found = fail(folder, backend=backend, steps=steps)
             found += differences(folder / "run", Path(reference.out_dir))
         finally:
             subprocess.run(["umount", str(folder)], capture_output=True)  # the tmpfs, if any
@@ -74,12 +74,17 @@ def disks(workdir: Path, *, mounts: bool = True, backend: str = "torch") -> dict
 
 
 def _fail_a_write(
-    folder: Path, *, fault: Callable[[Path], Callable[[], None]], cause: str, backend: str
+    folder: Path,
+    *,
+    fault: Callable[[Path], Callable[[], None]],
+    cause: str,
+    backend: str,
+    steps: int,
 ) -> list[str]:
     """Train in `folder`, bring on `fault` once a checkpoint is on disk, and check that the
     run stopped as it should and kept that checkpoint; then clear the fault (the callable
     `fault` returned) and resume to the end."""
-    cfg = reverse_config(folder, backend=backend)
+    cfg = reverse_config(folder, backend=backend, steps=steps)
     run_dir, last = Path(cfg.out_dir), Path(cfg.out_dir) / "last.safetensors"
     if fault is _fill_tmpfs:
         folder.mkdir(parents=True, exist_ok=True)
@@ -136,9 +141,9 @@ def _fill_tmpfs(folder: Path) -> Callable[[], None]:
     return filler.unlink
 
 
-def _read_only(folder: Path, *, backend: str) -> list[str]:
+def _read_only(folder: Path, *, backend: str, steps: int) -> list[str]:
     """Train in-process, with every checkpoint write after the first raising EROFS."""
-    cfg = reverse_config(folder, backend=backend)
+    cfg = reverse_config(folder, backend=backend, steps=steps)
     config, run_dir = write_config(cfg), Path(cfg.out_dir)
     real = Path.write_bytes
 
@@ -147,7 +152,7 @@ def _read_only(folder: Path, *, backend: str) -> list[str]:
             raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
         return real(path, data)
 
-    with mock.patch.object(Path, "write_bytes", refused), _kept_threads():
+    with mock.patch.object(Path, "write_bytes", refused):
         status, err = run_cli(["train", str(config)])
         good = (run_dir / "last.safetensors").read_bytes()
     problems = []
@@ -155,21 +160,10 @@ def _read_only(folder: Path, *, backend: str) -> list[str]:
         problems.append(f"read_only: exit {status}, said {err.strip()[-300:]!r}")
     if last_step(run_dir / "last.safetensors") != 10 or list(run_dir.glob("*.tmp")):
         problems.append("read_only: the first checkpoint was not kept as it was")
-    with _kept_threads():
-        status, err = run_cli(["train", str(config), "--resume"])
+    status, err = run_cli(["train", str(config), "--resume"])
     if status or (run_dir / "last.safetensors").read_bytes() == good:
         problems.append(f"read_only: the resumed run exited {status}: {err.strip()[-300:]!r}")
     return problems
-
-
-@contextlib.contextmanager
-def _kept_threads() -> Iterator[None]:
-    """Training in-process sets torch's thread count from the config: put it back."""
-    threads = torch.get_num_threads()
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 # --- non-finite losses and gradients ----------------------------------------------------------
@@ -218,7 +212,7 @@ def poisoned(at: dict[int, str], backend: str = "torch") -> Iterator[None]:
     """Training's loss poisoned (`POISONS`) at the given calls, counted from 1: PyTorch's
     before its backward pass, Flax's as its compiled gradient returns."""
     if backend == "flax":
-        with _flax_poisoned(at), _kept_threads():
+        with _flax_poisoned(at):
             yield
         return
     module = importlib.import_module("alignmt.training.optim")
@@ -229,7 +223,7 @@ def poisoned(at: dict[int, str], backend: str = "torch") -> Iterator[None]:
         loss = real(*args)
         return POISONS[at[calls[0]]](loss) if calls[0] in at else loss
 
-    with mock.patch.object(module, "loss_of", loss_of), _kept_threads():
+    with mock.patch.object(module, "loss_of", loss_of):
         yield
 
 
@@ -290,8 +284,7 @@ def _streak(folder: Path, rng: random.Random, backend: str) -> list[str]:
         problems.append(f"{folder}: kept step {last_step(last)}, not the last checkpoint")
     if _not_finite(last):
         problems.append(f"{last}: not finite")
-    with _kept_threads():
-        problems += [] if train(cfg, progress=False, resume=True).step == 100 else ["no resume"]
+    problems += [] if train(cfg, progress=False, resume=True).step == 100 else ["no resume"]
     return problems
 
 
