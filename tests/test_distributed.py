@@ -154,7 +154,7 @@ def reverse_config(folder: Path, **train) -> Config:
         model=ModelConfig(emb_dim=16, enc_hidden=16, dec_hidden=32, attn_dim=16, dropout=0.1),
         data=DataConfig(task="reverse", min_len=2, max_len=6),
         train=TrainConfig(
-            **{"steps": 400, "log_every": 5, "batch_size": 16, "lr": 3e-3, "threads": 1, **train}
+            **{"steps": 150, "log_every": 5, "batch_size": 16, "lr": 3e-3, "threads": 1, **train}
         ),
         out_dir=str(folder / "run"),
     )

@@ -32,12 +32,14 @@ def test_the_drills_see_a_run_that_ended_otherwise_and_a_command_that_was_not_re
     assert drill_args.refused(["translate", str(corpus_run), "--beam=2"], "--beam", tripwires=True)
 
 
+@pytest.mark.slow  # a whole drill, run by run
 def test_bad_run_folders_and_arguments_are_refused_with_a_message(tmp_path, corpus_run):
     result = drill_args.bad_inputs(tmp_path, corpus_run)
     assert result["failures"] == []
     assert result["tried"] == result["held"] > 200
 
 
+@pytest.mark.slow  # a whole drill, run by run
 def test_non_finite_losses_and_gradients_are_skipped_counted_and_stopped(tmp_path):
     result = drill_faults.nonfinite(tmp_path, count=4, seed=3)
     assert result == {"tried": 5, "held": 5, "failures": []}
@@ -45,7 +47,7 @@ def test_non_finite_losses_and_gradients_are_skipped_counted_and_stopped(tmp_pat
 
 @pytest.mark.slow
 def test_a_full_or_read_only_disk_keeps_the_last_checkpoint_and_says_where(tmp_path):
-    result = drill_faults.disks(tmp_path, mounts=False)  # /dev/full and read-only, no root
+    result = drill_faults.disks(tmp_path, mounts=False, steps=100)  # /dev/full, read-only: no root
     assert result == {"tried": 2, "held": 2, "failures": []}
 
 
@@ -57,7 +59,7 @@ def test_random_kills_resume_to_the_weights_and_metrics_of_an_uninterrupted_run(
 
 @pytest.mark.slow
 def test_sigterm_and_sigint_stop_with_a_checkpoint_that_resumes_as_if_uninterrupted(tmp_path):
-    result = drill_runs.signals(tmp_path, count=2, steps=400)
+    result = drill_runs.signals(tmp_path, count=2, steps=150)
     assert result == {"tried": 2, "held": 2, "failures": []}
 
 
