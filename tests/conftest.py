@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,52 @@ def padded_batch(src_lens=(6, 2, 4), tgt_lens=(3, 5, 1), seed: int = 1):
     return src, torch.tensor(src_lens), tgt_in, torch.tensor(tgt_lens)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow end-to-end runs first: under `-n auto` pytest-xdist hands tests out in this
+    order, and a two-minute run handed out last leaves the other workers idle until it ends."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_cpu_thread():
+    """One intra-op thread, in the test process and (OMP_NUM_THREADS) in the subprocesses it
+    starts. The suite's models are tiny, so a second thread has nothing to share, and where
+    the other core is busy at all OpenMP's waiting threads cost several times the work: on a
+    2-core machine at load 2.7, `alignmt demo --steps 40` took 83 s with two threads and 18 s
+    with one; 60 steps of the toy run used 26.5 s of CPU against 2.7 s. A run whose
+    `train.threads` says otherwise sets its own for that run."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _jax_compilation_cache(tmp_path_factory):
+    """XLA programs compiled once per session: every `train()` and search builds its jitted
+    functions afresh, so the same program would otherwise compile again in each test that
+    trains or decodes with the Flax backend (test_flax_train.py used 170 s of CPU without
+    this cache and 95 s with it). Only programs that took half a second to compile are kept:
+    writing each of the thousands of one-operation programs that `jax.disable_jit()` runs
+    cost more than it saved (test_flax_model.py: 101 s of CPU against 94 s). The folder is
+    the session's own; JAX imported later, or in a subprocess, reads the variables."""
+    settings = {
+        "jax_compilation_cache_dir": str(tmp_path_factory.mktemp("jax_cache")),
+        "jax_persistent_cache_min_compile_time_secs": 0.5,
+        "jax_persistent_cache_min_entry_size_bytes": -1,
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in settings.items():
+            patch.setenv(name.upper(), str(value))
+        jax = sys.modules.get("jax")  # imported while the test files were collected
+        if jax is not None:
+            for name, value in settings.items():
+                jax.config.update(name, value)
+        yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _cache_in_tmp(tmp_path_factory):
     """Tokenised-corpus caches go to a temporary folder, never into ~/.cache (subprocesses
@@ -160,11 +207,13 @@ def toy_corpus_config(folder: Path, **train):
 
 @pytest.fixture(scope="session")
 def toy_run(tmp_path_factory) -> Path:
-    """A run folder trained until it translates the toy corpus (a few seconds)."""
+    """A run folder trained until it translates the toy corpus (a few seconds), keeping its
+    weights every 100 of its 300 steps: the explorer's tests read those snapshots, and one
+    training serves every test file (snapshots do not change what is trained)."""
     from alignmt.training.run import train
 
     folder = tmp_path_factory.mktemp("toy")
-    train(toy_corpus_config(folder, steps=300, eval_every=100), progress=False)
+    train(toy_corpus_config(folder, steps=300, eval_every=100, snapshot_every=100), progress=False)
     return folder / "run"
 
 

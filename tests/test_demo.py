@@ -36,12 +36,20 @@ def share_at(run_dir, step: int, lengths, n: int) -> float:
     )
 
 
+# The demo's default config on a budget of its own: 600 of its 2,000 steps (the cosine ends
+# there). Measured on seed 1: both orders at 100% greedy exact match at every length 3-10
+# (99.7% twice in Luong's), argmax on the anti-diagonal >= 99.7%, sharp at steps 120 and 90,
+# vanilla 0% at length 10. The full budget is the demo's, measured by `alignmt demo` itself.
+STEPS = 600
+
+
 @pytest.mark.slow
 def test_attention_learns_the_anti_diagonal_and_beats_the_bottleneck(tmp_path):
-    """The bar the demo must clear, with the demo's default config: attention reaches >= 99% greedy
-    exact match at every length 3-10 with its argmax on the anti-diagonal for >= 98% of
-    positions, while vanilla's exact match at length 10 is far below."""
-    cfg = load_config(overrides=[f"out_dir={tmp_path}"])
+    """The bar the demo must clear, with the demo's default config trained for 600 of its
+    2,000 steps: attention reaches >= 99% greedy exact match at every length 3-10 with its
+    argmax on the anti-diagonal for >= 98% of positions, while vanilla's exact match at
+    length 10 is far below."""
+    cfg = load_config(overrides=[f"out_dir={tmp_path}", f"train.steps={STEPS}"])
     result = run_demo(cfg, eval_lengths=IN_DISTRIBUTION, samples=300, progress=False)
     attention = {s.length: s for s in result.scores["attention"]}
     vanilla = {s.length: s for s in result.scores["vanilla"]}
@@ -51,7 +59,7 @@ def test_attention_learns_the_anti_diagonal_and_beats_the_bottleneck(tmp_path):
     assert vanilla[10].exact_match <= attention[10].exact_match - 0.4
     assert vanilla[10].alignment is None
 
-    steps = list(range(0, 2001, 100))
+    steps = list(range(0, STEPS + 1, STEPS // 20))
     assert snapshot_steps(tmp_path / "vanilla") == []
     for name in ORDERS:
         assert snapshot_steps(tmp_path / name) == steps

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import statistics
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,20 +21,16 @@ from alignmt.cli import main
 from alignmt.serve.app import create_app
 from alignmt.serve.page import precompute, self_contained
 from alignmt.serve.registry import load_models
-from alignmt.training.run import train
-from tests.conftest import toy_corpus_config, vanilla_twin
+from tests.conftest import vanilla_twin
 
 SENTENCE = "the big dog sleeps now"
 OTHER = "a small cat runs"
 
 
 @pytest.fixture(scope="module")
-def snapshot_run(tmp_path_factory) -> Path:
-    """The toy corpus model, keeping its weights every 100 of 300 steps."""
-    folder = tmp_path_factory.mktemp("snapshots")
-    cfg = toy_corpus_config(folder, steps=300, eval_every=100)
-    train(replace(cfg, train=replace(cfg.train, snapshot_every=100)), progress=False)
-    return folder / "run"
+def snapshot_run(toy_run) -> Path:
+    """The toy corpus model, which keeps its weights every 100 of its 300 steps."""
+    return toy_run
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +95,10 @@ def test_snapshots_are_refused_where_there_is_nothing_to_follow(client, tmp_path
     assert empty.status_code == 422
 
 
-def test_a_run_without_snapshots_is_told_how_to_keep_them(toy_run):
-    with TestClient(create_app(load_models([toy_run]))) as client:
+def test_a_run_without_snapshots_is_told_how_to_keep_them(toy_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(toy_run, run, ignore=shutil.ignore_patterns("snapshots"))
+    with TestClient(create_app(load_models([run]))) as client:
         answer = client.post("/v1/snapshots", json={"sentence": SENTENCE})
     assert answer.status_code == 422
     assert "train.snapshot_every" in answer.json()["error"]["message"]

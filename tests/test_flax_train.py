@@ -52,11 +52,12 @@ def reverse_config(tmp_path, **train) -> Config:
     )
 
 
+@pytest.mark.slow  # trains and compiles whole Flax runs
 def test_a_flax_run_folder_is_read_by_pytorch_and_gives_the_same_logits(tmp_path):
-    cfg = toy_corpus_config(tmp_path, backend="flax", steps=40, eval_every=20)
+    cfg = toy_corpus_config(tmp_path, backend="flax", steps=40, eval_every=40)
     result = train(cfg, progress=False)
     assert result.losses[-1] < result.losses[0]
-    assert [e["step"] for e in result.evals] == [20, 40]
+    assert [e["step"] for e in result.evals] == [40]
     run = tmp_path / "run"
     torch_ckpt, flax_ckpt = load_checkpoint(run), load_flax(run)
     batch = make_batch(
@@ -180,6 +181,7 @@ def test_an_update_with_a_non_finite_gradient_is_not_applied():
     assert all(jax.tree_util.tree_leaves(same))
 
 
+@pytest.mark.slow  # trains and compiles whole Flax runs
 def test_a_killed_flax_run_resumes_to_the_same_weights(tmp_path, monkeypatch):
     straight = reverse_config(tmp_path / "straight")
     train(straight, progress=False)

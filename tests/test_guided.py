@@ -174,6 +174,7 @@ def test_sources_that_cannot_guide_are_refused(overrides, message):
         guided_links(load_config(None, overrides), text=None, world=None)
 
 
+@pytest.mark.slow  # two trainings, compared
 def test_guiding_reversal_towards_its_alignment_makes_attention_align_sooner(tmp_path):
     from alignmt.analysis.task_scores import alignment_score
     from alignmt.training.run import train
@@ -213,6 +214,7 @@ def _diagonal_share(result, cfg) -> float:
     return on / sum(n for n, _ in pairs)
 
 
+@pytest.mark.slow  # two trainings, compared
 def test_a_pharaoh_file_guides_a_corpus_run_towards_its_links(tmp_path):
     from alignmt.training.run import train
     from tests.conftest import toy_corpus_config
