@@ -222,7 +222,7 @@ def test_bad_heatmap_lines_are_refused_before_the_test_set_is_translated(
         main([*argv, "abc"])
     assert usage.value.code == 2 and "argument --heatmaps" in capsys.readouterr().err
     monkeypatch.setattr(
-        "alignmt.cli.evaluate.evaluate_run", lambda *args: pytest.fail("translated")
+        "alignmt.cli.evaluate.translate_and_score", lambda *args: pytest.fail("translated")
     )
     assert main([*argv, "2,9"]) == 2
     assert "--heatmaps: the test set has 4 lines, not 9" in capsys.readouterr().err

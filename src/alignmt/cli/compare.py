@@ -6,7 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from alignmt.cli.evaluate import evaluate_run, load_test_set, print_scores, write_plots
+from alignmt.analysis.evaluation import translate_and_score
+from alignmt.cli.evaluate import load_test_set, print_scores, write_plots
 from alignmt.cli.translate import translator_for
 
 
@@ -16,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     for run in args.run_dirs:
         name = Path(run).name if Path(run).name not in results else run
         translator = translator_for(run, args)
-        results[name] = evaluate_run(name, translator, src, ref, lang, args.batch_size)[0]
+        results[name] = translate_and_score(name, translator, src, ref, lang, args.batch_size)[0]
     print_scores(results, args.beam)
     out = Path(args.out or "runs/compare")
     files = write_plots(results, out)

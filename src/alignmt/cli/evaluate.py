@@ -13,8 +13,9 @@ from pathlib import Path
 
 from alignmt.analysis.align import alignment_error_rate, eflomal_reference_links, word_links
 from alignmt.analysis.coverage import COVERED, CoverageRates, coverage_rates
+from alignmt.analysis.evaluation import translate_and_score
 from alignmt.analysis.plot import attention_heatmap, bleu_by_length_plot, bucket_bars, save_png
-from alignmt.analysis.scores import Evaluation, score_translations, sentence_bleu_d2l
+from alignmt.analysis.scores import Evaluation, sentence_bleu_d2l
 from alignmt.analysis.tables import format_bucket_table, format_gap_table, format_scores_table
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli.translate import translator_for
@@ -23,7 +24,6 @@ from alignmt.model.device import pick_device
 from alignmt.text.corpus import CorpusError, read_lines
 from alignmt.text.links import Link, import_eflomal, read_alignments, sentence_words
 from alignmt.text.split import read_split
-from alignmt.text.tokenize import MosesTokenizer
 from alignmt.text.vocab import EOS
 
 
@@ -49,19 +49,6 @@ def load_test_set(args: argparse.Namespace, run_dir: str) -> tuple[list[str], li
     return [p.src for p in pairs], [p.tgt for p in pairs], cfg.data.src_lang
 
 
-def evaluate_run(
-    name: str, translator: Translator, src: list[str], ref: list[str], lang: str, batch_size: int
-) -> tuple[Evaluation, list[Translation]]:
-    start = time.perf_counter()
-    best = [hyps[0] for hyps in translator.translate(src, batch_size=batch_size)]
-    seconds = time.perf_counter() - start
-    # Buckets count Moses words of the source, whatever the model's own tokens are, so that
-    # runs with different tokenizers share buckets.
-    moses = MosesTokenizer(lang=lang)
-    lengths = [len(moses.encode(line)) for line in src]
-    return score_translations(name, [t.text for t in best], ref, lengths, seconds), best
-
-
 def run(args: argparse.Namespace) -> int:
     if args.gold_alignments or args.reference_aligner:
         return run_alignment_evaluation(args)
@@ -72,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if beyond:  # said before translating the whole test set, not after
         raise ValueError(f"--heatmaps: the test set has {len(src)} lines, not {beyond[0]}")
     name = "+".join(Path(run).name for run in args.run_dirs)
-    result, best = evaluate_run(name, translator, src, ref, lang, args.batch_size)
+    result, best = translate_and_score(name, translator, src, ref, lang, args.batch_size)
     out = Path(args.out or Path(run_dir) / ("eval" if len(args.run_dirs) == 1 else "eval_ensemble"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "hyps.txt").write_text("".join(h + "\n" for h in result.hyps))
