@@ -380,6 +380,60 @@ def apply_overrides(cfg: Config, overrides: Sequence[str]) -> Config:
     return out
 
 
+# The configs alignmt ships (the repository's configs/ links here), loadable by name.
+SHIPPED = Path(__file__).with_name("configs")
+
+
+def config_path(config: str | Path) -> Path:
+    """A config file: `config` itself where it is a file, else the shipped config of that
+    name (`"reverse"` is `SHIPPED / "reverse.yaml"`).
+
+    Raises:
+        ConfigError: neither a file nor a shipped config's name, listing the shipped names.
+    """
+    path = Path(config)
+    if path.is_file():
+        return path
+    shipped = SHIPPED / f"{path.name}.yaml"
+    if path.suffix == "" and len(path.parts) == 1 and shipped.is_file():
+        return shipped
+    names = sorted(p.stem for p in SHIPPED.glob("*.yaml"))
+    raise ConfigError(
+        f"{config}: no such config file, nor a shipped config (those are {', '.join(names)})"
+        + _hint(path.stem, names)
+    )
+
+
+def with_fields(
+    cfg: Config, values: Mapping[str, Any], source: str = "keyword arguments"
+) -> Config:
+    """`cfg` with fields named by their last part (`steps=2000` sets `train.steps`), the
+    values coerced and checked as a YAML file's are.
+
+    Raises:
+        ConfigError: a name no field has, or one several sections have (`max_len_ratio` is
+            in `data` and `search`: set it by its dotted key).
+    """
+    nested: dict[str, Any] = {}
+    for name, value in values.items():
+        keys = [key for key in _KEYS if key.rsplit(".", 1)[-1] == name]
+        if not keys:
+            raise ConfigError(f"{source}: no config field is called {name!r}{_hint(name, _KEYS)}")
+        if len(keys) > 1:
+            raise ConfigError(
+                f"{source}: {name!r} is a field of several sections ({', '.join(keys)}): "
+                "give its dotted key as an override"
+            )
+        *sections, leaf = keys[0].split(".")
+        node = nested
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[leaf] = value
+    out = _merge(cfg, nested, source)
+    _check_rules(out, source)
+    return out
+
+
 def config_to_dict(cfg: Config) -> dict[str, Any]:
     """`cfg` as plain nested dicts of str, int, float and bool in field order: safe for YAML."""
     return asdict(cfg)

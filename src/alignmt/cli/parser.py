@@ -86,7 +86,9 @@ def _demo(commands: Commands) -> None:
 
 def _train(commands: Commands) -> None:
     train = commands.add_parser("train", help="train a model from a YAML config")
-    train.add_argument("config", help="YAML file, e.g. configs/reverse.yaml")
+    train.add_argument(
+        "config", help="YAML file (configs/reverse.yaml) or a shipped config's name (reverse)"
+    )
     train.add_argument("overrides", nargs="*", metavar="key.path=value")
     train.add_argument(
         "--print-config", action="store_true", help="print the resolved config and stop"

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 
 from alignmt.cli.flags import failed
-from alignmt.config import dump_config, load_config
+from alignmt.config import config_path, dump_config, load_config
 from alignmt.training.distributed import PeerLost
 from alignmt.training.loop import TrainingError
 from alignmt.training.run import train
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(config_path(args.config), args.overrides)
     if args.print_config:
         print(dump_config(cfg), end="")
         return 0
