@@ -32,6 +32,7 @@ LAYERS = [
     ["alignmt.training"],
     ["alignmt.experiments"],
     ["alignmt.serve"],
+    ["alignmt.notebook"],
     ["alignmt.cli"],
 ]
 # Framework-neutral: configs, text, the checkpoint format and scoring never need torch.

@@ -14,6 +14,7 @@ The layers, each importing only those before it:
     training            the loop, optimiser, micro-batches, torchrun/DDP, validation, run log
     experiments         runs that train and then analyse: the reversal demo
     serve               the HTTP API and the explorer (never imports training)
+    notebook            a run folder as one handle (`alignmt.train`, `alignmt.load`)
     cli                 one module per command
 """
 
@@ -44,7 +45,9 @@ _EXPORTS = {
     "Translation": "alignmt.decoding.translator",
     "Translator": "alignmt.decoding.translator",
     "corpus_scores": "alignmt.analysis.scores",
-    "train": "alignmt.training.run",
+    "Run": "alignmt.notebook.run",  # a run folder as one handle: train, load, translate, ...
+    "load": "alignmt.notebook.run",
+    "train": "alignmt.notebook.run",
 }
 
 __all__ = [  # the names of _EXPORTS, spelt out so that tools read them
@@ -53,6 +56,7 @@ __all__ = [  # the names of _EXPORTS, spelt out so that tools read them
     "Header",
     "Hypothesis",
     "ModelConfig",
+    "Run",
     "Search",
     "Seq2Seq",
     "Translation",
@@ -62,6 +66,7 @@ __all__ = [  # the names of _EXPORTS, spelt out so that tools read them
     "beam_decode",
     "corpus_scores",
     "decode",
+    "load",
     "load_checkpoint",
     "load_config",
     "load_header",
@@ -80,8 +85,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing of this runs
     from alignmt.decoding.steps import Hypothesis
     from alignmt.decoding.translator import Translation, Translator
     from alignmt.model.seq2seq import Seq2Seq
+    from alignmt.notebook.run import Run, load, train
     from alignmt.text.vocab import Vocab
-    from alignmt.training.run import train
 
 
 def __getattr__(name: str) -> Any:

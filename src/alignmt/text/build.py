@@ -25,7 +25,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
+from tqdm.auto import tqdm  # a widget in a notebook, text in a terminal
 
 from alignmt.config import DataConfig
 from alignmt.text import parts

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from tqdm import tqdm
+from tqdm.auto import tqdm  # a widget in a notebook, text in a terminal
 
 from alignmt.checkpoint.format import LAST, WEIGHTS, snapshot_path, snapshot_steps
 from alignmt.config import Config

@@ -1,0 +1,210 @@
+"""`Run`: a run folder as one handle, made by `train` (a shipped config by name, or a YAML
+path, with overrides) or `load` (any run folder, trained by either backend: a Flax run's
+folder is PyTorch's format, and PyTorch reads it)."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from alignmt.analysis.align import alignment_error_rate, word_links
+from alignmt.analysis.coverage import coverage_rates
+from alignmt.analysis.evaluation import translate_and_score
+from alignmt.analysis.plot import attention_heatmap, loss_curves
+from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint
+from alignmt.config import Config, apply_overrides, config_path, load_config, with_fields
+from alignmt.decoding.translator import Translator
+from alignmt.notebook.views import Report, Translations
+from alignmt.text.corpus import CorpusError, read_lines
+from alignmt.text.links import read_alignments, sentence_words
+from alignmt.text.split import read_split
+from alignmt.training import run as training
+
+
+@dataclass
+class Run:
+    """A run folder: its model, what it translates, how it scores, what its attention and
+    training curves look like."""
+
+    run_dir: Path
+    trained: training.TrainResult | None = None  # set where this process trained it
+
+    @cached_property
+    def checkpoint(self) -> Checkpoint:
+        return load_checkpoint(self.run_dir)
+
+    @cached_property
+    def translator(self) -> Translator:
+        return Translator.from_checkpoint(self.checkpoint)
+
+    @property
+    def config(self) -> Config:
+        return self.checkpoint.config
+
+    def translate(
+        self, sentences: str | Sequence[str], *, beam: int | None = None, nbest: int = 1
+    ) -> Translations:
+        """Translate raw sentences with beam `beam` (None: the run's `search.beam_size`; 1:
+        greedy), `nbest` hypotheses each. Each `Translation` holds the text, tokens, summed
+        log-probability, each token's probability and the attention (hard alignment in
+        `.alignment`)."""
+        sentences = [sentences] if isinstance(sentences, str) else list(sentences)
+        if nbest > 1 and beam is None:
+            beam = max(nbest, self.config.search.beam_size)
+        found = self.translator.translate(sentences, nbest=nbest, beam_size=beam)
+        return Translations(sentences, found)
+
+    def evaluate(
+        self,
+        src: str | Path | Sequence[str] | None = None,
+        ref: str | Path | Sequence[str] | None = None,
+        *,
+        gold: str | Path | None = None,
+        beam: int | None = None,
+        batch_size: int = 64,
+    ) -> Report:
+        """Score the translations of a test set: BLEU and chrF (sacreBLEU), lowercased BLEU
+        by source length, over- and under-translation, and with `gold` (a Pharaoh file of
+        the test pairs' word links) the attention's precision, recall and AER.
+
+        Args:
+            src, ref: the test set, as files or lists of sentences; None: the run's
+                `data.test`.
+            beam: the beam for this evaluation; None: the run's `search.beam_size`.
+        """
+        sources, references = self._test_set(src, ref)
+        translator = self.translator
+        if beam is not None:
+            search = replace(self.config.search, beam_size=beam)
+            translator = Translator.from_checkpoint(self.checkpoint, search=search)
+        name = self.run_dir.name
+        lang = self.config.data.src_lang
+        evaluation, best = translate_and_score(
+            name, translator, sources, references, lang, batch_size
+        )
+        alignment = None
+        if gold is not None:
+            words = [sentence_words(translator.src_tokenizer, line) for line in sources]
+            refs = [sentence_words(translator.tgt_tokenizer, line) for line in references]
+            lengths = [(len(s.words), len(r.words)) for s, r in zip(words, refs, strict=True)]
+            sures, possibles = read_alignments(gold, lengths=lengths)
+            hyps = word_links(translator, words, refs, batch_size=batch_size)
+            alignment = alignment_error_rate(hyps, sures, possibles)
+        return Report(evaluation, coverage_rates(best), alignment)
+
+    def heatmap(self, sentence: str, *, beam: int | None = None) -> Figure:
+        """The attention of `sentence`'s translation: output tokens down, source tokens
+        across (Bahdanau et al. 2015, Fig. 3)."""
+        (best,) = self.translate(sentence, beam=beam)
+        if best.attention is None:
+            raise ValueError(f"{self.run_dir}: a model without attention has no heatmap")
+        return attention_heatmap(best.attention, best.src_tokens, best.tokens)
+
+    def curves(self) -> Figure:
+        """Training loss and, where the run validated, validation loss, against step."""
+        records = [
+            json.loads(line)
+            for line in (self.run_dir / "metrics.jsonl").read_text().splitlines()
+            if line.strip()
+        ]
+        train = [(r["step"], r["loss"]) for r in records if r.get("loss") is not None]
+        valid = [(r["step"], r["valid_loss"]) for r in records if "valid_loss" in r]
+        curves = {"train": tuple(zip(*train, strict=True))}
+        if valid:
+            curves["valid"] = tuple(zip(*valid, strict=True))
+        return loss_curves(curves, title=self.run_dir.name)
+
+    def _test_set(self, src: Any, ref: Any) -> tuple[list[str], list[str]]:
+        if (src is None) != (ref is None):
+            raise ValueError("src and ref go together")
+        if src is None:
+            test = self.config.data.test
+            if not test:
+                raise ValueError(f"{self.run_dir}: its config names no data.test; pass src, ref")
+            pairs = read_split(
+                test,
+                src_lang=self.config.data.src_lang,
+                tgt_lang=self.config.data.tgt_lang,
+                swap=self.config.data.tsv_swap,
+                what="data.test",
+            )
+            return [p.src for p in pairs], [p.tgt for p in pairs]
+        sources, references = _lines(src), _lines(ref)
+        if len(sources) != len(references):
+            raise CorpusError(f"src has {len(sources)} sentences but ref has {len(references)}")
+        return sources, references
+
+    def _repr_html_(self) -> str:
+        ckpt = self.checkpoint
+        m = self.config.model
+        return (
+            f"<p><b>{html.escape(str(self.run_dir))}</b>: step {ckpt.step:,}, "
+            f"{m.rnn.upper()} {'bi' if m.bidirectional else 'uni'}directional encoder, "
+            f"attention {m.attention} ({m.order}), "
+            f"{sum(p.numel() for p in ckpt.model.parameters()):,} parameters, "
+            f"vocabularies {len(ckpt.src_vocab):,} / {len(ckpt.tgt_vocab):,}</p>"
+        )
+
+
+def _lines(given: str | Path | Sequence[str]) -> list[str]:
+    if isinstance(given, str | Path):
+        return read_lines(given)
+    return list(given)
+
+
+def train(
+    config: str | Path | Config = "reverse",
+    *,
+    overrides: Sequence[str] = (),
+    progress: bool | None = True,
+    resume: bool = False,
+    overwrite: bool = False,
+    show: bool = True,
+    **fields: Any,
+) -> Run:
+    """Train a model and return its `Run`.
+
+    Args:
+        config: a shipped config by name ("reverse", "multi30k_en_de", ...), a YAML file,
+            or a `Config`.
+        overrides: `key.path=value` strings, as on the command line.
+        progress: a progress bar (in a notebook, tqdm's widget); None: where stderr is a
+            terminal.
+        resume, overwrite: as `alignmt train --resume / --overwrite`.
+        show: where IPython runs, display the loss curve when training ends.
+        **fields: config fields by their last name: `steps=2000` is `train.steps`,
+            `out_dir="runs/r"` the run folder.
+    """
+    cfg = config if isinstance(config, Config) else load_config(config_path(config))
+    cfg = apply_overrides(with_fields(cfg, fields), overrides)
+    result = training.train(cfg, progress=progress, resume=resume, overwrite=overwrite)
+    run = Run(result.run_dir, trained=result)
+    if show:
+        _display(run.curves())
+    return run
+
+
+def load(run_dir: str | Path) -> Run:
+    """A trained run folder (`model.safetensors`, or `last.safetensors` mid-training)."""
+    run = Run(Path(run_dir))
+    run.checkpoint  # noqa: B018 (loaded now, so that a bad folder is said here)
+    return run
+
+
+def _display(figure: Figure) -> None:
+    """Show `figure` in the IPython kernel this runs in, if any (a figure built without
+    pyplot is not shown by itself)."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:
+        return
+    if get_ipython() is not None:
+        display(figure)
