@@ -30,6 +30,10 @@ def test_the_readme_python_examples_run(toy_run, tmp_path, monkeypatch):
     cfg = apply_overrides(load_config(), [f"out_dir={demo}", "train.steps=20", "model.emb_dim=8"])
     train(cfg, progress=False)
     shutil.copytree(toy_run, tmp_path / "runs/multi30k_en_de")
+    src = ["the big dog", "a small cat runs now"]
+    (tmp_path / "test.en").write_text("".join(line + "\n" for line in src))
+    (tmp_path / "test.de").write_text("der großer hund .\nein kleiner katze läuft jetzt .\n")
+    (tmp_path / "test.align").write_text("0-0 1-1 2-2\n0-0 1-1 2-2 3-3 4-4\n")
     monkeypatch.chdir(tmp_path)
     printed = io.StringIO()
     namespace: dict = {}
