@@ -186,6 +186,7 @@ def train(
     cfg = apply_overrides(with_fields(cfg, fields), overrides)
     result = training.train(cfg, progress=progress, resume=resume, overwrite=overwrite)
     run = Run(result.run_dir, trained=result)
+    _inline_figures()
     if show:
         _display(run.curves())
     return run
@@ -195,16 +196,31 @@ def load(run_dir: str | Path) -> Run:
     """A trained run folder (`model.safetensors`, or `last.safetensors` mid-training)."""
     run = Run(Path(run_dir))
     run.checkpoint  # noqa: B018 (loaded now, so that a bad folder is said here)
+    _inline_figures()
     return run
 
 
 def _display(figure: Figure) -> None:
     """Show `figure` in the IPython kernel this runs in, if any (a figure built without
     pyplot is not shown by itself)."""
+    shell = _inline_figures()
+    if shell is not None:
+        from IPython.display import display
+
+        display(figure)
+
+
+def _inline_figures() -> Any:
+    """The IPython shell this runs in (None outside one), taught to draw a `Figure` that a
+    cell returns as a PNG. Our figures are made without pyplot, so that no GUI backend is
+    ever touched, and IPython only learns to draw figures when pyplot loads its backend."""
     try:
         from IPython import get_ipython
-        from IPython.display import display
+        from IPython.core.pylabtools import print_figure
     except ImportError:
-        return
-    if get_ipython() is not None:
-        display(figure)
+        return None
+    shell = get_ipython()
+    if shell is not None:
+        png = shell.display_formatter.formatters["image/png"]
+        png.for_type(Figure, lambda figure: print_figure(figure, "png", bbox_inches="tight"))
+    return shell
