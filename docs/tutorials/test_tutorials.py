@@ -26,7 +26,7 @@ def figures(notebook) -> int:
 
 
 def test_there_are_tutorials():
-    assert [p.stem for p in TUTORIALS] == ["equations"]
+    assert [p.stem for p in TUTORIALS] == ["bottleneck", "equations"]
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
