@@ -103,10 +103,12 @@ class Report:
         rates = [[_share(self.coverage.over), _share(self.coverage.under)]]
         parts = [
             f"<p><b>{html.escape(e.name)}</b>: {e.lowercased.sentences:,} sentences, "
-            f"translated in {e.seconds:.1f} s</p>",
+            f"translated in {e.seconds:.2f} s</p>",
             _table(["", "BLEU", "chrF"], scores),
             "<p>Lowercased BLEU by source length (Moses words)</p>",
             _table(["source length", "sentences", "BLEU"], buckets),
+            "<p>Outputs that repeat an n-gram more often than their source; source words that"
+            " attention never covered</p>",
             _table(["over-translated", "under-translated"], rates),
         ]
         if self.alignment:
