@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from alignmt.analysis.align import AlignmentScore
-from alignmt.analysis.coverage import CoverageRates
+from alignmt.analysis.coverage import COVERED, CoverageRates
 from alignmt.analysis.scores import Evaluation
 from alignmt.analysis.tables import format_bucket_table, format_scores_table
 from alignmt.decoding.translator import Translation
@@ -107,8 +107,8 @@ class Report:
             _table(["", "BLEU", "chrF"], scores),
             "<p>Lowercased BLEU by source length (Moses words)</p>",
             _table(["source length", "sentences", "BLEU"], buckets),
-            "<p>Outputs that repeat an n-gram more often than their source; source words that"
-            " attention never covered</p>",
+            "<p>Outputs that repeat a bigram more often than their source; source tokens whose"
+            f" attention, summed over the output, stays under {COVERED}</p>",
             _table(["over-translated", "under-translated"], rates),
         ]
         if self.alignment:
