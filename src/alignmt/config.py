@@ -85,7 +85,7 @@ class DataConfig:
     valid: str = ""  # validation pairs for loss, BLEU and early stopping; "" for none
     test: str = ""  # held-out pairs for `alignmt evaluate` without --src/--ref
     src_lang: str = "en"  # file suffix and Moses language of the source
-    tgt_lang: str = "de"
+    tgt_lang: str = "de"  # file suffix and Moses language of the target
     tsv_swap: bool = False  # TSV only: read column 2 as the source and column 1 as the target
     # moses: sacremoses' words; char: characters; sentencepiece: subwords, a model per side,
     # trained on train; d2l: d2l.ai's words, split on spaces after a space is put before
@@ -97,7 +97,7 @@ class DataConfig:
     unescape: bool = False
     lowercase: bool = False  # lowercase both sides before tokenising
     spm_vocab_size: Count = 8000  # SentencePiece pieces per side
-    spm_model_type: Literal["bpe", "unigram"] = "bpe"
+    spm_model_type: Literal["bpe", "unigram"] = "bpe"  # SentencePiece: BPE or unigram LM
     min_freq: Count = 1  # tokens seen fewer times in train become <unk>
     max_tokens: Count = 80  # training pairs longer than this (either side, tokens) are dropped
     limit: NonNegative = 0  # read only the first N pairs of train and valid (quick trials); 0: all
@@ -178,7 +178,7 @@ class TrainConfig:
 @dataclass
 class SearchConfig:
     max_len_ratio: float = 2.0  # an output stops after ratio * source length + offset tokens
-    max_len_offset: int = 10
+    max_len_offset: int = 10  # the offset of that limit, in tokens
     beam_size: Count = 5  # 1 is greedy
     length_penalty: float = 0.6  # GNMT alpha: rank finished beams by score / ((5 + |y|) / 6)^alpha
     # GNMT beta: add beta * sum_j log(min(sum_i alpha_ij, 1)) to that rank, which favours
