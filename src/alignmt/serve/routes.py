@@ -81,11 +81,13 @@ async def explorer() -> FileResponse:
     "/healthz", response_model=Health, responses={503: ERRORS[503]}, dependencies=[Depends(running)]
 )
 async def healthz(models: Models) -> Health:
+    """Whether the server answers: 200 with the served models' names while the decoder runs."""
     return Health(status="ok", models=list(models))
 
 
 @router.get("/v1/models", response_model=ModelsResponse)
 async def list_models(models: Models) -> ModelsResponse:
+    """The served models: languages, tokenizer, architecture, weights and shortlist."""
     return ModelsResponse(models=[m.info for m in models.values()])
 
 
