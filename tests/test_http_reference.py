@@ -24,6 +24,16 @@ def test_the_http_page_is_what_the_generator_writes_now():
     )
 
 
+def test_every_field_of_every_object_is_described():
+    undescribed = [
+        f"{name}.{field}"
+        for name, schema in create_app({}).openapi()["components"]["schemas"].items()
+        for field, spec in schema.get("properties", {}).items()
+        if not spec.get("description")
+    ]
+    assert undescribed == []
+
+
 def test_every_route_and_object_of_the_schema_has_its_section():
     page, spec = render(), create_app({}).openapi()
     for path, methods in spec["paths"].items():

@@ -129,7 +129,7 @@ def _past_beam(nbest: int, beam_size: int) -> str:
 
 
 class _OneSentence(_Request):
-    sentence: Sentence
+    sentence: Sentence = Field(description="one raw source sentence")
 
     def check_limits(self, limits: Limits) -> None:
         """Refuse a request past the server's `limits` (a `RequestError`, 422)."""
@@ -206,19 +206,21 @@ class SentenceTranslation(BaseModel):
 
 
 class TranslateResponse(BaseModel):
-    model: str
-    beam_size: int
-    translations: list[SentenceTranslation]
+    model: str = Field(description="the model that translated")
+    beam_size: int = Field(description="the beam it searched with")
+    translations: list[SentenceTranslation] = Field(
+        description="one per sentence, in request order"
+    )
 
 
 class Candidate(BaseModel):
-    token: str
-    probability: float
+    token: str = Field(description="a target token")
+    probability: float = Field(description="its probability at this step")
 
 
 class Step(BaseModel):
     token: str = Field(description="the token taken")
-    probability: float
+    probability: float = Field(description="the taken token's probability")
     forced: bool = Field(description="taken from the prefix")
     overridden: bool = Field(description="its attention was put on one source position")
     attention: list[float] | None = Field(description="weights over the source tokens")
@@ -226,34 +228,41 @@ class Step(BaseModel):
 
 
 class StepResponse(BaseModel):
-    model: str
-    source_tokens: list[str]
-    steps: list[Step]
-    text: str
-    tokens: list[str]
+    model: str = Field(description="the model that decoded")
+    source_tokens: list[str] = Field(description="the source as the model read it, with </s>")
+    steps: list[Step] = Field(description="one per output token")
+    text: str = Field(description="the detokenised output")
+    tokens: list[str] = Field(description="the output tokens, </s> included when produced")
     score: float = Field(description="summed log-probability of the tokens taken")
 
 
 class BeamNode(BaseModel):
-    id: int
+    id: int = Field(description="the node's index in nodes")
     step: int = Field(description="output position of its last token")
     parent: int | None = Field(description="the node it extends; null at the first step")
-    token: str
+    token: str = Field(description="the token it adds")
     score: float = Field(description="summed log-probability")
-    status: Literal["live", "finished", "pruned", "stopped"]
+    status: Literal["live", "finished", "pruned", "stopped"] = Field(
+        description="live (extended at the next step), finished (ended: </s> or the length "
+        "limit), pruned (not among the beam kept) or stopped (live when the search stopped)"
+    )
     final_score: float | None = Field(
         description="score / length penalty (+ coverage penalty), for finished ones"
     )
-    attention: list[float] | None
+    attention: list[float] | None = Field(
+        description="its last step's weights over the source tokens; null without attention"
+    )
 
 
 class BeamResponse(BaseModel):
-    model: str
-    source_tokens: list[str]
-    beam_size: int
-    length_penalty: float
+    model: str = Field(description="the model that searched")
+    source_tokens: list[str] = Field(description="the source as the model read it, with </s>")
+    beam_size: int = Field(description="the beam it searched with")
+    length_penalty: float = Field(
+        description="alpha of the length penalty (Wu et al. 2016); 0: none"
+    )
     coverage_penalty: float = Field(description="beta; 0: none")
-    nodes: list[BeamNode]
+    nodes: list[BeamNode] = Field(description="every hypothesis the search weighed")
     finished: list[Hypothesis] = Field(description="every finished hypothesis, best first")
     finished_nodes: list[int] = Field(description="the node each finished hypothesis ends at")
 
@@ -265,36 +274,38 @@ class Snapshot(BaseModel):
         "model's greedy output, so that every snapshot's matrix has the same shape"
     )
     text: str = Field(description="its own greedy output")
-    tokens: list[str]
+    tokens: list[str] = Field(description="its own greedy output's tokens")
 
 
 class SnapshotsResponse(BaseModel):
-    model: str
-    source_tokens: list[str]
+    model: str = Field(description="the served model")
+    source_tokens: list[str] = Field(description="the source as the model read it, with </s>")
     tokens: list[str] = Field(description="the served model's greedy output, </s> included")
     snapshots: list[Snapshot] = Field(description="oldest first")
 
 
 class ModelInfo(BaseModel):
-    name: str
-    source_language: str
-    target_language: str
-    tokenizer: str
-    cell: str
-    bidirectional: bool
-    encoder_layers: int
-    decoder_layers: int
-    attention: str
-    order: str
+    name: str = Field(description="the name requests use: its run folder's")
+    source_language: str = Field(description="data.src_lang")
+    target_language: str = Field(description="data.tgt_lang")
+    tokenizer: str = Field(description="data.tokenizer")
+    cell: str = Field(description="gru or lstm")
+    bidirectional: bool = Field(description="whether the encoder reads both ways")
+    encoder_layers: int = Field(description="stacked encoder layers")
+    decoder_layers: int = Field(description="stacked decoder layers")
+    attention: str = Field(
+        description="the score: additive, dot, general, concat, scaled_dot or none"
+    )
+    order: str = Field(description="bahdanau (query s_{i-1}) or luong (query s_i)")
     coverage: str = Field(description="none, sum or fertility (Tu et al. 2016)")
-    embedding_size: int
-    encoder_hidden: int
-    decoder_hidden: int
-    attention_hidden: int
-    source_vocabulary: int
-    target_vocabulary: int
-    parameters: int
-    training_step: int
+    embedding_size: int = Field(description="E")
+    encoder_hidden: int = Field(description="H, units per direction")
+    decoder_hidden: int = Field(description="D")
+    attention_hidden: int = Field(description="A, of the additive and concat scorers")
+    source_vocabulary: int = Field(description="source tokens known, specials included")
+    target_vocabulary: int = Field(description="target tokens known, specials included")
+    parameters: int = Field(description="trainable parameters")
+    training_step: int = Field(description="the step its weights were saved at")
     validation_bleu: float | None = Field(description="greedy BLEU recorded at that step")
     beam_size: int = Field(description="the default beam")
     weights: str = Field("float32", description="float32, or int8: the decoder's matmuls in int8")
@@ -312,21 +323,23 @@ class ModelInfo(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok"] = Field(description="ok")
     models: list[str] = Field(description="the names requests may use, the default first")
 
 
 class ModelsResponse(BaseModel):
-    models: list[ModelInfo]
+    models: list[ModelInfo] = Field(description="the served models, the default first")
 
 
 class ErrorBody(BaseModel):
     code: str = Field(description="invalid, limit, not_found, busy, timeout or error")
-    message: str
-    limit: str | None = None
-    value: object | None = None
-    max: object | None = None
+    message: str = Field(description="what was wrong, naming the field or limit")
+    limit: str | None = Field(
+        None, description="the server limit passed (a flag of alignmt serve without dashes)"
+    )
+    value: object | None = Field(None, description="the value that passed it")
+    max: object | None = Field(None, description="the limit's value")
 
 
 class ErrorResponse(BaseModel):
-    error: ErrorBody
+    error: ErrorBody = Field(description="what went wrong")
