@@ -153,6 +153,17 @@ def _cache_in_tmp(tmp_path_factory):
         yield
 
 
+def docs_script(name: str):
+    """The module of docs/NAME.py, a script that writes a page of the docs."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "docs" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 needs_shared_data = pytest.mark.skipif(
     not (SHARED / "data").is_dir(), reason=f"../shared/data is absent (looked in {SHARED})"
 )

@@ -3,19 +3,16 @@ up to date, with every key, and a description for each."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from alignmt.config import _KEYS
+from tests.conftest import docs_script
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def render() -> str:
-    spec = importlib.util.spec_from_file_location("config_reference", DOCS / "config_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.render()
+    return docs_script("config_reference").render()
 
 
 def test_the_configuration_page_is_what_the_generator_writes_now():

@@ -3,19 +3,16 @@ OpenAPI schema: up to date, with every route and every object."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from alignmt.serve.app import create_app
+from tests.conftest import docs_script
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def render() -> str:
-    spec = importlib.util.spec_from_file_location("http_reference", DOCS / "http_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.render()
+    return docs_script("http_reference").render()
 
 
 def test_the_http_page_is_what_the_generator_writes_now():
