@@ -7,8 +7,25 @@ import time
 from collections.abc import Sequence
 
 from alignmt.analysis.scores import Evaluation, score_translations
+from alignmt.config import DataConfig
 from alignmt.decoding.translator import Translation, Translator
+from alignmt.text.split import read_split
 from alignmt.text.tokenize import MosesTokenizer
+
+
+def read_test_set(data: DataConfig, run: str, instead: str) -> tuple[list[str], list[str]]:
+    """(sources, references) of a run's `data.test`; refused, naming `run` and what to
+    give `instead`, where its config names none."""
+    if not data.test:
+        raise ValueError(f"{run}: its config names no data.test; pass {instead}")
+    pairs = read_split(
+        data.test,
+        src_lang=data.src_lang,
+        tgt_lang=data.tgt_lang,
+        swap=data.tsv_swap,
+        what="data.test",
+    )
+    return [p.src for p in pairs], [p.tgt for p in pairs]
 
 
 def translate_and_score(

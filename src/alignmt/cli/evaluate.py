@@ -13,7 +13,7 @@ from pathlib import Path
 
 from alignmt.analysis.align import alignment_error_rate, eflomal_reference_links, word_links
 from alignmt.analysis.coverage import COVERED, CoverageRates, coverage_rates
-from alignmt.analysis.evaluation import translate_and_score
+from alignmt.analysis.evaluation import read_test_set, translate_and_score
 from alignmt.analysis.plot import attention_heatmap, bleu_by_length_plot, bucket_bars, save_png
 from alignmt.analysis.scores import Evaluation, sentence_bleu_d2l
 from alignmt.analysis.tables import format_bucket_table, format_gap_table, format_scores_table
@@ -23,7 +23,6 @@ from alignmt.decoding.translator import Translation, Translator
 from alignmt.model.device import pick_device
 from alignmt.text.corpus import CorpusError, read_lines
 from alignmt.text.links import Link, import_eflomal, read_alignments, sentence_words
-from alignmt.text.split import read_split
 from alignmt.text.vocab import EOS
 
 
@@ -37,16 +36,7 @@ def load_test_set(args: argparse.Namespace, run_dir: str) -> tuple[list[str], li
         if len(src) != len(ref):
             raise CorpusError(f"{args.src} has {len(src)} lines but {args.ref} has {len(ref)}")
         return src, ref, cfg.data.src_lang
-    if not cfg.data.test:
-        raise ValueError(f"{run_dir}: its config names no data.test; pass --src and --ref")
-    pairs = read_split(
-        cfg.data.test,
-        src_lang=cfg.data.src_lang,
-        tgt_lang=cfg.data.tgt_lang,
-        swap=cfg.data.tsv_swap,
-        what="data.test",
-    )
-    return [p.src for p in pairs], [p.tgt for p in pairs], cfg.data.src_lang
+    return (*read_test_set(cfg.data, run_dir, "--src and --ref"), cfg.data.src_lang)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from alignmt.analysis.align import alignment_error_rate, word_links
 from alignmt.analysis.coverage import coverage_rates
-from alignmt.analysis.evaluation import translate_and_score
+from alignmt.analysis.evaluation import read_test_set, translate_and_score
 from alignmt.analysis.plot import attention_heatmap, loss_curves
 from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint
 from alignmt.config import Config, apply_overrides, config_path, load_config, with_fields
@@ -24,7 +24,6 @@ from alignmt.decoding.translator import Translator
 from alignmt.notebook.views import Report, Translations
 from alignmt.text.corpus import CorpusError, read_lines
 from alignmt.text.links import read_alignments, sentence_words
-from alignmt.text.split import read_split
 from alignmt.training import run as training
 
 
@@ -125,17 +124,7 @@ class Run:
         if (src is None) != (ref is None):
             raise ValueError("src and ref go together")
         if src is None:
-            test = self.config.data.test
-            if not test:
-                raise ValueError(f"{self.run_dir}: its config names no data.test; pass src, ref")
-            pairs = read_split(
-                test,
-                src_lang=self.config.data.src_lang,
-                tgt_lang=self.config.data.tgt_lang,
-                swap=self.config.data.tsv_swap,
-                what="data.test",
-            )
-            return [p.src for p in pairs], [p.tgt for p in pairs]
+            return read_test_set(self.config.data, str(self.run_dir), "src and ref")
         sources, references = _lines(src), _lines(ref)
         if len(sources) != len(references):
             raise CorpusError(f"src has {len(sources)} sentences but ref has {len(references)}")
