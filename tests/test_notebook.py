@@ -104,7 +104,7 @@ def test_evaluate_refuses_a_test_set_whose_sides_differ(toy_run):
         alignmt.load(toy_run).evaluate(["a dog", "a cat"], ["ein hund ."])
     with pytest.raises(ValueError, match="src and ref go together"):
         alignmt.load(toy_run).evaluate(["a dog"])
-    with pytest.raises(ValueError, match="its config names no data.test; pass src and ref"):
+    with pytest.raises(ValueError, match=r"its config names no data\.test; pass src and ref"):
         alignmt.load(toy_run).evaluate()
 
 
