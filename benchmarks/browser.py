@@ -2,8 +2,9 @@
 test and benchmarks/explorer.py. Selenium (a dev dependency) drives Debian's `chromium`
 through its `chromedriver`; nothing is downloaded.
 
-Each interaction waits until the page has no request in flight and has recorded the
-interaction's time (window.alignmtTimings: from the click to the frame that shows it).
+Each interaction waits until the explorer (the page's `.alignmt` element: the whole page, or
+a notebook widget) has no answer pending and the page has recorded the interaction's time
+(window.alignmtTimings: from the click to the frame that shows it).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+# The explorer in the page: the first, as a page holds one (a notebook may hold several).
+_ROOT = "const root = document.querySelector('.alignmt');"
 OFFLINE = {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
 
 
@@ -79,9 +82,9 @@ class Explorer:
 
         def settled(driver: Any) -> bool:
             return driver.execute_script(
-                "return document.body.dataset.pending === '0' && "
+                f"{_ROOT} return root !== null && root.dataset.pending === '0' && "
                 "((window.alignmtTimings || []).length >= arguments[0] || "
-                "document.getElementById('notice').classList.contains('error'))",
+                "root.querySelector('.notice').classList.contains('error'))",
                 done,
             )
 
@@ -89,15 +92,15 @@ class Explorer:
             WebDriverWait(self.driver, self.timeout).until(settled)
         except TimeoutException:
             state = self.js(
-                "return [document.body.dataset.pending, (window.alignmtTimings || []).length,"
-                "document.getElementById('notice').textContent]"
+                f"{_ROOT} return root === null ? ['no explorer', 0, ''] : [root.dataset.pending,"
+                "(window.alignmtTimings || []).length, root.querySelector('.notice').textContent]"
             )
             raise AssertionError(
                 f"after {self.timeout} s, {state[1]} of {done} interactions shown, "
                 f"{state[0]} requests in flight; the page says: {state[2]!r}"
             ) from None
         error = self.js(
-            "const n = document.getElementById('notice');"
+            f"{_ROOT} const n = root.querySelector('.notice');"
             "return n.classList.contains('error') ? n.textContent : null"
         )
         if error:
@@ -111,11 +114,11 @@ class Explorer:
 
     def translate(self, sentence: str, *, model: str | None = None, other: str = "") -> None:
         self.act(
-            "const [s, m, o] = arguments;"
-            "document.getElementById('sentence').value = s;"
-            "if (m) document.getElementById('model').value = m;"
-            "document.getElementById('other').value = o;"
-            "document.getElementById('go').click()",
+            f"{_ROOT} const [s, m, o] = arguments;"
+            "root.querySelector('.sentence').value = s;"
+            "if (m) root.querySelector('.model').value = m;"
+            "root.querySelector('.other').value = o;"
+            "root.querySelector('.go').click()",
             sentence,
             model,
             other,
@@ -202,6 +205,10 @@ class Explorer:
             };""",
             index,
         )
+
+    def notice(self) -> str:
+        """What the explorer's notice line says."""
+        return self.js(f"{_ROOT} return root.querySelector('.notice').textContent")
 
     def resources(self) -> list[str]:
         """Every resource the page has fetched (network entries), by URL."""

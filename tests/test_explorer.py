@@ -50,7 +50,7 @@ def client(snapshot_run, vanilla_run):
 def test_the_server_serves_the_explorer_page_and_its_files(client):
     page = client.get("/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    assert '<script src="static/explorer.js">' in page.text
+    assert '<script type="module" src="static/explorer.js">' in page.text
     script = client.get("/static/explorer.js")
     assert script.status_code == 200 and "v1/step" in script.text
     assert client.get("/static/explorer.css").status_code == 200
@@ -346,7 +346,7 @@ def test_the_written_page_steps_offline_from_a_file(browser, snapshot_run, vanil
     page.open(out.as_uri(), offline=True)
     page.wait_for(1)  # the page shows its first sentence by itself
     page.act(
-        "const s = document.getElementById('sentence-pick');"
+        "const s = document.querySelector('.alignmt .sentence-pick');"
         "s.value = arguments[0]; s.dispatchEvent(new Event('change'))",
         OTHER,
     )
@@ -361,11 +361,6 @@ def test_the_written_page_steps_offline_from_a_file(browser, snapshot_run, vanil
     # What-if needs the server, and the page says so instead of failing silently.
     before = len(page.timings())
     page.js("document.querySelectorAll('.panel .topk li')[1].click()")
-    WebDriverWait(browser, 10).until(
-        lambda driver: (
-            "needs the server"
-            in driver.execute_script("return document.getElementById('notice').textContent")
-        )
-    )
+    WebDriverWait(browser, 10).until(lambda _: "needs the server" in page.notice())
     assert len(page.timings()) == before and page.panel()["tokens"] == expected["tokens"]
     assert page.resources() == []  # nothing fetched: no network needed

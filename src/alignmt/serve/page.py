@@ -1,10 +1,11 @@
-"""The explorer page: its static files, served at `/` by `alignmt serve`, and the
-self-contained copy `alignmt explore` writes, with every answer the page needs computed in
-advance and inlined, so that it opens from a file with no server and no network.
+"""The explorer's answers away from HTTP, and its page: the static files `alignmt serve`
+serves at `/`, and the self-contained copy `alignmt explore` writes, with every answer the
+page needs computed in advance and inlined, so that it opens from a file with no server and
+no network.
 
-The page asks the same questions either way (see static/explorer.js); in the written copy
-the answers to the greedy step-through, the beam and the snapshots of each sentence are
-read from a JSON block in the page, made by the very functions the server runs.
+The explorer asks the same questions wherever it runs (see static/explorer.js): of the
+server's routes, of a notebook's kernel (`answer`, for the widget), or of a JSON block in the
+written page (`precompute`). All three answer with the functions in decoding.py.
 """
 
 from __future__ import annotations
@@ -18,14 +19,44 @@ from pydantic import ValidationError
 
 from alignmt.serve import decoding
 from alignmt.serve.limits import Limits, RequestError
-from alignmt.serve.registry import ServedModel
+from alignmt.serve.registry import ServedModel, one_model
 from alignmt.serve.schemas import BeamRequest, SnapshotsRequest, StepRequest
 
 STATIC = Path(__file__).with_name("static")
 PAGE = STATIC / "explorer.html"
 # The tags that load the style and the script; the written copy puts the files there.
 _STYLE_TAG = '<link rel="stylesheet" href="static/explorer.css">'
-_SCRIPT_TAG = '<script src="static/explorer.js"></script>'
+_SCRIPT_TAG = '<script type="module" src="static/explorer.js"></script>'
+# What the explorer may ask: the request each question is, and the function that answers it.
+QUESTIONS: dict[str, tuple[type[Any], Callable[..., bytes]]] = {
+    "step": (StepRequest, decoding.step),
+    "beam": (BeamRequest, decoding.beam),
+    "snapshots": (SnapshotsRequest, decoding.snapshots),
+}
+
+
+def answer(models: dict[str, ServedModel], limits: Limits, what: str, body: dict) -> Any:
+    """What the route /v1/`what` answers to `body`, as JSON values ("models": /v1/models's
+    list), checked as the route checks it.
+
+    Raises:
+        ValueError: the message the route's error would carry (an unknown model, a field
+            out of range, a sentence over a limit).
+    """
+    if what == "models":
+        return [served.info.model_dump() for served in models.values()]
+    if what not in QUESTIONS:
+        raise ValueError(f"the explorer asks {', '.join(['models', *QUESTIONS])}, not {what!r}")
+    kind, decode = QUESTIONS[what]
+    request = _request(kind, **body)
+    try:
+        served = one_model(models, request.model, f"/v1/{what}")
+        if what == "beam":
+            request = request.with_default_beam(served.translator.search.beam_size)
+        request.check_limits(limits)
+        return json.loads(decode(served, limits, request))
+    except RequestError as error:
+        raise ValueError(error.body()["error"]["message"]) from None
 
 
 def precompute(
@@ -70,17 +101,13 @@ def precompute(
 def _answers(
     served: ServedModel, limits: Limits, sentence: str, beam_size: int, top_k: int
 ) -> dict[str, Any]:
-    def answer(fn: Callable[..., bytes], request: Any) -> Any:
-        try:
-            return json.loads(fn(served, limits, request))
-        except RequestError as error:  # e.g. an over-long line, named by the caller
-            raise ValueError(error.body()["error"]["message"]) from None
-
-    step = answer(decoding.step, _request(StepRequest, sentence=sentence, top_k=top_k))
-    beam = answer(decoding.beam, _request(BeamRequest, sentence=sentence, beam_size=beam_size))
+    models, name = {served.name: served}, served.name
+    ask = {"model": name, "sentence": sentence}
+    step = answer(models, limits, "step", {**ask, "top_k": top_k})
+    beam = answer(models, limits, "beam", {**ask, "beam_size": beam_size})
     snapshots = None
     if served.info.snapshots and served.translator.model.has_attention:
-        snapshots = answer(decoding.snapshots, _request(SnapshotsRequest, sentence=sentence))
+        snapshots = answer(models, limits, "snapshots", ask)
     return {"step": step, "beam": beam, "snapshots": snapshots}
 
 
@@ -110,5 +137,5 @@ def self_contained(data: dict[str, Any], command: str) -> str:
     return html.replace(
         _SCRIPT_TAG,
         f'<script id="alignmt-data" type="application/json">{blob}</script>\n'
-        f"<script>\n{script}</script>",
+        f'<script type="module">\n{script}</script>',
     )

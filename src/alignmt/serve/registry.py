@@ -15,6 +15,7 @@ from alignmt.checkpoint.format import snapshot_steps
 from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint, load_snapshot
 from alignmt.config import Precision, SearchConfig, Weights
 from alignmt.decoding.translator import Translator
+from alignmt.serve.limits import RequestError, cut, invalid
 from alignmt.serve.schemas import ModelInfo
 
 
@@ -146,3 +147,25 @@ def validation_bleu(metrics: Path, step: int) -> float | None:
         if record.get("step") == step and "bleu" in record:
             bleu = float(record["bleu"])
     return bleu
+
+
+def served(models: dict[str, ServedModel], name: str | None) -> ServedModel:
+    """The model named `name` (None: the default); a 404 for a name not served."""
+    if name is None:
+        return next(iter(models.values()))
+    if name not in models:
+        message = f"no model named {cut(name)!r}; served: {', '.join(models)}"
+        raise RequestError(404, "not_found", message, value=cut(name))
+    return models[name]
+
+
+def one_model(models: dict[str, ServedModel], name: str | None, path: str) -> ServedModel:
+    """A served model that follows one decoder: not an ensemble."""
+    model = served(models, name)
+    if model.info.ensemble:
+        message = (
+            f"model {model.name!r} is an ensemble, which {path} cannot follow step by step; "
+            f"ask one of its members ({', '.join(model.info.ensemble)})"
+        )
+        raise invalid("model", message, model.name)
+    return model

@@ -19,8 +19,8 @@ from fastapi.responses import FileResponse, Response
 
 from alignmt.serve import decoding, page
 from alignmt.serve.batcher import Batcher, Check
-from alignmt.serve.limits import Limits, RequestError, cut, invalid
-from alignmt.serve.registry import ServedModel
+from alignmt.serve.limits import Limits, RequestError
+from alignmt.serve.registry import ServedModel, one_model, served
 from alignmt.serve.schemas import (
     BeamRequest,
     BeamResponse,
@@ -156,28 +156,6 @@ async def snapshots(
     request.state.sentences = 1
     body.check_limits(limits)
     return await _alone(batcher, decoding.snapshots, model, limits, body)
-
-
-def served(models: dict[str, ServedModel], name: str | None) -> ServedModel:
-    """The model named `name` (None: the default); a 404 for a name not served."""
-    if name is None:
-        return next(iter(models.values()))
-    if name not in models:
-        message = f"no model named {cut(name)!r}; served: {', '.join(models)}"
-        raise RequestError(404, "not_found", message, value=cut(name))
-    return models[name]
-
-
-def one_model(models: dict[str, ServedModel], name: str | None, path: str) -> ServedModel:
-    """A served model that follows one decoder: not an ensemble."""
-    model = served(models, name)
-    if model.info.ensemble:
-        message = (
-            f"model {model.name!r} is an ensemble, which {path} cannot follow step by step; "
-            f"ask one of its members ({', '.join(model.info.ensemble)})"
-        )
-        raise invalid("model", message, model.name)
-    return model
 
 
 async def _alone(

@@ -1,63 +1,26 @@
 /* alignmt explorer: the decoder one step at a time, "what if" by forcing a token or moving a
    step's attention, the beam as a tree, and attention over training.
 
-   It asks `alignmt serve` (/v1/models, /v1/step, /v1/beam, /v1/snapshots), or, in a page
-   written by `alignmt explore`, reads the same answers from the page itself. Plain
-   JavaScript, no library, no build step. Every interaction's time, from the click to the
-   frame that shows its result, is kept in window.alignmtTimings. */
-"use strict";
+   One ES module, three hosts, the same drawing:
+   - the page `alignmt serve` serves at / asks the server's HTTP API (/v1/step, /v1/beam, ...);
+   - the one-file page `alignmt explore` writes reads the same answers from the page itself;
+   - the notebook widget (`run.explore()`, an anywidget: this module's default export) asks
+     the kernel, and keeps the sentence, the models and the step in sync with Python.
+   Plain JavaScript, no library, no build step; it fetches nothing but the server's answers.
+   Every interaction's time, from the click to the frame that shows its result, is kept in
+   window.alignmtTimings; each explorer's element says on data-pending how many answers it
+   is waiting for. */
 
 const TOP_K = 5;
-const DATA = embeddedData(); // null when the page is served live
-const timings = (window.alignmtTimings = []);
-
-function embeddedData() {
-  const node = document.getElementById("alignmt-data");
-  return node ? JSON.parse(node.textContent) : null;
-}
-
-// ---- Where answers come from: the server, or the page ------------------------------------
+const timings = (window.alignmtTimings ??= []);
 
 class NeedsServer extends Error {}
 
-const server = {
-  models: async () => (await call("GET", "v1/models")).models,
-  step: (model, sentence, prefix = [], override = {}) =>
-    call("POST", "v1/step", { model, sentence, prefix, override, top_k: TOP_K }),
-  beam: (model, sentence, beamSize) =>
-    call("POST", "v1/beam", { model, sentence, beam_size: beamSize }),
-  snapshots: (model, sentence) => call("POST", "v1/snapshots", { model, sentence }),
-};
+// ---- Where answers come from: the server, the page, or the kernel ---------------------------
 
-const page = {
-  models: async () => DATA.models,
-  step: async (model, sentence, prefix = [], override = {}) => {
-    if (prefix.length || Object.keys(override).length) {
-      throw new NeedsServer("what-if decodes again, so it needs the server: run " +
-        "`alignmt serve RUN_DIR` and open http://127.0.0.1:8000/");
-    }
-    return stored(model, sentence).step;
-  },
-  beam: async (model, sentence, beamSize) => {
-    const beam = stored(model, sentence).beam;
-    if (beamSize !== beam.beam_size) {
-      throw new NeedsServer(`this page holds beam size ${beam.beam_size}; ` +
-        "other sizes need the server (`alignmt serve RUN_DIR`)");
-    }
-    return beam;
-  },
-  snapshots: async (model, sentence) => stored(model, sentence).snapshots,
-};
-
-const source = DATA ? page : server;
-
-function stored(model, sentence) {
-  return DATA.sentences.find((s) => s.text === sentence).results[model];
-}
-
-async function call(method, path, body) {
-  pending(+1);
-  try {
+/** The HTTP API of `alignmt serve`, at the page's own address. */
+export function serverSource() {
+  const call = async (method, path, body) => {
     const response = await fetch(path, {
       method,
       headers: body ? { "content-type": "application/json" } : {},
@@ -68,26 +31,73 @@ async function call(method, path, body) {
       throw new Error(answer.error ? answer.error.message : `HTTP ${response.status}`);
     }
     return answer;
-  } finally {
-    pending(-1);
-  }
+  };
+  return {
+    models: async () => (await call("GET", "v1/models")).models,
+    step: (model, sentence, prefix = [], override = {}) =>
+      call("POST", "v1/step", { model, sentence, prefix, override, top_k: TOP_K }),
+    beam: (model, sentence, beamSize) =>
+      call("POST", "v1/beam", { model, sentence, beam_size: beamSize }),
+    snapshots: (model, sentence) => call("POST", "v1/snapshots", { model, sentence }),
+  };
 }
 
-/* The count of requests in flight, on <body data-pending>, so that a test can wait for 0. */
-function pending(delta) {
-  document.body.dataset.pending = String(Number(document.body.dataset.pending) + delta);
+/** Answers computed in advance (`alignmt explore`): the greedy step-through, one beam size
+    and the snapshots of each stored sentence. What-if decodes again, so it cannot be stored. */
+export function pageSource(data) {
+  const stored = (model, sentence) =>
+    data.sentences.find((s) => s.text === sentence).results[model];
+  const live = "a live model: `alignmt serve RUN_DIR`, or `run.explore()` in a notebook";
+  return {
+    stored: data,
+    models: async () => data.models,
+    step: async (model, sentence, prefix = [], override = {}) => {
+      if (prefix.length || Object.keys(override).length) {
+        throw new NeedsServer(`what-if decodes again, so it needs the server: ${live}`);
+      }
+      return stored(model, sentence).step;
+    },
+    beam: async (model, sentence, beamSize) => {
+      const beam = stored(model, sentence).beam;
+      if (beamSize !== beam.beam_size) {
+        throw new NeedsServer(`this page holds beam size ${beam.beam_size}; ` +
+          `other sizes need the server: ${live}`);
+      }
+      return beam;
+    },
+    snapshots: async (model, sentence) => stored(model, sentence).snapshots,
+  };
 }
 
-/* Run an interaction and record how long it took to show: until the frame after it. */
-async function timed(kind, work) {
-  const start = performance.now();
-  try {
-    await work();
-    await new Promise((done) => requestAnimationFrame(() => setTimeout(done, 0)));
-    timings.push({ kind, ms: performance.now() - start });
-  } catch (error) {
-    notice(error.message, !(error instanceof NeedsServer));
-  }
+/** The kernel behind a notebook widget: each question a custom message, each answer one back
+    with the same id (ids carry a per-view prefix, as two views of one widget share its
+    messages). The answers are those of the HTTP API, computed by the same functions. */
+export function kernelSource(model) {
+  const me = Math.random().toString(36).slice(2);
+  const waiting = new Map();
+  let last = 0;
+  const listen = (msg) => {
+    const call = waiting.get(msg.id);
+    if (!call) return;
+    waiting.delete(msg.id);
+    if (msg.error) call.reject(new Error(msg.error));
+    else call.resolve(msg.answer);
+  };
+  model.on("msg:custom", listen);
+  const ask = (what, body) => new Promise((resolve, reject) => {
+    const id = `${me}:${++last}`;
+    waiting.set(id, { resolve, reject });
+    model.send({ id, what, body });
+  });
+  return {
+    models: () => ask("models", {}),
+    step: (name, sentence, prefix = [], override = {}) =>
+      ask("step", { model: name, sentence, prefix, override, top_k: TOP_K }),
+    beam: (name, sentence, beamSize) =>
+      ask("beam", { model: name, sentence, beam_size: beamSize }),
+    snapshots: (name, sentence) => ask("snapshots", { model: name, sentence }),
+    close: () => model.off("msg:custom", listen),
+  };
 }
 
 // ---- Small DOM helpers ------------------------------------------------------------------
@@ -110,25 +120,29 @@ function svg(tag, attrs = {}, ...children) {
   return node;
 }
 
+function fromHTML(html) {
+  const template = document.createElement("template");
+  template.innerHTML = html.trim();
+  return template.content.firstElementChild;
+}
+
 const fixed = (x, digits = 3) => Number(x).toFixed(digits);
 const percent = (p) => `${(100 * p).toFixed(1)}%`;
 const argmax = (xs) => xs.reduce((best, x, i) => (x > xs[best] ? i : best), 0);
 const shade = (a) => `rgba(var(--alpha), ${Math.max(0, Math.min(1, a)).toFixed(3)})`;
 
-function notice(text, isError = false) {
-  const node = document.getElementById("notice");
-  node.textContent = text;
-  node.classList.toggle("error", isError);
+/* A hover label that follows the pointer, one per explorer. */
+function tooltip(node) {
+  return {
+    show(event, text) {
+      node.textContent = text;
+      node.hidden = false;
+      node.style.left = `${event.clientX + 12}px`;
+      node.style.top = `${event.clientY + 14}px`;
+    },
+    hide: () => (node.hidden = true),
+  };
 }
-
-const tooltip = document.getElementById("tooltip");
-function showTip(event, text) {
-  tooltip.textContent = text;
-  tooltip.hidden = false;
-  tooltip.style.left = `${event.clientX + 12}px`;
-  tooltip.style.top = `${event.clientY + 14}px`;
-}
-const hideTip = () => (tooltip.hidden = true);
 
 // ---- Drawing attention ------------------------------------------------------------------
 
@@ -166,7 +180,7 @@ function attentionBars(sourceTokens, alpha, { steered = null, onPick = null, cov
 }
 
 /* The (output x source) matrix as a table; hovering a cell tells its value. */
-function attentionMatrix(sourceTokens, outputTokens, rows, onRow = null) {
+function attentionMatrix(tip, sourceTokens, outputTokens, rows, onRow = null) {
   const head = el("tr", {}, el("th"),
     ...sourceTokens.map((t) => el("th", {}, el("span", {}, t))));
   const body = rows.map((alpha, i) =>
@@ -176,11 +190,11 @@ function attentionMatrix(sourceTokens, outputTokens, rows, onRow = null) {
   const table = el("table", { class: "alpha" }, el("thead", {}, head), el("tbody", {}, ...body));
   table.addEventListener("mousemove", (event) => {
     const cell = event.target.closest("td");
-    if (!cell) return hideTip();
+    if (!cell) return tip.hide();
     const i = Number(cell.parentNode.dataset.i), j = Number(cell.dataset.j);
-    showTip(event, `"${outputTokens[i]}" ← "${sourceTokens[j]}": α = ${fixed(rows[i][j], 4)}`);
+    tip.show(event, `"${outputTokens[i]}" ← "${sourceTokens[j]}": α = ${fixed(rows[i][j], 4)}`);
   });
-  table.addEventListener("mouseleave", hideTip);
+  table.addEventListener("mouseleave", tip.hide);
   return table;
 }
 
@@ -188,12 +202,77 @@ const NO_ATTENTION = "This model has no attention: its decoder sees one fixed su
   "the source (the encoder's final state) at every step, so there is no weight over " +
   "source words to show, and none to move. Its candidates and forced tokens still work.";
 
+// ---- The markup: the query bar, one panel per model --------------------------------------
+
+const FRAME = `
+<header>
+  <h1>alignmt <span>explorer</span></h1>
+  <form class="query" autocomplete="off">
+    <label>model <select class="model"></select></label>
+    <label>beside it <select class="other"><option value="">nothing</option></select></label>
+    <label class="grow">sentence
+      <input class="sentence" type="text" spellcheck="false" placeholder="type a sentence">
+      <select class="sentence-pick" hidden></select>
+    </label>
+    <button class="go" type="submit">Translate</button>
+  </form>
+  <p class="notice" role="status"></p>
+</header>
+<main class="panels"></main>
+<footer>
+  ←/→ step the decoder · click a candidate to force it · click a source word to put all
+  of that step's attention on it · hover the matrix and the beam for values
+</footer>
+<div class="tooltip" role="tooltip" hidden></div>`;
+
+const PANEL = `
+<section class="panel">
+  <h2 class="title"></h2>
+  <p class="about"></p>
+  <div class="stepper">
+    <button class="prev" type="button" title="previous step (←)">◀</button>
+    <input class="slider" type="range" min="0" max="0" value="0" aria-label="decoder step">
+    <button class="next" type="button" title="next step (→)">▶</button>
+    <span class="where"></span>
+  </div>
+  <div class="output" aria-label="output tokens"></div>
+  <p class="legend">Output tokens are shaded by doubt: the less probable the model found a
+    token, the deeper its shade (hover for p).</p>
+  <h3>Attention at this step <small>(click a word to put all of it there)</small></h3>
+  <div class="source" aria-label="source tokens"></div>
+  <p class="legend">Under each word, its coverage: the attention it has had up to this step.
+    Words still under 0.5 when the output ends (orange) are likely left untranslated.</p>
+  <h3>Candidates at this step <small>(click one to force it)</small></h3>
+  <ol class="topk"></ol>
+  <div class="whatif" hidden></div>
+  <details class="matrix-box" open>
+    <summary>Alignment matrix</summary>
+    <div class="matrix"></div>
+  </details>
+  <details class="beam-box">
+    <summary>Beam search</summary>
+    <div class="beam-controls">
+      <label>beam size <input class="beam-size" type="number" min="1" max="16" value="5"></label>
+      <button class="beam-go" type="button">Search</button>
+      <span class="beam-legend"><i class="live"></i>live <i class="finished"></i>finished
+        <i class="pruned"></i>pruned <i class="stopped"></i>live at the end</span>
+    </div>
+    <div class="beam"></div>
+    <div class="beam-node"></div>
+    <ol class="nbest"></ol>
+  </details>
+  <details class="training-box">
+    <summary>Attention over training</summary>
+    <div class="training"></div>
+  </details>
+</section>`;
 // ---- One model's panel --------------------------------------------------------------------
 
 class Panel {
-  constructor(info) {
+  constructor(explorer, info) {
+    this.x = explorer; // the explorer it sits in: its source, clock, tooltip and notice
     this.info = info;
-    this.root = document.getElementById("panel-template").content.firstElementChild.cloneNode(true);
+    this.root = fromHTML(PANEL);
     this.root.dataset.model = info.name;
     this.q = (selector) => this.root.querySelector(selector);
     this.result = null; // the /v1/step answer shown
@@ -211,18 +290,19 @@ class Panel {
   }
 
   wire() {
-    this.q(".prev").onclick = () => timed("step", () => this.go(this.at - 1));
-    this.q(".next").onclick = () => timed("step", () => this.go(this.at + 1));
-    this.q(".slider").oninput = (e) => timed("step", () => this.go(Number(e.target.value)));
+    this.q(".prev").onclick = () => this.x.timed("step", () => this.go(this.at - 1));
+    this.q(".next").onclick = () => this.x.timed("step", () => this.go(this.at + 1));
+    this.q(".slider").oninput = (e) => this.x.timed("step", () => this.go(Number(e.target.value)));
     const beamSize = this.q(".beam-size");
-    beamSize.value = DATA ? DATA.beam_size : this.info.beam_size;
-    beamSize.disabled = Boolean(DATA);
-    this.q(".beam-go").onclick = () => timed("beam", () => this.searchBeam());
+    const stored = this.x.source.stored;
+    beamSize.value = stored ? stored.beam_size : this.info.beam_size;
+    beamSize.disabled = Boolean(stored);
+    this.q(".beam-go").onclick = () => this.x.timed("beam", () => this.searchBeam());
     this.q(".beam-box").ontoggle = (e) => {
-      if (e.target.open && !this.beam && this.sentence) timed("beam", () => this.searchBeam());
+      if (e.target.open && !this.beam && this.sentence) this.x.timed("beam", () => this.searchBeam());
     };
     this.q(".training-box").ontoggle = (e) => {
-      if (e.target.open && !this.training && this.sentence) timed("training", () => this.follow());
+      if (e.target.open && !this.training && this.sentence) this.x.timed("training", () => this.follow());
     };
     if (!this.hasAttention) this.q(".training-box").hidden = true;
   }
@@ -233,7 +313,7 @@ class Panel {
     this.whatifAt = null;
     this.beam = this.training = null;
     this.q(".whatif").hidden = true;
-    this.show(await source.step(this.info.name, sentence), { prefix: [], override: {} }, 0);
+    this.show(await this.x.source.step(this.info.name, sentence), { prefix: [], override: {} }, 0);
     if (this.q(".beam-box").open) await this.searchBeam();
     else this.q(".beam").replaceChildren();
     if (this.q(".training-box").open) await this.follow();
@@ -263,6 +343,7 @@ class Panel {
     for (const row of this.q(".matrix").querySelectorAll("tbody tr")) {
       row.classList.toggle("current", Number(row.dataset.i) === this.at);
     }
+    this.x.changed(this);
   }
 
   drawOutput() {
@@ -277,7 +358,7 @@ class Panel {
         "data-p": fixed(s.probability),
         title: `p = ${fixed(s.probability)}`,
         style: `--doubt: ${(1 - s.probability).toFixed(3)}`,
-        onclick: () => timed("step", () => this.go(i)),
+        onclick: () => this.x.timed("step", () => this.go(i)),
       }, s.token)));
   }
 
@@ -291,7 +372,7 @@ class Panel {
     box.replaceChildren(...attentionBars(this.result.source_tokens, step.attention, {
       steered,
       coverage: coverageAt(this.result.steps, this.at),
-      onPick: (j) => timed("override", () => this.steer(j)),
+      onPick: (j) => this.x.timed("override", () => this.steer(j)),
     }));
   }
 
@@ -301,7 +382,7 @@ class Panel {
         class: c.token === step.token ? "taken" : "",
         "data-token": c.token,
         title: `force "${c.token}" here and decode the rest`,
-        onclick: () => timed("force", () => this.force(c.token)),
+        onclick: () => this.x.timed("force", () => this.force(c.token)),
       },
       el("span", {}, c.token),
       el("span", { class: "p-bar" }, el("i", { style: `width: ${100 * c.probability}%` })),
@@ -315,8 +396,8 @@ class Panel {
       return;
     }
     const rows = this.result.steps.map((s) => s.attention);
-    box.replaceChildren(attentionMatrix(this.result.source_tokens, this.result.tokens, rows,
-      (i) => timed("step", () => this.go(i))));
+    box.replaceChildren(attentionMatrix(this.x.tip, this.result.source_tokens, this.result.tokens, rows,
+      (i) => this.x.timed("step", () => this.go(i))));
   }
 
   /* What if the decoder had output `token` at this step? */
@@ -339,7 +420,7 @@ class Panel {
 
   async whatIf(kind, at, request, what) {
     const before = this.result;
-    const after = await source.step(this.info.name, this.sentence, request.prefix,
+    const after = await this.x.source.step(this.info.name, this.sentence, request.prefix,
       request.override);
     this.undo.push([before, this.request]);
     this.whatifAt = at;
@@ -367,7 +448,7 @@ class Panel {
       el("div", {}, `What if: ${what}.`),
       el("div", { class: "pair" }, side("before", before, after), side("after", after, before)),
       verdict ? el("p", { class: "verdict" }, verdict) : null,
-      el("button", { type: "button", onclick: () => timed("back", () => this.back()) }, "back"),
+      el("button", { type: "button", onclick: () => this.x.timed("back", () => this.back()) }, "back"),
     ].filter(Boolean));
     box.dataset.kind = kind;
     box.dataset.changed = String(!same);
@@ -385,7 +466,7 @@ class Panel {
 
   async searchBeam() {
     const size = Number(this.q(".beam-size").value);
-    this.beam = await source.beam(this.info.name, this.sentence, size);
+    this.beam = await this.x.source.beam(this.info.name, this.sentence, size);
     this.drawBeam();
     this.chooseNode(this.beam.finished_nodes[0] ?? null);
   }
@@ -415,16 +496,16 @@ class Panel {
         transform: `translate(${x},${y})` },
       svg("rect", { width: W, height: H, rx: 3 }),
       svg("text", { x: 4, y: 12.5 }, label));
-      box.addEventListener("mousemove", (e) => showTip(e, this.describeNode(node)));
-      box.addEventListener("mouseleave", hideTip);
-      box.addEventListener("click", () => timed("beam node", () => this.chooseNode(node.id)));
+      box.addEventListener("mousemove", (e) => this.x.tip.show(e, this.describeNode(node)));
+      box.addEventListener("mouseleave", this.x.tip.hide);
+      box.addEventListener("click", () => this.x.timed("beam node", () => this.chooseNode(node.id)));
       boxes.push(box);
     }
     this.q(".beam").replaceChildren(svg("svg", { class: "tree", width, height },
       ...labels, ...edges, ...boxes));
     this.q(".nbest").replaceChildren(...beam.finished.map((h, rank) =>
       el("li", { "data-node": beam.finished_nodes[rank],
-        onclick: () => timed("beam node", () => this.chooseNode(beam.finished_nodes[rank])) },
+        onclick: () => this.x.timed("beam node", () => this.chooseNode(beam.finished_nodes[rank])) },
       h.text || "(empty)",
       el("span", { class: "score" }, `${fixed(beam.nodes[beam.finished_nodes[rank]].final_score)}` +
         ` (log p ${fixed(h.score)} ÷ length penalty` +
@@ -474,7 +555,7 @@ class Panel {
         "some)."));
       return;
     }
-    this.training = await source.snapshots(this.info.name, this.sentence);
+    this.training = await this.x.source.snapshots(this.info.name, this.sentence);
     const snaps = this.training.snapshots;
     const slider = el("input", { type: "range", min: 0, max: snaps.length - 1,
       value: snaps.length - 1, "aria-label": "snapshot" });
@@ -488,10 +569,10 @@ class Panel {
       label.textContent = `training step ${snap.step}`;
       said.textContent = `It would output: "${snap.text}". Its most-attended word matches ` +
         `the last snapshot's at ${agree} of ${final.length} output steps.`;
-      matrix.replaceChildren(attentionMatrix(this.training.source_tokens, this.training.tokens,
+      matrix.replaceChildren(attentionMatrix(this.x.tip, this.training.source_tokens, this.training.tokens,
         snap.attention));
     };
-    slider.addEventListener("input", () => timed("snapshot", () => draw(Number(slider.value))));
+    slider.addEventListener("input", () => this.x.timed("snapshot", () => draw(Number(slider.value))));
     box.replaceChildren(el("p", { class: "muted" }, "Each snapshot reads this model's output " +
       "(teacher-forced), so every matrix has the same rows."),
     el("div", { class: "slider-row" }, slider, label), said, matrix);
@@ -515,69 +596,234 @@ function describe(info) {
     `${info.bidirectional ? ", bidirectional" : ""} · step ${info.training_step}${bleu}`;
 }
 
-// ---- The page: models, sentence, panels side by side ----------------------------------------
 
-const panels = [];
-const byName = new Map();
+// ---- One explorer: models, a sentence, panels side by side -------------------------------------
 
-async function start() {
-  const models = await source.models();
-  for (const info of models) byName.set(info.name, info);
-  const pick = document.getElementById("model"), other = document.getElementById("other");
-  for (const info of models) {
-    pick.append(el("option", { value: info.name }, info.name));
-    other.append(el("option", { value: info.name }, info.name));
+/* Each answer awaited is counted on root's data-pending, so that a test can wait for 0. */
+function counted(source, root) {
+  const pending = (delta) => {
+    root.dataset.pending = String(Number(root.dataset.pending) + delta);
+  };
+  const wrapped = { ...source };
+  for (const what of ["models", "step", "beam", "snapshots"]) {
+    wrapped[what] = async (...args) => {
+      pending(+1);
+      try {
+        return await source[what](...args);
+      } finally {
+        pending(-1);
+      }
+    };
   }
-  const params = new URLSearchParams(location.search);
-  if (byName.has(params.get("model"))) pick.value = params.get("model");
-  if (byName.has(params.get("other"))) other.value = params.get("other");
-  document.getElementById("query").addEventListener("submit", (event) => {
+  return wrapped;
+}
+
+export class Explorer {
+  /** Draw an explorer into `root`, answered by `source`; arrow keys pressed in `keys` step
+      the decoder; `onChange(state)` hears where the first panel is after each change. */
+  constructor(root, source, { keys = root, onChange = null } = {}) {
+    this.root = root;
+    root.classList.add("alignmt");
+    root.dataset.pending = "0";
+    const frame = document.createElement("template");
+    frame.innerHTML = FRAME;
+    root.replaceChildren(frame.content);
+    this.q = (selector) => root.querySelector(selector);
+    this.source = counted(source, root);
+    this.tip = tooltip(this.q(".tooltip"));
+    this.panels = [];
+    this.byName = new Map();
+    this.onChange = onChange;
+    this.onKey = this.onKey.bind(this);
+    this.keys = keys;
+    keys.addEventListener("keydown", this.onKey);
+  }
+
+  close() {
+    this.keys.removeEventListener("keydown", this.onKey);
+  }
+
+  notice(text, isError = false) {
+    const node = this.q(".notice");
+    node.textContent = text;
+    node.classList.toggle("error", isError);
+  }
+
+  /* Run an interaction and record how long it took to show: until the frame after it. */
+  async timed(kind, work) {
+    const start = performance.now();
+    try {
+      await work();
+      await new Promise((done) => requestAnimationFrame(() => setTimeout(done, 0)));
+      timings.push({ kind, ms: performance.now() - start });
+    } catch (error) {
+      this.notice(error.message, !(error instanceof NeedsServer));
+    }
+  }
+
+  /** Fill the model lists and show the first sentence: `sentences` are offered (in a list
+      to pick from where the answers are stored, as suggestions otherwise). */
+  async start({ sentences = [], model = null, other = null, sentence = null } = {}) {
+    const models = await this.source.models();
+    for (const info of models) this.byName.set(info.name, info);
+    const pick = this.q(".model"), beside = this.q(".other");
+    for (const info of models) {
+      pick.append(el("option", { value: info.name }, info.name));
+      beside.append(el("option", { value: info.name }, info.name));
+    }
+    if (this.byName.has(model)) pick.value = model;
+    if (this.byName.has(other)) beside.value = other;
+    this.q(".query").addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.timed("translate", () => this.translate());
+    });
+    const stored = this.source.stored;
+    if (stored) this.offerStored(stored);
+    else this.offer(sentences, sentence ?? sentences[0] ?? "");
+    if (this.sentence()) await this.timed("translate", () => this.translate());
+  }
+
+  offer(sentences, first) {
+    const list = el("datalist", { id: `alignmt-sentences-${Math.random().toString(36).slice(2)}` },
+      ...sentences.map((text) => el("option", { value: text })));
+    this.q(".query").append(list);
+    this.q(".sentence").setAttribute("list", list.id);
+    this.q(".sentence").value = first;
+  }
+
+  offerStored(stored) {
+    this.q(".sentence").hidden = true;
+    const pick = this.q(".sentence-pick");
+    pick.hidden = false;
+    for (const entry of stored.sentences) pick.append(el("option", { value: entry.text }, entry.text));
+    pick.addEventListener("change", () => this.timed("translate", () => this.translate()));
+    this.notice(`Written by \`${stored.command}\`: everything here was computed in advance. ` +
+      "What-if (forcing a token, moving attention) and other beam sizes need a live model.");
+  }
+
+  sentence() {
+    return this.q(this.source.stored ? ".sentence-pick" : ".sentence").value.trim();
+  }
+
+  async translate() {
+    const text = this.sentence();
+    if (!text) throw new Error("type a sentence first");
+    const first = this.q(".model").value;
+    const names = [first, this.q(".other").value].filter((name, i) => name && (i === 0 || name !== first));
+    if (this.panels.map((p) => p.info.name).join() !== names.join()) {
+      this.panels = names.map((name) => new Panel(this, this.byName.get(name)));
+      this.q(".panels").replaceChildren(...this.panels.map((p) => p.root));
+    }
+    if (!this.source.stored) this.notice("");
+    await Promise.all(this.panels.map((p) => p.translate(text)));
+  }
+
+  onKey(event) {
+    if (event.target.closest("input, select, textarea") || !this.panels.length) return;
+    const move = { ArrowLeft: -1, ArrowRight: +1 }[event.key];
+    if (!move || !this.panels[0].result) return;
     event.preventDefault();
-    timed("translate", translate);
+    this.timed("step", () => this.panels.forEach((p) => p.go(p.at + move)));
+  }
+
+  /* Where the first panel is: what a notebook keeps in sync with Python. */
+  changed(panel) {
+    if (panel !== this.panels[0] || !this.onChange) return;
+    this.onChange({
+      sentence: panel.sentence,
+      model: panel.info.name,
+      other: this.panels[1] ? this.panels[1].info.name : "",
+      step: panel.at,
+      tokens: panel.result.tokens,
+      prefix: panel.request.prefix,
+    });
+  }
+
+  // -- Asked from outside (a notebook's Python): the same as the controls do ----------------
+
+  async show({ sentence = null, model = null, other = null }) {
+    if (sentence !== null) this.q(".sentence").value = sentence;
+    if (model !== null) this.q(".model").value = model;
+    if (other !== null) this.q(".other").value = other;
+    await this.translate();
+  }
+
+  async stepTo(at) {
+    for (const panel of this.panels) panel.go(at);
+  }
+
+  /* Decode the first panel again with `prefix` forced (none: as the model would). */
+  async force(prefix) {
+    const panel = this.panels[0];
+    if (!prefix.length) return panel.translate(panel.sentence);
+    const at = prefix.length - 1;
+    await panel.whatIf("force", at, { prefix, override: {} }, `forced "${prefix.join(" ")}"`);
+  }
+}
+
+// ---- In a notebook: the anywidget ------------------------------------------------------------
+
+/* The traits the widget keeps in sync with Python (alignmt.notebook.explorer.Explorer). */
+const SYNCED = { sentence: "sentence", model: "model_name", other: "beside", step: "step",
+  tokens: "tokens", prefix: "prefix" };
+
+function render({ model, el: root }) {
+  const source = kernelSource(model);
+  const explorer = new Explorer(root, source, {
+    onChange(state) {
+      for (const [key, trait] of Object.entries(SYNCED)) model.set(trait, state[key]);
+      model.save_changes();
+    },
   });
-  document.addEventListener("keydown", onKey);
-  if (DATA) {
-    usePageSentences();
-  } else if (params.get("sentence")) {
-    document.getElementById("sentence").value = params.get("sentence");
-  }
-  if (DATA || params.get("sentence")) await timed("translate", translate);
+  // Keys pressed in the explorer are its own, not the notebook's shortcuts.
+  root.tabIndex = 0;
+  root.dataset.lmSuppressShortcuts = "true";
+  const first = () => explorer.panels[0];
+  // For each trait Python may set: whether a value is news to the explorer (its own changes
+  // come back as change events too), and what showing it takes.
+  const asked = {
+    sentence: [(text) => first()?.sentence !== text, (text) => explorer.show({ sentence: text })],
+    model_name: [(name) => first()?.info.name !== name, (name) => explorer.show({ model: name })],
+    beside: [(name) => (explorer.panels[1]?.info.name ?? "") !== name,
+      (name) => explorer.show({ other: name })],
+    step: [(at) => first() && first().at !== at, (at) => explorer.stepTo(at)],
+    prefix: [(prefix) => first() && JSON.stringify(first().request.prefix) !== JSON.stringify(prefix),
+      (prefix) => explorer.force(prefix)],
+  };
+  const listeners = Object.entries(asked).map(([trait, [isNews, act]]) => {
+    const listen = () => {
+      const value = model.get(trait);
+      if (isNews(value)) explorer.timed(trait, () => act(value));
+    };
+    model.on(`change:${trait}`, listen);
+    return [`change:${trait}`, listen];
+  });
+  explorer.start({
+    sentences: model.get("sentences"),
+    model: model.get("model_name") || null,
+    other: model.get("beside") || null,
+    sentence: model.get("sentence") || null,
+  }).catch((error) => explorer.notice(error.message, true));
+  return () => {
+    for (const [name, listen] of listeners) model.off(name, listen);
+    source.close();
+    explorer.close();
+  };
 }
 
-function usePageSentences() {
-  document.getElementById("sentence").hidden = true;
-  const pick = document.getElementById("sentence-pick");
-  pick.hidden = false;
-  for (const entry of DATA.sentences) pick.append(el("option", { value: entry.text }, entry.text));
-  pick.addEventListener("change", () => timed("translate", translate));
-  notice(`Written by \`${DATA.command}\`: everything here was computed in advance. What-if ` +
-    "(forcing a token, moving attention) and other beam sizes need `alignmt serve`.");
-}
+export default { render };
 
-function sentence() {
-  return (DATA ? document.getElementById("sentence-pick") : document.getElementById("sentence"))
-    .value.trim();
-}
+// ---- On a page of its own: `alignmt serve` or `alignmt explore` -------------------------------
 
-async function translate() {
-  const text = sentence();
-  if (!text) throw new Error("type a sentence first");
-  const names = [document.getElementById("model").value, document.getElementById("other").value]
-    .filter((name, i) => name && (i === 0 || name !== document.getElementById("model").value));
-  if (panels.map((p) => p.info.name).join() !== names.join()) {
-    panels.splice(0, panels.length, ...names.map((name) => new Panel(byName.get(name))));
-    document.getElementById("panels").replaceChildren(...panels.map((p) => p.root));
-  }
-  if (!DATA) notice("");
-  await Promise.all(panels.map((p) => p.translate(text)));
+const pageRoot = document.getElementById("alignmt-page");
+if (pageRoot) {
+  const data = document.getElementById("alignmt-data");
+  const source = data ? pageSource(JSON.parse(data.textContent)) : serverSource();
+  const params = new URLSearchParams(location.search);
+  const explorer = new Explorer(pageRoot, source, { keys: document });
+  explorer.start({
+    model: params.get("model"),
+    other: params.get("other"),
+    sentence: params.get("sentence"),
+  }).catch((error) => explorer.notice(error.message, true));
 }
-
-function onKey(event) {
-  if (event.target.closest("input, select, textarea") || !panels.length) return;
-  const move = { ArrowLeft: -1, ArrowRight: +1 }[event.key];
-  if (!move || !panels[0].result) return;
-  event.preventDefault();
-  timed("step", () => panels.forEach((p) => p.go(p.at + move)));
-}
-
-start().catch((error) => notice(error.message, true));
