@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 from pathlib import Path
 
@@ -305,3 +306,18 @@ def brief_demo(out: Path, *flags: str):
     )
     assert run.returncode == 0, run.stderr
     return run
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium for the module's tests; a skip without one, a failure in CI."""
+    from benchmarks.browser import BrowserUnavailable, start_chromium
+
+    try:
+        driver = start_chromium()
+    except BrowserUnavailable as error:
+        if os.environ.get("CI"):  # CI installs Chromium: a browser that will not start is a failure
+            pytest.fail(f"the browser test cannot run: {error}")
+        pytest.skip(f"no browser: {error}")
+    yield driver
+    driver.quit()

@@ -196,20 +196,6 @@ def test_explore_writes_one_page_and_names_bad_input_lines(snapshot_run, tmp_pat
 # ---- In a real browser ---------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from benchmarks.browser import BrowserUnavailable, start_chromium
-
-    try:
-        driver = start_chromium()
-    except BrowserUnavailable as error:
-        if os.environ.get("CI"):  # CI installs Chromium: a browser that will not start is a failure
-            pytest.fail(f"the browser test cannot run: {error}")
-        pytest.skip(f"no browser: {error}")
-    yield driver
-    driver.quit()
-
-
 def _argmax(values: list[float]) -> int:
     return max(range(len(values)), key=values.__getitem__)
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matplotlib.figure import Figure
 
@@ -22,9 +22,13 @@ from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint
 from alignmt.config import Config, apply_overrides, config_path, load_config, with_fields
 from alignmt.decoding.translator import Translator
 from alignmt.notebook.views import Report, Translations
+from alignmt.serve.registry import ServedModel, model_info
 from alignmt.text.corpus import CorpusError, read_lines
 from alignmt.text.links import read_alignments, sentence_words
 from alignmt.training import run as training
+
+if TYPE_CHECKING:
+    from alignmt.notebook.explorer import Explorer
 
 
 @dataclass
@@ -119,6 +123,47 @@ class Run:
         if valid:
             curves["valid"] = tuple(zip(*valid, strict=True))
         return loss_curves(curves, title=self.run_dir.name)
+
+    def explore(
+        self,
+        sentences: str | Sequence[str],
+        *,
+        beside: Run | str | Path | None = None,
+        beam: int | None = None,
+    ) -> Explorer:
+        """The explorer, inline: step through the decoder, force tokens, move attention,
+        open the beam tree and follow attention over training (a widget, answered by this
+        kernel; see `alignmt.notebook.explorer.Explorer` for what it keeps in sync).
+
+        Args:
+            sentences: the first is shown; all are offered, and stored in the form shown
+                where no kernel runs (nbviewer, a docs page, HTML).
+            beside: a second run (or its folder) shown side by side, e.g. the vanilla
+                encoder-decoder beside the attention model.
+            beam: the beam the stored form holds (None: this run's `search.beam_size`).
+        """
+        try:  # anywidget, and IPython under it, come with the notebook extra
+            from alignmt.notebook.explorer import Explorer
+        except ImportError as error:
+            raise ImportError(
+                f"run.explore needs the notebook extra: pip install 'alignmt[notebook]' ({error})"
+            ) from None
+        sentences = [sentences] if isinstance(sentences, str) else list(sentences)
+        mine = self.served()
+        models, second = {mine.name: mine}, ""
+        if beside is not None:
+            other = beside if isinstance(beside, Run) else load(beside)
+            second = other.run_dir.name
+            if second == mine.name:  # two folders of one name: told apart by their parents
+                second = f"{other.run_dir.parent.name}/{second}"
+            models[second] = other.served(second)
+        return Explorer(models, sentences, beside=second, beam_size=beam)
+
+    def served(self, name: str | None = None) -> ServedModel:
+        """This run as the server holds a model, named `name` (None: its folder's name)."""
+        name = name or self.run_dir.name
+        info = model_info(name, self.checkpoint, self.run_dir)
+        return ServedModel(name, self.translator, info, self.run_dir)
 
     def _test_set(self, src: Any, ref: Any) -> tuple[list[str], list[str]]:
         if (src is None) != (ref is None):

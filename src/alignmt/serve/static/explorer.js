@@ -697,8 +697,8 @@ export class Explorer {
     pick.hidden = false;
     for (const entry of stored.sentences) pick.append(el("option", { value: entry.text }, entry.text));
     pick.addEventListener("change", () => this.timed("translate", () => this.translate()));
-    this.notice(`Written by \`${stored.command}\`: everything here was computed in advance. ` +
-      "What-if (forcing a token, moving attention) and other beam sizes need a live model.");
+    this.notice(`Computed in advance by \`${stored.command}\`. What-if (forcing a token, ` +
+      "moving attention) and other beam sizes need a live model.");
   }
 
   sentence() {
@@ -766,19 +766,38 @@ export class Explorer {
 /* The traits the widget keeps in sync with Python (alignmt.notebook.explorer.Explorer). */
 const SYNCED = { sentence: "sentence", model: "model_name", other: "beside", step: "step",
   tokens: "tokens", prefix: "prefix" };
+/* How long a widget waits for the kernel before it shows the answers stored with it. */
+const KERNEL_WAIT_MS = 4000;
 
+/* The widget: live once the kernel answers; until then, or with no kernel at all (a page
+   that runs widgets from their saved state), the answers stored for the given sentences. */
 function render({ model, el: root }) {
-  const source = kernelSource(model);
-  const explorer = new Explorer(root, source, {
-    onChange(state) {
-      for (const [key, trait] of Object.entries(SYNCED)) model.set(trait, state[key]);
-      model.save_changes();
-    },
-  });
+  const kernel = kernelSource(model);
+  let explorer = null;
+  const show = (source, said = "") => {
+    explorer?.close();
+    explorer = new Explorer(root, source, {
+      onChange(state) {
+        for (const [key, trait] of Object.entries(SYNCED)) model.set(trait, state[key]);
+        model.save_changes();
+      },
+    });
+    explorer.start({
+      sentences: model.get("sentences"),
+      model: model.get("model_name") || null,
+      other: model.get("beside") || null,
+      sentence: model.get("sentence") || null,
+    }).then(() => said && explorer.notice(said), (error) => explorer.notice(error.message, true));
+  };
+  kernel.models().then(() => show(kernel));
+  const stored = model.get("offline");
+  const wait = setTimeout(() => explorer || !stored || show(pageSource(stored),
+    `No kernel answered in ${KERNEL_WAIT_MS / 1000} s, so this shows the answers stored ` +
+    "with the widget; run its cell again for a live explorer."), KERNEL_WAIT_MS);
   // Keys pressed in the explorer are its own, not the notebook's shortcuts.
   root.tabIndex = 0;
   root.dataset.lmSuppressShortcuts = "true";
-  const first = () => explorer.panels[0];
+  const first = () => explorer?.panels[0];
   // For each trait Python may set: whether a value is news to the explorer (its own changes
   // come back as change events too), and what showing it takes.
   const asked = {
@@ -793,21 +812,16 @@ function render({ model, el: root }) {
   const listeners = Object.entries(asked).map(([trait, [isNews, act]]) => {
     const listen = () => {
       const value = model.get(trait);
-      if (isNews(value)) explorer.timed(trait, () => act(value));
+      if (explorer && isNews(value)) explorer.timed(trait, () => act(value));
     };
     model.on(`change:${trait}`, listen);
     return [`change:${trait}`, listen];
   });
-  explorer.start({
-    sentences: model.get("sentences"),
-    model: model.get("model_name") || null,
-    other: model.get("beside") || null,
-    sentence: model.get("sentence") || null,
-  }).catch((error) => explorer.notice(error.message, true));
   return () => {
+    clearTimeout(wait);
     for (const [name, listen] of listeners) model.off(name, listen);
-    source.close();
-    explorer.close();
+    kernel.close();
+    explorer?.close();
   };
 }
 
