@@ -121,6 +121,16 @@ class Lab:
             "app.commands.execute('notebook:run-all-cells').then(() => done(true));"
         )
 
+    def run_cell(self, index: int) -> None:
+        """Select cell `index` and run it, as Run > Run Selected Cell does; returns when the
+        kernel has run it."""
+        self.driver.execute_async_script(
+            "const [index, done] = arguments, app = window.jupyterapp;"
+            "app.shell.currentWidget.content.activeCellIndex = index;"
+            "app.commands.execute('notebook:run-cell').then(() => done(true));",
+            index,
+        )
+
     def kernel(self, code: str) -> str:
         """Run `code` in the notebook's kernel (no cell); what it printed. A Python error
         is raised here."""
