@@ -39,9 +39,11 @@ def write_notebook(path: Path, cells: list[str]) -> Path:
 
 
 @contextmanager
-def jupyter_lab(root: Path, port: int, timeout: float = 90.0) -> Iterator[str]:
-    """JupyterLab serving `root` on 127.0.0.1:`port`; yields its URL with the token. Its log
-    is root/.lab.log."""
+def jupyter_lab(
+    root: Path, port: int, timeout: float = 90.0, python: str | Path = sys.executable
+) -> Iterator[str]:
+    """JupyterLab serving `root` on 127.0.0.1:`port`, run by `python` (whose environment
+    the notebooks' kernel is too); yields its URL with the token. Its log is root/.lab.log."""
     token = secrets.token_hex(12)
     private = {
         "JUPYTER_CONFIG_DIR": ".config",
@@ -50,7 +52,7 @@ def jupyter_lab(root: Path, port: int, timeout: float = 90.0) -> Iterator[str]:
     }
     env = {**os.environ, **{key: str(root / name) for key, name in private.items()}}
     command = [
-        sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+        str(python), "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
         "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
         f"--ServerApp.root_dir={root}", f"--LabApp.workspaces_dir={root / '.workspaces'}",
         "--LabApp.expose_app_in_browser=True", "--allow-root",

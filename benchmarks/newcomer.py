@@ -12,8 +12,8 @@ The notebook has three cells, each run as Run > Run Selected Cell would:
 
 `--install` times `pip install torch==2.13.0` and then this checkout with its notebook extra
 and JupyterLab into a new virtual environment (the wheels come from pip's cache or the
-index, as they would for the person). Prints a table of seconds per stage. Run from the
-repository root with nothing else using the CPU.
+index, as they would for the person), and runs JupyterLab and the notebook in it. Prints a
+table of seconds per stage. Run from the repository root with nothing else using the CPU.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ CELLS = [
 ]
 
 
-def install(folder: Path) -> list[tuple[str, float]]:
+def install(folder: Path) -> tuple[Path, list[tuple[str, float]]]:
     """A fresh virtual environment with torch's CPU wheel, then alignmt[notebook] and
-    JupyterLab: the seconds each took."""
+    JupyterLab: its Python, and the seconds each step took."""
     venv = folder / "venv"
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
     stages = [
@@ -54,16 +54,16 @@ def install(folder: Path) -> list[tuple[str, float]]:
         start = time.perf_counter()
         subprocess.run(command, check=True)
         times.append((name, time.perf_counter() - start))
-    return times
+    return venv / "bin" / "python", times
 
 
-def notebook(folder: Path, steps: int) -> list[tuple[str, float]]:
+def notebook(folder: Path, steps: int, python: Path) -> list[tuple[str, float]]:
     """The three cells in a fresh notebook in JupyterLab: the seconds to each stage."""
     cells = [cell.format(steps=steps) for cell in CELLS]
     write_notebook(folder / "newcomer.ipynb", cells)
     times = []
     start = time.perf_counter()
-    with jupyter_lab(folder, free_port(), timeout=180) as url:
+    with jupyter_lab(folder, free_port(), timeout=180, python=python) as url:
         times.append(("JupyterLab answers", time.perf_counter() - start))
         driver = start_chromium()
         try:
@@ -92,8 +92,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.keep or Path(scratch)
         folder.mkdir(parents=True, exist_ok=True)
-        times = install(folder) if args.install else []
-        times += notebook(folder, args.steps)
+        python, times = install(folder) if args.install else (Path(sys.executable), [])
+        times += notebook(folder, args.steps, python)
     width = max(len(name) for name, _ in times)
     print(f"\n{'stage':<{width}}  seconds")
     for name, seconds in times:

@@ -1,7 +1,8 @@
-"""The README's Python examples run as written, against run folders where they expect them:
-every name they import from `alignmt` still imports, and each call still takes the arguments
-they give it. The run folders are tiny stand-ins, so the printed text differs from the
-README's comments; the shapes it prints do not."""
+"""The Python examples of the README and of the documentation's pages run as written, against
+run folders where they expect them: every name they import from `alignmt` still imports, and
+each call still takes the arguments they give it. The run folders are tiny stand-ins and
+`alignmt.train` stops after a few steps, so the printed text differs from the pages'
+comments; the shapes it prints do not. (The tutorials run whole, when the site is built.)"""
 
 from __future__ import annotations
 
@@ -11,33 +12,65 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
+
 from alignmt.config import apply_overrides, load_config
-from alignmt.training.run import train
+from alignmt.training import run as training
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+# each page's examples run in order, in one namespace: a later one uses an earlier one's names
+PAGES = [
+    "README.md",
+    "docs/index.md",
+    "docs/getting-started.md",
+    "docs/how-to/python.md",
+    "docs/how-to/flax.md",
+    "docs/how-to/explore.md",
+]
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+def python_blocks(page: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / page).read_text(), flags=re.S)
 
 
-def test_the_readme_has_python_examples():
-    assert len(python_blocks()) >= 2
+def test_every_page_with_python_examples_is_run_here():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    pages = [str(p.relative_to(ROOT)) for p in pages if "_build" not in p.parts]
+    with_examples = [page for page in pages if python_blocks(page)]
+    assert sorted(with_examples) == sorted(PAGES)
+    assert len(python_blocks("docs/how-to/python.md")) >= 2
 
 
-def test_the_readme_python_examples_run(toy_run, tmp_path, monkeypatch):
-    demo = tmp_path / "runs/demo/attention"
+@pytest.fixture(scope="module")
+def run_folders(toy_run, tmp_path_factory) -> Path:
+    """The folders the examples name, with a test set where they read one."""
+    folder = tmp_path_factory.mktemp("examples")
+    demo = folder / "runs/demo/attention"
     cfg = apply_overrides(load_config(), [f"out_dir={demo}", "train.steps=20", "model.emb_dim=8"])
-    train(cfg, progress=False)
-    shutil.copytree(toy_run, tmp_path / "runs/multi30k_en_de")
+    training.train(cfg, progress=False)
+    shutil.copytree(toy_run, folder / "runs/multi30k_en_de")
+    shutil.copytree(toy_run, folder / "runs/multi30k_en_de_vanilla")
     src = ["the big dog", "a small cat runs now"]
-    (tmp_path / "test.en").write_text("".join(line + "\n" for line in src))
-    (tmp_path / "test.de").write_text("der großer hund .\nein kleiner katze läuft jetzt .\n")
-    (tmp_path / "test.align").write_text("0-0 1-1 2-2\n0-0 1-1 2-2 3-3 4-4\n")
-    monkeypatch.chdir(tmp_path)
+    (folder / "test.en").write_text("".join(line + "\n" for line in src))
+    (folder / "test.de").write_text("der großer hund .\nein kleiner katze läuft jetzt .\n")
+    (folder / "test.align").write_text("0-0 1-1 2-2\n0-0 1-1 2-2 3-3 4-4\n")
+    return folder
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_the_python_examples_run(page, run_folders, monkeypatch):
+    train = training.train
+
+    def briefly(cfg, **kwargs):  # a few steps only, into a folder another page may have used
+        cfg.train.steps = min(cfg.train.steps, 30)
+        return train(cfg, **{**kwargs, "overwrite": True})
+
+    monkeypatch.setattr(training, "train", briefly)
+    monkeypatch.chdir(run_folders)
     printed = io.StringIO()
     namespace: dict = {}
     with contextlib.redirect_stdout(printed):
-        for block in python_blocks():  # in order: a later example uses an earlier one's names
-            exec(compile(block, str(README), "exec"), namespace)
-    assert "torch.Size([" in printed.getvalue()  # hyp.attention.shape
+        for block in python_blocks(page):
+            exec(compile(block, str(ROOT / page), "exec"), namespace)
+    if page == "docs/how-to/python.md":
+        assert "torch.Size([" in printed.getvalue()  # hyp.attention.shape

@@ -59,12 +59,14 @@ class Explorer(anywidget.AnyWidget):
         beside: str = "",
         beam_size: int | None = None,
     ) -> None:
-        """Args:
-        models: what the explorer can show, by name; the first is shown first.
-        sentences: the first is translated at once; all are offered, and all are in the
-            offline form.
-        beside: a model of `models` to show beside the first.
-        beam_size: the beam the offline form holds (None: the first model's).
+        """The explorer of `models` for `sentences`, with their answers stored for no kernel.
+
+        Args:
+            models: what the explorer can show, by name; the first is shown first.
+            sentences: the first is translated at once; all are offered, and all are in
+                the offline form.
+            beside: a model of `models` to show beside the first.
+            beam_size: the beam the offline form holds (None: the first model's).
         """
         if not sentences:
             raise ValueError("the explorer needs at least one sentence")
@@ -83,6 +85,7 @@ class Explorer(anywidget.AnyWidget):
             offline={
                 **page.precompute(shown, sentences, beam_size=beam_size),
                 "command": "run.explore()",
+                "beside": beside or None,  # shown beside the first where no kernel runs
             },
         )
         self.on_msg(self._answer)

@@ -832,12 +832,13 @@ export default { render };
 const pageRoot = document.getElementById("alignmt-page");
 if (pageRoot) {
   const data = document.getElementById("alignmt-data");
-  const source = data ? pageSource(JSON.parse(data.textContent)) : serverSource();
+  const stored = data ? JSON.parse(data.textContent) : null;
+  const source = stored ? pageSource(stored) : serverSource();
   const params = new URLSearchParams(location.search);
   const explorer = new Explorer(pageRoot, source, { keys: document });
   explorer.start({
     model: params.get("model"),
-    other: params.get("other"),
+    other: params.get("other") ?? stored?.beside,
     sentence: params.get("sentence"),
   }).catch((error) => explorer.notice(error.message, true));
 }
