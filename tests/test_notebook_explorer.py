@@ -116,7 +116,7 @@ def test_in_jupyterlab_the_widget_steps_forces_and_follows_python(browser, toy_r
         lab = Lab(browser, url)
         lab.open("explore.ipynb")
         lab.run_all()
-        page = Explorer(browser)
+        page = Explorer(browser, timeout=90)  # a kernel's first answer waits for its imports
         page.wait_for(1)  # the widget translates its sentence by itself
         shown = page.panel()
         assert shown["tokens"] == greedy.tokens and shown["current"] == 0
