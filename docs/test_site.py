@@ -83,16 +83,31 @@ def test_nothing_a_page_shows_comes_from_the_network():
     assert fetched == []
 
 
+TUTORIALS = ["bottleneck", "equations", "translation", "d2l", "steering", "exercises"]
+
+
+def test_every_tutorial_is_on_the_site_with_its_outputs():
+    sources = sorted(p.stem for p in (SITE.parents[1] / "tutorials").glob("*.md"))
+    assert sorted([*TUTORIALS, "index"]) == sources
+    for name in TUTORIALS:
+        page = (SITE / "tutorials" / f"{name}.html").read_text()
+        assert page.count('class="cell_output') >= 2, name
+        assert "highlight-ipythontb" not in page, name  # no cell showed an error
+
+
 def test_the_tutorials_show_what_their_build_computed():
     bottleneck = (SITE / "tutorials" / "bottleneck.html").read_text()
     equations = (SITE / "tutorials" / "equations.html").read_text()
-    for page in (bottleneck, equations):
+    translation = (SITE / "tutorials" / "translation.html").read_text()
+    for page in (bottleneck, equations, translation):
         assert page.count('class="cell_output') >= 3
         assert len(re.findall(r"<img[^>]+src=\"\.\./_images/[0-9a-f]{64}\.png\"", page)) >= 2
-        assert "Traceback" not in page
+        assert "highlight-ipythontb" not in page
     assert "0.430" in equations and "0.783" in equations  # the worked example, as computed
     assert "length 10" in bottleneck
-    assert 'class="alignmt-offline"' in bottleneck  # the explorer, in its offline form
+    assert "BLEU lc signature" in translation  # sacreBLEU's, as the run printed it
+    for page in (bottleneck, translation):  # the explorer, in its offline form
+        assert 'class="alignmt-offline"' in page
 
 
 def test_the_python_api_page_has_every_public_name():

@@ -99,6 +99,23 @@ def test_evaluate_scores_a_test_set_and_the_attention_against_gold_links(toy_run
     assert run.evaluate(src, ref, gold=shifted).alignment.aer > 0.5
 
 
+def test_evaluate_searches_with_the_beam_and_coverage_penalty_asked(toy_run, monkeypatch):
+    run = alignmt.load(toy_run)
+    searched = []
+    from_checkpoint = notebook.Translator.from_checkpoint
+
+    def spy(ckpt, search=None, **kwargs):
+        searched.append(search)
+        return from_checkpoint(ckpt, search, **kwargs)
+
+    monkeypatch.setattr(notebook.Translator, "from_checkpoint", spy)
+    run.evaluate(["the big dog"], ["der große hund ."], beam=3, coverage_penalty=0.4)
+    run.evaluate(["the big dog"], ["der große hund ."], coverage_penalty=0.2)
+    asked = [(s.beam_size, s.coverage_penalty) for s in searched[-2:]]
+    assert asked == [(3, 0.4), (run.config.search.beam_size, 0.2)]
+    assert run.translator.search.coverage_penalty == run.config.search.coverage_penalty == 0.0
+
+
 def test_evaluate_refuses_a_test_set_whose_sides_differ(toy_run):
     with pytest.raises(ValueError, match="src has 2 sentences but ref has 1"):
         alignmt.load(toy_run).evaluate(["a dog", "a cat"], ["ein hund ."])

@@ -71,6 +71,7 @@ class Run:
         *,
         gold: str | Path | None = None,
         beam: int | None = None,
+        coverage_penalty: float | None = None,
         batch_size: int = 64,
     ) -> Report:
         """Score the translations of a test set: BLEU and chrF (sacreBLEU), lowercased BLEU
@@ -81,11 +82,18 @@ class Run:
             src, ref: the test set, as files or lists of sentences; None: the run's
                 `data.test`.
             beam: the beam for this evaluation; None: the run's `search.beam_size`.
+            coverage_penalty: GNMT's β for this evaluation (Wu et al. 2016: a beam's
+                finished outputs that left source words unattended rank lower); None: the
+                run's `search.coverage_penalty`.
         """
         sources, references = self._test_set(src, ref)
         translator = self.translator
-        if beam is not None:
-            search = replace(self.config.search, beam_size=beam)
+        if beam is not None or coverage_penalty is not None:
+            search = self.config.search
+            if beam is not None:
+                search = replace(search, beam_size=beam)
+            if coverage_penalty is not None:
+                search = replace(search, coverage_penalty=coverage_penalty)
             translator = Translator.from_checkpoint(self.checkpoint, search=search)
         name = self.run_dir.name
         lang = self.config.data.src_lang
