@@ -39,6 +39,8 @@ nb_execution_timeout = 600
 nb_execution_in_temp = True  # the run folders a tutorial trains go to a temporary folder
 nb_execution_raise_on_error = True
 nb_execution_show_tb = True
+# what a cell writes to stderr (notices of unknown words, progress) stays off the pages
+nb_output_stderr = "remove"
 # A widget's saved state would need require.js and the widget manager from a CDN; its
 # offline form (HTML) is shown instead.
 nb_ipywidgets_js = {}
