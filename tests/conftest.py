@@ -254,6 +254,13 @@ def vanilla_twin(run: Path, folder: Path) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def vanilla_run(toy_run, tmp_path_factory) -> Path:
+    """`toy_run` without attention (untrained): the vanilla model the server and explorer
+    tests serve beside it."""
+    return vanilla_twin(toy_run, tmp_path_factory.mktemp("vanilla") / "vanilla")
+
+
 class Killed(Exception):
     """Stands in for the signal that kills a run."""
 

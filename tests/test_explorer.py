@@ -21,7 +21,6 @@ from alignmt.cli import main
 from alignmt.serve.app import create_app
 from alignmt.serve.page import precompute, self_contained
 from alignmt.serve.registry import load_models
-from tests.conftest import vanilla_twin
 
 SENTENCE = "the big dog sleeps now"
 OTHER = "a small cat runs"
@@ -31,11 +30,6 @@ OTHER = "a small cat runs"
 def snapshot_run(toy_run) -> Path:
     """The toy corpus model, which keeps its weights every 100 of its 300 steps."""
     return toy_run
-
-
-@pytest.fixture(scope="module")
-def vanilla_run(snapshot_run, tmp_path_factory) -> Path:
-    return vanilla_twin(snapshot_run, tmp_path_factory.mktemp("vanilla") / "vanilla")
 
 
 @pytest.fixture(scope="module")

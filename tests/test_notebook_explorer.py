@@ -7,7 +7,6 @@ from __future__ import annotations
 import html
 import json
 import re
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -16,15 +15,9 @@ import alignmt
 from alignmt.serve.app import create_app
 from alignmt.serve.page import STATIC
 from alignmt.serve.registry import load_models
-from tests.conftest import vanilla_twin
 
 SENTENCE = "the big dog sleeps now"
 OTHER = "a small cat runs"
-
-
-@pytest.fixture(scope="module")
-def vanilla_run(toy_run, tmp_path_factory) -> Path:
-    return vanilla_twin(toy_run, tmp_path_factory.mktemp("vanilla") / "vanilla")
 
 
 @pytest.fixture(scope="module")

@@ -24,15 +24,10 @@ from alignmt.serve.app import create_app
 from alignmt.serve.limits import Limits, RequestError
 from alignmt.serve.registry import load_models
 from alignmt.serve.schemas import StepRequest, TranslateRequest
-from tests.conftest import SHARED, needs_shared_data, vanilla_twin
+from tests.conftest import SHARED, needs_shared_data
 
 SENTENCE = "the big dog sleeps now"
 LIMITS = Limits(max_sentences=8, max_source_tokens=12, max_beam=6, max_top_k=10)
-
-
-@pytest.fixture(scope="module")
-def vanilla_run(toy_run, tmp_path_factory):
-    return vanilla_twin(toy_run, tmp_path_factory.mktemp("served") / "vanilla")
 
 
 @pytest.fixture(scope="module")
