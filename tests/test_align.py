@@ -24,7 +24,14 @@ from alignmt.decoding.translator import Translator
 from alignmt.model.batch import make_batch
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.corpus import CorpusError, read_lines
-from alignmt.text.links import Words, eflomal_links, parse_pharaoh, read_alignments, sentence_words
+from alignmt.text.links import (
+    GOLD_FORMATS,
+    Words,
+    eflomal_links,
+    parse_pharaoh,
+    read_alignments,
+    sentence_words,
+)
 from alignmt.text.tasks import ALPHABET, eval_set
 from alignmt.text.tokenize import MosesTokenizer, SentencePieceTokenizer
 from alignmt.text.vocab import Vocab
@@ -74,6 +81,47 @@ def test_pharaoh_links_are_sure_with_a_dash_and_possible_with_a_question_mark_or
     assert sure == {(0, 0), (3, 1)}
     assert possible == {(0, 0), (3, 1), (1, 2), (2, 1)}
     assert parse_pharaoh("", where="x:1") == (set(), set())
+
+
+def test_talp_files_count_words_from_one_and_read_as_the_same_pharaoh_links(tmp_path):
+    pharaoh, talp = tmp_path / "gold.pharaoh", tmp_path / "gold.talp"
+    pharaoh.write_text("0-0 1?1 2p2\n\n1-0 0p1\n")
+    talp.write_text("1-1 2p2 3p3\n\n2-1 1p2\n")
+    lengths = [(3, 3), (1, 1), (2, 2)]
+    assert read_alignments(talp, lengths=lengths, gold_format="talp") == read_alignments(
+        pharaoh, lengths=lengths
+    )
+    # Och & Ney's AER from sure and possible links, by hand: A = {0-0, 1-1, 2-0}, S = {0-0},
+    # P = S + {1-1, 2-2}: precision |A&P|/|A| = 2/3, recall |A&S|/|S| = 1,
+    # AER = 1 - (|A&S| + |A&P|) / (|A| + |S|) = 1 - 3/4
+    sures, possibles = read_alignments(talp, gold_format="talp")
+    score = alignment_error_rate(
+        [{(0, 0), (1, 1), (2, 0)}, set(), set()],
+        sures[:1] + [set()] * 2,
+        possibles[:1] + [set()] * 2,
+    )
+    assert (score.precision, score.recall, score.aer) == pytest.approx((2 / 3, 1.0, 0.25))
+
+
+def test_the_command_offers_the_gold_formats_the_reader_knows():
+    from alignmt.cli.parser import build_parser
+
+    args = build_parser().parse_args(["evaluate", "run", "--gold-format", "talp"])
+    assert args.gold_format == "talp"
+    for name in GOLD_FORMATS:
+        assert build_parser().parse_args(["evaluate", "r", "--gold-format", name]).gold_format
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["evaluate", "run", "--gold-format", "moses"])
+
+
+def test_a_talp_file_with_an_index_0_or_a_link_past_its_pair_is_refused_by_line(tmp_path):
+    talp = tmp_path / "gold.talp"
+    talp.write_text("1-1\n0-1 1-1\n")
+    with pytest.raises(CorpusError, match=r"gold.talp:2: '0-1' has an index 0, but talp files"):
+        read_alignments(talp, gold_format="talp")
+    talp.write_text("1-1\n2-3\n")
+    with pytest.raises(CorpusError, match=r"gold.talp:2: link '2-3' lies outside .* 2 source"):
+        read_alignments(talp, lengths=[(1, 1), (2, 2)], gold_format="talp")
 
 
 @pytest.mark.parametrize(
@@ -286,6 +334,17 @@ def test_evaluate_prints_precision_recall_and_aer_against_gold_links(toy_run, tm
         round(100 * x, 1) for x in (expected.precision, expected.recall, expected.aer)
     )
     assert "BLEU" not in printed
+
+    # the same links counted from 1 ("talp"), read with --gold-format talp: the same scores
+    talp = tmp_path / "gold.talp"
+    talp.write_text("1-1 2-2 3-3 4-4\n1-1 2-2 3-3 3p4\n\n1-1 2-2\n")
+    argv[-1] = str(talp)
+    assert main([*argv, "--gold-format", "talp"]) == 0
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if line.startswith(f"| {talp} |"))
+    assert [cell.strip() for cell in row.strip("|").split("|")][1:] == cells[1:]
+    assert main(argv) == 2  # read as Pharaoh, its last word's links fall past the pairs
+    assert "gold.talp:1: link '4-4' lies outside" in capsys.readouterr().err
 
 
 def test_evaluate_names_the_gold_file_line_and_both_line_counts(toy_run, tmp_path, capsys):

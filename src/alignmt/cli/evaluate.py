@@ -102,7 +102,10 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
         lengths = [(len(s.words), len(r.words)) for s, r in zip(sources, references, strict=True)]
         pairs_from = f"{args.src} + {args.ref}" if args.src else ckpt.config.data.test
         golds[args.gold_alignments] = read_alignments(
-            args.gold_alignments, lengths=lengths, pairs_from=pairs_from
+            args.gold_alignments,
+            lengths=lengths,
+            pairs_from=pairs_from,
+            gold_format=args.gold_format,
         )
     if args.reference_aligner:
         start = time.perf_counter()

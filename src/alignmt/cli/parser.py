@@ -180,7 +180,13 @@ def _evaluate(commands: Commands) -> None:
         "--gold-alignments",
         metavar="FILE",
         help="instead of BLEU, score the attention's teacher-forced argmax links against these "
-        "(Pharaoh: i-j sure, i?j possible; word indices as the model tokenizes)",
+        "(i-j sure, i?j or ipj possible; word indices as the model tokenizes)",
+    )
+    evaluate.add_argument(
+        "--gold-format",
+        choices=["pharaoh", "talp"],  # text.links.GOLD_FORMATS, not imported: --help stays light
+        default="pharaoh",
+        help="how --gold-alignments counts words: pharaoh from 0, talp from 1 (default: pharaoh)",
     )
     evaluate.add_argument(
         "--reference-aligner",

@@ -70,17 +70,19 @@ class Run:
         ref: str | Path | Sequence[str] | None = None,
         *,
         gold: str | Path | None = None,
+        gold_format: str = "pharaoh",
         beam: int | None = None,
         coverage_penalty: float | None = None,
         batch_size: int = 64,
     ) -> Report:
         """Score the translations of a test set: BLEU and chrF (sacreBLEU), lowercased BLEU
-        by source length, over- and under-translation, and with `gold` (a Pharaoh file of
-        the test pairs' word links) the attention's precision, recall and AER.
+        by source length, over- and under-translation, and with `gold` (a file of the test
+        pairs' sure and possible word links) the attention's precision, recall and AER.
 
         Args:
             src, ref: the test set, as files or lists of sentences; None: the run's
                 `data.test`.
+            gold_format: how `gold` counts words: "pharaoh" from 0, "talp" from 1.
             beam: the beam for this evaluation; None: the run's `search.beam_size`.
             coverage_penalty: GNMT's β for this evaluation (Wu et al. 2016: a beam's
                 finished outputs that left source words unattended rank lower); None: the
@@ -105,7 +107,7 @@ class Run:
             words = [sentence_words(translator.src_tokenizer, line) for line in sources]
             refs = [sentence_words(translator.tgt_tokenizer, line) for line in references]
             lengths = [(len(s.words), len(r.words)) for s, r in zip(words, refs, strict=True)]
-            sures, possibles = read_alignments(gold, lengths=lengths)
+            sures, possibles = read_alignments(gold, lengths=lengths, gold_format=gold_format)
             hyps = word_links(translator, words, refs, batch_size=batch_size)
             alignment = alignment_error_rate(hyps, sures, possibles)
         return Report(evaluation, coverage_rates(best), alignment)

@@ -26,26 +26,32 @@ from alignmt.text.tokenize import SPACE, SentencePieceTokenizer, Tokenizer
 Link = tuple[int, int]  # (source index i, target index j), 0-based, Pharaoh order "i-j"
 
 
-# --- Reading Pharaoh files ----------------------------------------------------------------
+# --- Reading gold links --------------------------------------------------------------------
 
+# Where gold sets count words from: Pharaoh files from 0; the "talp" sets (Och & Ney 2003's
+# English-French, and others written like them: `1-1 2p3`) from 1.
+GOLD_FORMATS = {"pharaoh": 0, "talp": 1}
 _LINK = re.compile(r"([0-9]+)([-?p])([0-9]+)")
 _NEGATIVE = re.compile(r"(?:^|[-?p])-[0-9]")
 
 
 def parse_pharaoh(
-    line: str, *, where: str, lengths: tuple[int, int] | None = None
+    line: str, *, where: str, lengths: tuple[int, int] | None = None, gold_format: str = "pharaoh"
 ) -> tuple[set[Link], set[Link]]:
-    """The links of one line of Pharaoh format: `i-j` is sure, `i?j` and `ipj` possible.
+    """The links of one line: `i-j` is sure, `i?j` and `ipj` possible, counted from 0
+    (Pharaoh) or from 1 (`gold_format="talp"`); returned 0-based.
 
     Args:
-        line: space-separated links, source index first, 0-based; may be empty.
+        line: space-separated links, source index first; may be empty.
         where: "file:LINE", for messages.
         lengths: (source, target) words of the sentence pair, to check the indices against;
             None: not checked.
+        gold_format: "pharaoh" or "talp" (see GOLD_FORMATS).
 
     Returns:
         (sure, possible), possible including every sure link.
     """
+    first = GOLD_FORMATS[gold_format]
     sure: set[Link] = set()
     possible: set[Link] = set()
     for text in line.split():
@@ -54,9 +60,14 @@ def parse_pharaoh(
             problem = "a negative index" if _NEGATIVE.search(text) else "not a link"
             raise CorpusError(
                 f"{where}: {text!r} is {problem}; expected i-j (sure) or i?j / ipj "
-                "(possible), 0-based source and target word indices"
+                f"(possible), {first}-based source and target word indices ({gold_format})"
             )
-        i, j = int(match[1]), int(match[3])
+        i, j = int(match[1]) - first, int(match[3]) - first
+        if i < 0 or j < 0:
+            raise CorpusError(
+                f"{where}: {text!r} has an index 0, but {gold_format} files count words from 1 "
+                "(a file that counts from 0 is pharaoh)"
+            )
         if lengths is not None and not (i < lengths[0] and j < lengths[1]):
             raise CorpusError(
                 f"{where}: link {text!r} lies outside the sentence pair of {lengths[0]} source "
@@ -71,14 +82,16 @@ def read_alignments(
     *,
     lengths: Sequence[tuple[int, int]] | None = None,
     pairs_from: str = "the sentence pairs",
+    gold_format: str = "pharaoh",
 ) -> tuple[list[set[Link]], list[set[Link]]]:
-    """Gold alignments from a Pharaoh file, one line per sentence pair (`.gz` too).
+    """Gold alignments, one line per sentence pair (`.gz` too), read 0-based.
 
     Args:
         path: the file.
         lengths: (source, target) words of each sentence pair: the file must have a line per
             pair and every link must fall inside its pair. None: neither is checked.
         pairs_from: where the sentence pairs came from (e.g. "t.en + t.de"), for messages.
+        gold_format: "pharaoh" (0-based) or "talp" (1-based).
 
     Returns:
         (sures, possibles), one set per line, each possible set including the sure links.
@@ -92,7 +105,8 @@ def read_alignments(
     sures, possibles = [], []
     for n, line in enumerate(lines):
         pair = None if lengths is None else lengths[n]
-        sure, possible = parse_pharaoh(line, where=f"{path}:{n + 1}", lengths=pair)
+        where = f"{path}:{n + 1}"
+        sure, possible = parse_pharaoh(line, where=where, lengths=pair, gold_format=gold_format)
         sures.append(sure)
         possibles.append(possible)
     return sures, possibles
