@@ -145,6 +145,10 @@ def test_translate_alignment_prints_the_apis_pharaoh_pairs_after_a_tab(
         assert (text, alignment) == (t.text, t.alignment)
         pairs = [tuple(map(int, pair.split("-"))) for pair in alignment.split()]
         assert [i for _, i in pairs] == list(range(len(t.tokens) - 1))  # every word but </s>
+    # the toy corpus's Moses tokens are words: --alignment words prints the same pairs
+    monkeypatch.setattr("sys.stdin", stdin("a dog runs\n\nthe big cat sleeps\n"))
+    assert main(["translate", str(toy_run), "--beam", "1", "--alignment", "words"]) == 0
+    assert [line.split("\t") for line in capsys.readouterr().out.split("\n")[:-1]] == lines
 
 
 def test_serve_has_a_flag_for_every_limit(capsys):

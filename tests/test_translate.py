@@ -7,7 +7,8 @@ import torch
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.rules import length_penalty
 from alignmt.decoding.translator import Translator
-from alignmt.decoding.words import hard_alignment, replace_unknown
+from alignmt.decoding.words import hard_alignment, replace_unknown, word_alignment
+from alignmt.text.tokenize import MosesTokenizer, SentencePieceTokenizer
 from tests.conftest import LEXICON
 
 
@@ -90,6 +91,25 @@ def test_hard_alignment_is_each_words_most_attended_source_word_in_pharaoh_order
     # real source word even where </s> holds the most weight
     assert hard_alignment(attention, ["x", "y", "z"]) == "1-0 0-1 1-2"
     assert hard_alignment(attention[:1], ["</s>"]) == ""
+
+
+def test_word_alignment_links_the_words_whose_pieces_are_linked():
+    spm = SentencePieceTokenizer.__new__(SentencePieceTokenizer)  # only its kind is read
+    moses = MosesTokenizer(lang="en")
+    # source pieces "▁a b ▁c </s>" are the words "ab c"; output "▁x ▁y z </s>" is "x yz"
+    attention = torch.tensor(
+        [
+            [0.1, 0.7, 0.1, 0.1],  # ▁x  <- b  (word 0)
+            [0.1, 0.1, 0.7, 0.1],  # ▁y  <- ▁c (word 1)
+            [0.7, 0.1, 0.1, 0.1],  # z   <- ▁a (word 0)
+            [0.1, 0.1, 0.1, 0.7],  # </s>
+        ]
+    )
+    src, out = ["▁a", "b", "▁c", "</s>"], ["▁x", "▁y", "z", "</s>"]
+    assert hard_alignment(attention, out) == "1-0 2-1 0-2"
+    assert word_alignment(attention, src, out, (spm, spm)) == "0-0 0-1 1-1"
+    # where tokens are words, word and token alignments are one
+    assert word_alignment(attention, src, out, (moses, moses)) == "1-0 2-1 0-2"
 
 
 def test_a_bfloat16_translator_decodes_on_the_cpu_much_as_a_float32_one(toy_run):

@@ -112,8 +112,12 @@ def _translate(commands: Commands) -> None:
     )
     translate.add_argument(
         "--alignment",
-        action="store_true",
-        help="after each hypothesis, a tab and its hard alignment (Pharaoh source-output pairs)",
+        nargs="?",
+        const="tokens",
+        choices=["tokens", "words"],
+        help="after each hypothesis, a tab and its hard alignment (Pharaoh source-output "
+        "pairs) between tokens, or with `--alignment words` between words: a subword model's "
+        "pieces joined into the words they make",
     )
     sample = translate.add_argument_group(
         "sampling", "draw each output token from the model instead of searching"

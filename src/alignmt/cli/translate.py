@@ -5,15 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
+from alignmt.decoding.words import word_alignment
 from alignmt.text.corpus import input_lines
 
 if TYPE_CHECKING:
     from alignmt.config import SearchConfig
     from alignmt.decoding.flax_translator import FlaxTranslator
     from alignmt.decoding.translator import Translation, Translator
+    from alignmt.text.tokenize import Tokenizer
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,17 +41,33 @@ def run(args: argparse.Namespace) -> int:
     # Input is read as UTF-8 whatever the locale, so output is written as UTF-8 too: in an
     # ASCII or cp1252 locale the first line it could not hold would end the output there.
     sys.stdout.reconfigure(encoding="utf-8")
+    tokenizers = (translator.src_tokenizer, translator.tgt_tokenizer)
+    align = partial(alignment_of, mode=args.alignment, tokenizers=tokenizers)
     for hyps in results:
         if args.jsonl:
-            print(json.dumps([as_json(h, args.alignment) for h in hyps], ensure_ascii=False))
+            print(json.dumps([as_json(h, align) for h in hyps], ensure_ascii=False))
         elif args.alignment:
-            print("\t".join(f"{h.text}\t{h.alignment or ''}" for h in hyps))
+            print("\t".join(f"{h.text}\t{align(h) or ''}" for h in hyps))
         else:
             print("\t".join(h.text for h in hyps))
     return 0
 
 
-def as_json(translation: Translation, alignment: bool) -> dict:
+def alignment_of(
+    translation: Translation, mode: str | None, tokenizers: tuple[Tokenizer, Tokenizer]
+) -> str | None:
+    """The hypothesis's hard alignment between tokens or words (`mode`); None where the
+    model has no attention, or none was asked for."""
+    if mode is None or translation.attention is None:
+        return None
+    if mode == "words":
+        return word_alignment(
+            translation.attention, translation.src_tokens, translation.tokens, tokenizers
+        )
+    return translation.alignment
+
+
+def as_json(translation: Translation, align: Callable[[Translation], str | None]) -> dict:
     """One hypothesis of a --jsonl line: its text, its tokens with each one's probability
     (word-level confidence), its summed log-probability and, if asked, its alignment."""
     out = {
@@ -56,7 +76,8 @@ def as_json(translation: Translation, alignment: bool) -> dict:
         "probabilities": [round(p, 5) for p in translation.probabilities],
         "score": round(translation.score, 5),
     }
-    return out | ({"alignment": translation.alignment} if alignment else {})
+    alignment = align(translation)
+    return out | ({"alignment": alignment} if alignment is not None else {})
 
 
 def sampling_for(args: argparse.Namespace) -> dict:

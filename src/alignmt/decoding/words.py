@@ -1,5 +1,6 @@
 """What both translators (PyTorch's and Flax's) make of a search's output in words, on plain
-arrays: the hard alignment, <unk> replacement, and the warning about unknown source words."""
+arrays: the hard alignment (of tokens, or of words), <unk> replacement, and the warning
+about unknown source words."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from alignmt.text.links import token_words
+from alignmt.text.tokenize import Tokenizer
 from alignmt.text.vocab import EOS, UNK, Vocab
 
 log = logging.getLogger(__name__)
@@ -30,6 +33,33 @@ def hard_alignment(attention: np.typing.ArrayLike, tokens: Sequence[str]) -> str
         return ""
     best = attention[:rows, :-1].argmax(axis=-1).tolist()  # (rows,)
     return " ".join(f"{j}-{i}" for i, j in enumerate(best))
+
+
+def word_alignment(
+    attention: np.typing.ArrayLike,
+    src_tokens: Sequence[str],
+    tokens: Sequence[str],
+    tokenizers: tuple[Tokenizer, Tokenizer],
+) -> str:
+    """`hard_alignment` between words instead of tokens: each side's subword pieces are
+    grouped into words (`text.links.token_words`) and two words are linked if any of their
+    pieces are, each link once, in the order of the output words. For tokenizers whose
+    tokens are words it is `hard_alignment` itself.
+
+    Args:
+        attention: (len(tokens), T_src) weights, T_src including the source's </s>.
+        src_tokens: the source tokens (a </s> among them is left out).
+        tokens: the output tokens.
+        tokenizers: (source, target) tokenizers, which cut the tokens.
+    """
+    token_links = hard_alignment(attention, tokens)
+    src_words = token_words(tokenizers[0], [t for t in src_tokens if t != EOS]).word_of
+    out_words = token_words(tokenizers[1], [t for t in tokens if t != EOS]).word_of
+    links = {
+        (out_words[int(i)], src_words[int(j)])
+        for j, i in (link.split("-") for link in token_links.split())
+    }
+    return " ".join(f"{j}-{i}" for i, j in sorted(links))
 
 
 def replace_unknown(

@@ -127,7 +127,12 @@ class Words:
 def sentence_words(tokenizer: Tokenizer, line: str) -> Words:
     """Cut `line` as `tokenizer` does and group its tokens into words (see the module
     docstring); a blank line has none."""
-    tokens = tokenizer.encode(line) if line.strip() else []
+    return token_words(tokenizer, tokenizer.encode(line) if line.strip() else [])
+
+
+def token_words(tokenizer: Tokenizer, tokens: list[str]) -> Words:
+    """`tokens`, cut by `tokenizer`, grouped into words: a SentencePiece model's pieces from
+    one that starts a word to the next; any other tokenizer's tokens are its words."""
     if not isinstance(tokenizer, SentencePieceTokenizer):
         return Words(tokens, tokens, list(range(len(tokens))))
     words: list[str] = []
