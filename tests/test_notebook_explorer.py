@@ -65,6 +65,9 @@ def test_the_kernel_answers_the_widget_as_the_http_api_answers(toy_run, vanilla_
         refused = api.post(f"/v1/{what}", json=body).json()["error"]["message"]
         assert "answer" not in reply and reply["error"].endswith(refused.split(": ")[-1])
     assert "not 'train'" in ask(widget, "train")["error"]
+    # a fault behind a question still gets an answer, so the widget never waits forever
+    widget._models["run"] = None
+    assert ask(widget, "step", sentence=SENTENCE)["error"].startswith("AttributeError")
 
 
 def test_the_widget_is_the_explorers_module_and_holds_its_answers_for_no_kernel(toy_run, api):

@@ -14,6 +14,7 @@ HTML) shows the output's other form, the offline page with the same answers.
 from __future__ import annotations
 
 import html
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,8 @@ import traitlets
 from alignmt.serve import page
 from alignmt.serve.limits import Limits
 from alignmt.serve.registry import ServedModel
+
+log = logging.getLogger(__name__)
 
 
 class Explorer(anywidget.AnyWidget):
@@ -98,8 +101,11 @@ class Explorer(anywidget.AnyWidget):
             reply["answer"] = page.answer(
                 self._models, self._limits, content.get("what", ""), content.get("body", {})
             )
-        except ValueError as error:
+        except ValueError as error:  # a question the server would refuse: its message
             reply["error"] = str(error)
+        except Exception as error:  # a fault of ours: the widget still hears, the log keeps it
+            log.exception("the explorer's question %r failed", content.get("what"))
+            reply["error"] = f"{type(error).__name__}: {error}"
         self.send(reply)
 
     def offline_page(self) -> str:
