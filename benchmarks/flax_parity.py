@@ -17,13 +17,13 @@ import logging
 import time
 from dataclasses import replace
 
+from alignmt.analysis.evaluation import read_test_set
 from alignmt.checkpoint.flax_io import load_flax
 from alignmt.checkpoint.format import load_header
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.flax_translator import FlaxTranslator
 from alignmt.decoding.translator import Translator
 from alignmt.text.corpus import read_lines
-from alignmt.text.split import read_split
 
 
 def main() -> None:
@@ -38,15 +38,7 @@ def main() -> None:
     if args.src:
         lines, where = read_lines(args.src), args.src
     else:
-        data = cfg.data
-        pairs = read_split(
-            data.test,
-            src_lang=data.src_lang,
-            tgt_lang=data.tgt_lang,
-            swap=data.tsv_swap,
-            what="data.test",
-        )
-        lines, where = [p.src for p in pairs], data.test
+        lines, where = read_test_set(cfg.data, args.run_dir, "--src")[0], cfg.data.test
     torch_ckpt, flax_ckpt = load_checkpoint(args.run_dir), load_flax(args.run_dir)
     print(f"{args.run_dir}: {len(lines)} sentences of {where}\n")
     print("| search | identical | PyTorch s | Flax s (compilation included) |")
