@@ -23,7 +23,7 @@ ARCHITECTURES = [
     dict(rnn=rnn, bidirectional=bi, layers=layers, attention=attention, order=order)
     for rnn, bi, layers in itertools.product(["gru", "lstm"], [True, False], [1, 2])
     for attention, order in [(a, "bahdanau") for a in ATTENTIONS]
-    + [("general", "luong"), ("dot", "luong"), ("none", "bahdanau")]
+    + [("general", "luong"), ("dot", "luong"), ("additive", "cgru"), ("none", "bahdanau")]
 ] + [  # the vanilla decoder that sees the source only through s_0 (Sutskever et al. 2014)
     dict(
         rnn=rnn,
@@ -232,12 +232,18 @@ def toy_run(tmp_path_factory) -> Path:
 def vanilla_twin(run: Path, folder: Path) -> Path:
     """An untrained model without attention on `run`'s vocabularies and tokenizers, saved as
     the run folder `folder`."""
+    return untrained_twin(run, folder, attention="none")
+
+
+def untrained_twin(run: Path, folder: Path, **model) -> Path:
+    """An untrained model of `run`'s config with the `model` fields changed, on `run`'s
+    vocabularies and tokenizers, saved as the run folder `folder`."""
     from dataclasses import replace
 
     from alignmt.checkpoint.torch_io import load_checkpoint, save_checkpoint
 
     ckpt = load_checkpoint(run)
-    cfg = replace(ckpt.config, model=replace(ckpt.config.model, attention="none"))
+    cfg = replace(ckpt.config, model=replace(ckpt.config.model, **model))
     torch.manual_seed(0)
     model = Seq2Seq.from_config(
         cfg.model, src_vocab=len(ckpt.src_vocab), tgt_vocab=len(ckpt.tgt_vocab)

@@ -217,6 +217,7 @@ MIXED = [
     (dict(rnn="lstm", attention="concat", init="zeros"), 2),
     (dict(attention="dot", readout="maxout"), 9),
     (dict(rnn="lstm", bidirectional=False, layers=2, attention="general", order="luong"), 4),
+    (dict(order="cgru"), 4),
 ]
 
 

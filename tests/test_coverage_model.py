@@ -20,7 +20,7 @@ from tests.test_decoder import numpy, reference_step
 CASES = [
     dict(rnn=rnn, bidirectional=bi, layers=layers, attention=attention, order=order)
     for rnn, bi, layers in [("gru", True, 1), ("lstm", False, 2), ("gru", False, 2)]
-    for attention, order in itertools.product(["additive", "concat"], ["bahdanau", "luong"])
+    for attention, order in itertools.product(["additive", "concat"], ["bahdanau", "luong", "cgru"])
 ]
 
 
@@ -70,7 +70,7 @@ def test_four_coverage_steps_match_the_numpy_reference_in_float64(arch, coverage
 
 
 @pytest.mark.parametrize("coverage", ["sum", "fertility"])
-@pytest.mark.parametrize("order", ["bahdanau", "luong"])
+@pytest.mark.parametrize("order", ["bahdanau", "luong", "cgru"])
 def test_padding_never_changes_a_sentence_teacher_forced(order, coverage):
     arch = dict(rnn="gru", bidirectional=True, layers=1, attention="additive", order=order)
     model = model_for(arch, coverage)
@@ -83,7 +83,7 @@ def test_padding_never_changes_a_sentence_teacher_forced(order, coverage):
         torch.testing.assert_close(out.attention[b, :m, :n], alone.attention[0], rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("order", ["bahdanau", "luong"])
+@pytest.mark.parametrize("order", ["bahdanau", "luong", "cgru"])
 def test_sum_coverage_is_the_attention_summed_over_steps_and_forward_equals_steps(order):
     arch = dict(rnn="lstm", bidirectional=True, layers=1, attention="concat", order=order)
     model = model_for(arch, "sum")
@@ -124,7 +124,7 @@ def test_the_loss_trains_the_coverage_weights(coverage):
         assert grad is not None and grad.abs().sum() > 0, name
 
 
-@pytest.mark.parametrize("order", ["bahdanau", "luong"])
+@pytest.mark.parametrize("order", ["bahdanau", "luong", "cgru"])
 def test_search_carries_coverage_streamed_and_through_the_beam(order):
     arch = dict(rnn="gru", bidirectional=True, layers=1, attention="additive", order=order)
     model = model_for(arch, "fertility", seed=3)

@@ -8,7 +8,12 @@ import torch
 
 from alignmt import reference as ref
 from alignmt.model.cell import StackedCell
-from alignmt.model.decoder import BahdanauDecoder, LuongDecoder, VanillaDecoder
+from alignmt.model.decoder import (
+    BahdanauDecoder,
+    ConditionalDecoder,
+    LuongDecoder,
+    VanillaDecoder,
+)
 from tests.conftest import ARCHITECTURES, arch_id, padded_batch, tiny_model
 from tests.test_attention import reference_scores
 
@@ -82,6 +87,12 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None):
             numpy(decoder.proj.bias),
         )
         return logits, hs, cs, feed, alpha
+    if isinstance(decoder, ConditionalDecoder):
+        (first,) = stack_weights(decoder.rnn)
+        logits, hs, cs, alpha = ref.conditional_step(
+            y, hs, cs, H, mask, score, first, stack_weights(decoder.rnn2), readout_weights(decoder)
+        )
+        return logits, hs, cs, None, alpha
     logits, hs, cs, alpha = ref.bahdanau_step(
         y, hs, cs, H, mask, score, stack_weights(decoder.rnn), readout_weights(decoder)
     )
@@ -95,6 +106,11 @@ CASES = (
         for rnn in ("gru", "lstm")
         for a in ("additive", "none")
         for readout in ("tanh", "maxout")
+    ]
+    + [
+        (dict(rnn=rnn, bidirectional=True, layers=2, attention=a, order="cgru"), "maxout")
+        for rnn in ("gru", "lstm")
+        for a in ("concat", "dot", "general", "scaled_dot")
     ]
     + [
         (
@@ -192,6 +208,8 @@ def test_decoders_are_the_ones_the_config_names():
     assert isinstance(tiny_model(attention="additive").decoder, BahdanauDecoder)
     assert isinstance(tiny_model(attention="general", order="luong").decoder, LuongDecoder)
     assert isinstance(tiny_model(attention="none").decoder, VanillaDecoder)
+    for rnn in ("gru", "lstm"):
+        assert isinstance(tiny_model(rnn=rnn, order="cgru").decoder, ConditionalDecoder)
 
 
 def test_maxout_readout_shrinks_the_vocabulary_projection_to_R_inputs():

@@ -49,9 +49,9 @@ def test_padding_with_zero_attention_adds_nothing_and_no_nan():
     assert torch.isfinite(attention.grad).all()
 
 
-@pytest.mark.parametrize("order", ["bahdanau", "luong"])
+@pytest.mark.parametrize("order", ["bahdanau", "luong", "cgru"])
 def test_the_guided_loss_trains_the_attention_parameters(order):
-    attention = "additive" if order == "bahdanau" else "general"
+    attention = "general" if order == "luong" else "additive"
     model = tiny_model(attention=attention, order=order, dtype=torch.float64).train()
     src, src_len, tgt_in, _ = padded_batch()
     tgt_out = torch.roll(tgt_in, -1, dims=1)

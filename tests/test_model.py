@@ -47,6 +47,7 @@ def test_padding_does_not_change_the_translation(arch):
     [
         dict(rnn="gru", bidirectional=True, layers=1, attention="additive", order="bahdanau"),
         dict(rnn="lstm", bidirectional=False, layers=2, attention="general", order="luong"),
+        dict(rnn="lstm", bidirectional=True, layers=2, attention="concat", order="cgru"),
         dict(rnn="gru", bidirectional=True, layers=1, attention="none", order="bahdanau"),
     ],
     ids=arch_id,

@@ -24,7 +24,7 @@ from alignmt.serve.app import create_app
 from alignmt.serve.limits import Limits, RequestError
 from alignmt.serve.registry import load_models
 from alignmt.serve.schemas import StepRequest, TranslateRequest
-from tests.conftest import SHARED, needs_shared_data
+from tests.conftest import SHARED, needs_shared_data, untrained_twin
 
 SENTENCE = "the big dog sleeps now"
 LIMITS = Limits(max_sentences=8, max_source_tokens=12, max_beam=6, max_top_k=10)
@@ -154,6 +154,28 @@ def test_the_beam_trees_finished_hypotheses_are_translates_nbest(client):
             assert node["parent"] is None or nodes[node["parent"]]["status"] == "live"
         assert {nodes[i]["status"] for i in tree["finished_nodes"]} == {"finished"}
         assert {"live", "pruned", "finished"} <= {n["status"] for n in nodes}
+
+
+def test_a_conditional_gru_model_steps_overrides_and_opens_its_beam(toy_run, tmp_path):
+    """The explorer's routes on the conditional GRU order: what stepping, an override and
+    the beam tree show agree with translate, as for the other orders."""
+    cgru = untrained_twin(toy_run, tmp_path / "cgru", order="cgru", readout="tanh")
+    with TestClient(create_app(load_models([cgru]), LIMITS)) as client:
+        assert client.get("/v1/models").json()["models"][0]["order"] == "cgru"
+        _, translated = post(
+            client, "/v1/translate", {"sentences": ["a cat"], "beam_size": 1, "nbest": 1}
+        )
+        status, stepped = post(client, "/v1/step", {"sentence": "a cat"})
+        assert status == 200
+        assert stepped["tokens"] == translated["translations"][0]["hypotheses"][0]["tokens"]
+        _, moved = post(client, "/v1/step", {"sentence": "a cat", "override": {"0": 1}})
+        assert moved["steps"][0]["attention"] == [0.0, 1.0, 0.0]
+        _, tree = post(client, "/v1/beam", {"sentence": "a cat", "beam_size": 3})
+        _, nbest = post(
+            client, "/v1/translate", {"sentences": ["a cat"], "beam_size": 3, "nbest": 3}
+        )
+        hypotheses = nbest["translations"][0]["hypotheses"]
+        assert [h["tokens"] for h in tree["finished"][:3]] == [h["tokens"] for h in hypotheses]
 
 
 def test_a_vanilla_model_has_no_attention_to_show_or_override(client):

@@ -25,6 +25,7 @@ from alignmt.config_rules import (
     AtLeast,
     AtMost,
     Count,
+    DecayK,
     Needs,
     NonNegative,
     Positive,
@@ -56,7 +57,9 @@ class ModelConfig:
     # attention "none": the fixed context c feeds every step and the output (Cho et al. 2014),
     # or only the initial state s_0 = tanh(W c) (Sutskever et al. 2014; needs init "bridge")
     context: Literal["every_step", "init_only"] = "every_step"
-    order: Literal["bahdanau", "luong"] = "bahdanau"  # query s_{i-1} before the RNN, or s_i after
+    # where the query comes from: s_{i-1} before the RNN (bahdanau), s_i after it (luong), or
+    # s'_i between the conditional GRU's two transitions, after y_{i-1} (cgru, Nematus)
+    order: Literal["bahdanau", "luong", "cgru"] = "bahdanau"
     init: Literal["zeros", "bridge"] = "zeros"  # decoder s_0: zeros, or tanh(W [h_fwd; h_bwd])
     readout: Literal["none", "tanh", "maxout"] = "none"  # layer between [s_i; c_i; y_{i-1}] and V
     readout_dim: Count = 128  # R, units of the readout layer
@@ -173,6 +176,15 @@ class TrainConfig:
     guided_weight: Positive = 0.5  # lambda: the alignment loss's weight beside the translation's
     guided_cost: Literal["ce", "mse"] = "ce"  # cross-entropy or squared error to the links
     guided_half_life: NonNegative = 0  # steps after which lambda has halved; 0: constant
+    # Scheduled sampling (Bengio et al. 2015): each target position reads the true y_{i-1}
+    # with probability eps_i, else the model's own output at the step before; eps_i falls
+    # with the update i: "linear" max(sampling_floor, sampling_k - sampling_slope * i),
+    # "exponential" sampling_k ** i (k < 1), "inverse_sigmoid" k / (k + exp(i / k)) (k >= 1)
+    scheduled_sampling: Literal["none", "linear", "exponential", "inverse_sigmoid"] = "none"
+    sampling_k: Annotated[float, DecayK()] = 1.0  # k: eps_0 (linear), the base, or the scale
+    sampling_slope: Annotated[float, AtLeast(0)] = 1e-4  # c of the linear schedule
+    sampling_floor: Probability = 0.0  # the linear schedule's least eps
+    sampling_pick: Literal["sample", "argmax"] = "sample"  # the model's output: drawn or best
 
 
 @dataclass

@@ -75,6 +75,21 @@ class Needs:
         return f"needs {self.key} {'unset' if self.unset else 'set'} (it is {other!r})"
 
 
+@dataclass(frozen=True)
+class DecayK:
+    """The k of train.scheduled_sampling's schedule: eps_0 <= 1 and eps_i falling."""
+
+    def problem(self, value: Any, cfg: Any) -> str | None:
+        schedule = cfg.train.scheduled_sampling
+        if schedule == "linear" and not 0 < value <= 1:
+            return "must be in (0, 1] for the linear schedule (k is eps at update 0)"
+        if schedule == "exponential" and not 0 < value < 1:
+            return "must be in (0, 1) for the exponential schedule (eps_i = k ** i)"
+        if schedule == "inverse_sigmoid" and value < 1:
+            return "must be at least 1 for the inverse_sigmoid schedule (k / (k + exp(i / k)))"
+        return None
+
+
 Count = Annotated[int, AtLeast(1)]  # a size or a number of things: 0 would mean nothing runs
 NonNegative = Annotated[int, AtLeast(0)]  # a count or interval whose 0 means none, all or off
 Positive = Annotated[float, Above(0)]

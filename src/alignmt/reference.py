@@ -10,6 +10,7 @@ W maps x to W @ x, so a matrix is (out, in). RNN cells follow PyTorch's gate ord
 (GRU: r, z, n; LSTM: i, f, g, o) so that their weights can be compared one to one.
 
 Sources: Bahdanau et al. 2015 (eq. 5-6 and App. A), Luong et al. 2015 (eq. 5-8),
+Sennrich et al. 2017 (the conditional GRU, §2.3),
 Vaswani et al. 2017 (eq. 1), Cho et al. 2014 (the vanilla encoder-decoder), Tu et al. 2016
 (coverage, eq. 9).
 """
@@ -229,6 +230,19 @@ def luong_step(y_emb, hs, cs, feed, H, mask, score: Scorer, layers, W_c, W_o, b_
     c, alpha = attend(score(hs[-1], H), H, mask)
     attentional = np.tanh(W_c @ np.concatenate([c, hs[-1]]))
     return W_o @ attentional + b_o, hs, cs, attentional, alpha
+
+
+def conditional_step(y_emb, hs, cs, H, mask, score: Scorer, first, second, out: ReadoutWeights):
+    """Sennrich et al. 2017, §2.3: s'_i = RNN_1(s_{i-1}, y_{i-1}) in the first layer; query
+    s'_i; c_i = attend; s_i = RNN_2(s'_i, c_i), the layers above reading the layer below;
+    logits from [s_i; c_i; y_{i-1}]. `first` is RNN_1's one layer, `second` RNN_2's and
+    those above. Returns (logits, hs', cs', alpha)."""
+    lstm = cs is not None
+    (h1,), c1 = run_layers(y_emb, hs[:1], cs[:1] if lstm else None, [first])
+    c, alpha = attend(score(h1, H), H, mask)
+    hs, cs = run_layers(c, [h1, *hs[1:]], [*c1, *cs[1:]] if lstm else None, second)
+    logits = readout(np.concatenate([hs[-1], c, y_emb]), out)
+    return logits, hs, cs, alpha
 
 
 def vanilla_step(y_emb, hs, cs, context, layers, out: ReadoutWeights):

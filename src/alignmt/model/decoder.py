@@ -1,7 +1,7 @@
 """Decoders: one step (state, y_{i-1}, memory) -> (state, logits, alpha_i), and the
 teacher-forced unroll over it.
 
-Three decoders share one interface and one recurrence (`cell.StackedCell`):
+Four decoders share one interface and one recurrence (`cell.StackedCell`):
 
 - `BahdanauDecoder` (Bahdanau et al. 2015, §3.1 and App. A.2.2): the
   previous state s_{i-1} queries the encoder, c_i = sum_j alpha_ij h_j,
@@ -10,6 +10,10 @@ Three decoders share one interface and one recurrence (`cell.StackedCell`):
 - `LuongDecoder` (Luong et al. 2015, §3 and §3.3): the RNN runs first,
   s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]) (input feeding); then s_i queries the encoder and
   the attentional vector h~_i = tanh(W_c [c_i; s_i]) is projected to the vocabulary.
+- `ConditionalDecoder`, the conditional GRU of Nematus and Marian (Sennrich et al. 2017,
+  §2.3): a first transition reads y_{i-1}, s'_i = RNN_1(s_{i-1}, y_{i-1}); s'_i queries the
+  encoder; a second transition reads the context, s_i = RNN_2(s'_i, c_i); the output reads
+  [s_i; c_i; y_{i-1}] as Bahdanau's does. The query has seen y_{i-1}, Bahdanau's s_{i-1} has not.
 - `VanillaDecoder` (Cho et al. 2014, the baseline): no attention; the final encoder state c
   is a fixed context fed at every step, s_i = RNN(s_{i-1}, [y_{i-1}; c]), output from
   [s_i; c; y_{i-1}]. Or, as in Sutskever et al. (2014), c reaches the decoder only through
@@ -70,6 +74,24 @@ class Unrolled(NamedTuple):
     state: DecoderState  # after the last step
 
 
+class Sampling(NamedTuple):
+    """Scheduled sampling (Bengio et al. 2015): what a training unroll feeds back."""
+
+    teacher: float  # eps_i: the probability that a position reads the true y_{i-1}
+    pick: str  # the model's own y_{i-1}: "sample" from its distribution, or its "argmax"
+
+    def mix(self, gold: Tensor, logits: Tensor) -> Tensor:
+        """(B,) the next inputs: per row, `gold` (B,) with probability eps, else the
+        model's own token from `logits` (B, V) of the step before (no gradient flows
+        through the choice, as in the paper)."""
+        if self.pick == "argmax":
+            own = logits.argmax(-1)
+        else:
+            own = torch.multinomial(logits.float().softmax(-1), 1).squeeze(1)
+        keep = torch.rand(gold.shape, device=gold.device) < self.teacher
+        return torch.where(keep, gold, own)
+
+
 class Readout(nn.Module):
     """The output layer over [s_i; c_i; y_{i-1}] (Bahdanau et al. 2015, App. A.2.2).
 
@@ -119,9 +141,11 @@ class Decoder(nn.Module):
         dropout: float = 0.0,
         pad_id: int = 0,
         extra_dim: int | None = None,
+        rnn_layers: int | None = None,
     ) -> None:
         """`extra_dim` is the size of x_i in the RNN input [y_{i-1}; x_i]: the context
-        (enc_dim) unless a subclass feeds something else, or 0 for no x_i."""
+        (enc_dim) unless a subclass feeds something else, or 0 for no x_i. `rnn_layers` is
+        the depth of `self.rnn` where it is not the whole stack of `layers`."""
         super().__init__()
         self.vocab_size, self.emb_dim, self.enc_dim = vocab_size, emb_dim, enc_dim
         self.hidden, self.layers = hidden, layers
@@ -132,7 +156,7 @@ class Decoder(nn.Module):
             emb_dim=emb_dim,
             extra_dim=enc_dim if extra_dim is None else extra_dim,
             hidden=hidden,
-            layers=layers,
+            layers=layers if rnn_layers is None else rnn_layers,
             dropout=dropout,
         )
         # Bahdanau et al. (2015, App. A.2.2) start from s_0 = tanh(W_s h_1^<-), the backward
@@ -168,8 +192,18 @@ class Decoder(nn.Module):
         unrolled = self.unroll(tgt_in, state, memory)
         return DecoderOutput(self.projection(unrolled.features), *unrolled[1:])
 
-    def unroll(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> Unrolled:
-        """`forward` up to the vocabulary projection: its input (B, T_tgt, R), not logits."""
+    def unroll(
+        self,
+        tgt_in: Tensor,
+        state: DecoderState,
+        memory: Memory,
+        sampling: Sampling | None = None,
+    ) -> Unrolled:
+        """`forward` up to the vocabulary projection: its input (B, T_tgt, R), not logits.
+        With `sampling`, each position after the first reads y_{i-1} from tgt_in or the
+        model's own output before it (scheduled sampling)."""
+        if sampling is not None:
+            return self._unroll_sampled(tgt_in, state, memory, sampling)
         emb = self.dropout(self.embed(tgt_in))  # (B, T_tgt, E)
         gates = self._input_gates(emb, memory)  # (B, T_tgt, G)
         features, weights = [], []
@@ -182,6 +216,26 @@ class Decoder(nn.Module):
         features = self._features(torch.stack(features, dim=1), emb, memory)  # (B, T_tgt, R)
         attention = None if weights[0] is None else torch.stack(weights, dim=1)
         return Unrolled(features, attention, state)
+
+    def _unroll_sampled(
+        self, tgt_in: Tensor, state: DecoderState, memory: Memory, sampling: Sampling
+    ) -> Unrolled:
+        """`unroll` one step at a time, each step's input chosen after the step before: the
+        input gates and output features of teacher forcing, computed per step."""
+        prev = tgt_in[:, 0]  # (B,) <s>
+        features, weights = [], []
+        for t in range(tgt_in.size(1)):
+            emb = self.dropout(self.embed(prev)).unsqueeze(1)  # (B, 1, E)
+            gates = self._input_gates(emb, memory)[:, 0]
+            state, feature, alpha = self._advance(gates, state, memory)
+            features.append(self._features(feature.unsqueeze(1), emb, memory))  # (B, 1, R)
+            weights.append(alpha)
+            if t + 1 < tgt_in.size(1):
+                with torch.no_grad():
+                    logits = self.projection(features[-1][:, 0])  # (B, V)
+                prev = sampling.mix(tgt_in[:, t + 1], logits)
+        attention = None if weights[0] is None else torch.stack(weights, dim=1)
+        return Unrolled(torch.cat(features, dim=1), attention, state)
 
     def step(
         self, prev: Tensor, state: DecoderState, memory: Memory
@@ -345,6 +399,63 @@ class LuongDecoder(AttentionDecoder):
 
     def _features(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
         return self.dropout(features)
+
+
+class ConditionalDecoder(AttentionDecoder):
+    """s'_i = RNN_1(s_{i-1}, y_{i-1}); query s'_i; s_i = RNN_2(s'_i, c_i); logits from
+    [s_i; c_i; y_{i-1}] (Sennrich et al. 2017, §2.3), with GRU or LSTM cells.
+
+    With L layers, the two transitions make the first layer, and layers 2..L are stacked
+    on its s_i as in `StackedCell`, reading the layer below and not the context: `rnn` is
+    RNN_1 (one layer, input y_{i-1}), `rnn2` is RNN_2 and the layers above it (its
+    `embed_in` maps c_i). An LSTM's memory cell passes through both transitions as the
+    hidden state does. Takes `BahdanauDecoder`'s arguments.
+    """
+
+    def __init__(
+        self,
+        *,
+        attention: AttentionKind = "additive",
+        attn_dim: int = 128,
+        readout: ReadoutKind = "none",
+        readout_dim: int = 128,
+        **common: Any,
+    ) -> None:
+        super().__init__(
+            attention=attention, attn_dim=attn_dim, extra_dim=0, rnn_layers=1, **common
+        )
+        self.rnn2 = StackedCell(
+            rnn="lstm" if self.rnn.is_lstm else "gru",
+            emb_dim=self.enc_dim,
+            extra_dim=0,
+            hidden=self.hidden,
+            layers=self.layers,
+            dropout=self.dropout.p,
+        )
+        self.output = self._readout(readout, readout_dim)
+
+    def _advance(
+        self, gates: Tensor, state: DecoderState, memory: Memory
+    ) -> tuple[DecoderState, Tensor, Tensor]:
+        first = self.rnn(gates, _first_layer(state))  # s'_i: layer 1 has read y_{i-1}
+        query = first.hidden[:, 0]  # (B, D)
+        context, alpha, state = self._attend(query, state, memory)
+        # RNN_2 continues layer 1 from s'_i; the layers above start from their s_{i-1}
+        inner = state._replace(
+            hidden=torch.cat([first.hidden, state.hidden[:, 1:]], dim=1),
+            cell=None if state.cell is None else torch.cat([first.cell, state.cell[:, 1:]], 1),
+        )
+        state = self.rnn2(self.rnn2.embed_in(context), inner)
+        return state, torch.cat([state.hidden[:, -1], context], dim=-1), alpha  # (B, D + C)
+
+    def _features(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
+        return self.output(torch.cat([features, emb], dim=-1))  # [s_i; c_i; y_{i-1}]
+
+
+def _first_layer(state: DecoderState) -> DecoderState:
+    """`state` cut to its first layer: (B, 1, D) hidden (and cell)."""
+    cell = None if state.cell is None else state.cell[:, :1]
+    return state._replace(hidden=state.hidden[:, :1], cell=cell)
 
 
 class VanillaDecoder(Decoder):

@@ -1,4 +1,4 @@
-"""The decoders in Flax (Linen): decoder.py's three orders in one module, with its parameter
+"""The decoders in Flax (Linen): decoder.py's four decoders in one module, with its parameter
 names and equations.
 
 - "bahdanau" (Bahdanau et al. 2015, §3.1): s_{i-1} queries the encoder, c_i = sum_j alpha_ij
@@ -6,6 +6,8 @@ names and equations.
   readout layer or not).
 - "luong" (Luong et al. 2015, §3 and §3.3): s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]), s_i
   queries the encoder, h~_i = tanh(W_c [c_i; s_i]) is projected to the vocabulary.
+- "cgru" (Sennrich et al. 2017, §2.3): s'_i = RNN_1(s_{i-1}, y_{i-1}) queries the encoder,
+  s_i = RNN_2(s'_i, c_i), logits from [s_i; c_i; y_{i-1}] as in "bahdanau".
 - "vanilla" (Cho et al. 2014): no attention; the final encoder state c feeds every step and
   the output, or (Sutskever et al. 2014) only s_0.
 
@@ -98,7 +100,7 @@ class Decoder(nn.Module):
     initial: str  # s_0: "zeros" | "bridge"
     dropout: float
     pad_id: int
-    order: str  # "bahdanau" | "luong" | "vanilla"
+    order: str  # "bahdanau" | "luong" | "cgru" | "vanilla"
     score: str  # the attention score (attention.py's kinds)
     attn_dim: int
     readout: str
@@ -111,12 +113,19 @@ class Decoder(nn.Module):
         self.embed = nn.Embed(
             self.vocab_size, self.emb_dim, embedding_init=embedding_init(self.pad_id, std)
         )
-        extra = {"bahdanau": self.enc_dim, "luong": self.hidden}.get(
+        extra = {"bahdanau": self.enc_dim, "luong": self.hidden, "cgru": 0}.get(
             self.order, self.enc_dim if self.feed_context else 0
         )
+        # the conditional GRU's first transition is one layer; its second and the layers
+        # above it are rnn2 (decoder.ConditionalDecoder)
+        layers = 1 if self.order == "cgru" else self.layers
         self.rnn = StackedCell(
-            self.cell_kind, self.emb_dim, extra, self.hidden, self.layers, self.dropout
+            self.cell_kind, self.emb_dim, extra, self.hidden, layers, self.dropout
         )
+        if self.order == "cgru":
+            self.rnn2 = StackedCell(
+                self.cell_kind, self.enc_dim, 0, self.hidden, self.layers, self.dropout
+            )
         if self.initial == "bridge":
             self.bridge = torch_dense(self.layers * self.hidden, self.enc_dim)
         if self.order != "vanilla":
@@ -131,7 +140,7 @@ class Decoder(nn.Module):
                 else torch_dense(self.vocab_size, self.hidden)
             )
         else:
-            context = self.order == "bahdanau" or self.feed_context
+            context = self.order != "vanilla" or self.feed_context
             self.output = Readout(
                 self.hidden + (self.enc_dim if context else 0) + self.emb_dim,
                 self.readout,
@@ -185,6 +194,41 @@ class Decoder(nn.Module):
         state, (features, attention) = scan(self, state, self.input_gates(emb, memory))
         return self.features(features, emb, memory, train), attention, state
 
+    def unroll_sampled(
+        self, tgt_in: Array, state: DecoderState, memory: Memory, train: bool, teacher, pick: str
+    ):
+        """`unroll` with scheduled sampling (decoder.Sampling): each position after the
+        first reads the true y_{i-1} with probability `teacher`, else the model's own output
+        at the step before, drawn with the "sampling" rng stream ("sample") or its
+        "argmax"; no gradient flows through the choice. Features (B, T_tgt, R)."""
+
+        def body(module: Decoder, carry, gold: Array):
+            state, prev = carry
+            emb = module.drop(module.embed(prev), deterministic=not train)[:, None]  # (B, 1, E)
+            gates = module.input_gates(emb, memory)[:, 0]
+            state, feature, alpha = module.advance(gates, state, memory, train)
+            feature = module.features(feature[:, None], emb, memory, train)  # (B, 1, R)
+            logits = jax.lax.stop_gradient(module.project(feature))[:, 0]  # (B, V)
+            draw, coin = jax.random.split(module.make_rng("sampling"))
+            if pick == "argmax":
+                own = jnp.argmax(logits, -1)
+            else:
+                own = jax.random.categorical(draw, logits.astype(jnp.float32))
+            keep = jax.random.uniform(coin, gold.shape) < teacher
+            return (state, jnp.where(keep, gold, own).astype(prev.dtype)), (feature[:, 0], alpha)
+
+        scan = nn.scan(
+            body,
+            variable_broadcast="params",
+            split_rngs={"params": False, "dropout": True, "sampling": True},
+            in_axes=1,
+            out_axes=1,
+        )
+        # step t's true next input is tgt_in[:, t + 1]; the last step's choice goes unused
+        golds = jnp.concatenate([tgt_in[:, 1:], tgt_in[:, :1]], 1)
+        (state, _), (features, attention) = scan(self, (state, tgt_in[:, 0]), golds)
+        return features, attention, state
+
     def step(self, prev: Array, state: DecoderState, memory: Memory):
         """One decoding step (no dropout): prev (B,) ids -> logits (B, V), the new state,
         alpha (B, T_src) or None."""
@@ -212,11 +256,33 @@ class Decoder(nn.Module):
             )
             state = self.rnn(gates + self.rnn.extra_in(context), state, train)
             return state, jnp.concatenate([state.hidden[:, -1], context], -1), alpha
+        if self.order == "cgru":
+            return self.conditional(gates, state, memory, train)
         state = self.rnn(gates + self.rnn.extra_in(state.feed), state, train)
         query = state.hidden[:, -1]  # (B, D) s_i
         context, alpha = self.attention(query, memory.keys, memory.states, memory.mask)
         attentional = jnp.tanh(self.W_c(jnp.concatenate([context, query], -1)))  # (B, D)
         return state._replace(feed=attentional), attentional, alpha
+
+    def conditional(self, gates: Array, state: DecoderState, memory: Memory, train: bool):
+        """The conditional GRU's step: s'_i from y_{i-1} in the first layer, the query s'_i,
+        then s_i from c_i, the layers above reading the layer below."""
+        lstm = state.cell is not None
+        first = self.rnn(
+            gates,
+            state._replace(hidden=state.hidden[:, :1], cell=state.cell[:, :1] if lstm else None),
+            train,
+        )
+        context, alpha = self.attention(
+            first.hidden[:, 0], memory.keys, memory.states, memory.mask
+        )  # query s'_i (B, D)
+        inner = DecoderState(
+            hidden=jnp.concatenate([first.hidden, state.hidden[:, 1:]], 1),
+            cell=jnp.concatenate([first.cell, state.cell[:, 1:]], 1) if lstm else None,
+            feed=None,
+        )
+        state = self.rnn2(self.rnn2.embed_in(context), inner, train)
+        return state, jnp.concatenate([state.hidden[:, -1], context], -1), alpha
 
     def features(self, features: Array, emb: Array, memory: Memory, train: bool) -> Array:
         """Step features (B, T, .) -> what the vocabulary projection reads (B, T, R)."""

@@ -119,11 +119,25 @@ class FlaxSeq2Seq(nn.Module):
         mask = src != self.pad_id  # (B, T_src)
         return self.decoder.prepare(states, mask, final), self.decoder.init_state(final)
 
-    def __call__(self, src: Array, src_len: Array, tgt_in: Array, train: bool = False):
-        """Teacher forcing: logits (B, T_tgt, V) and attention (B, T_tgt, T_src) or None."""
+    def __call__(
+        self,
+        src: Array,
+        src_len: Array,
+        tgt_in: Array,
+        train: bool = False,
+        teacher: Array | None = None,
+        pick: str = "sample",
+    ):
+        """Teacher forcing: logits (B, T_tgt, V) and attention (B, T_tgt, T_src) or None.
+        With `teacher`, scheduled sampling: each position reads the true y_{i-1} with that
+        probability, else the model's own `pick` (needs a "sampling" rng)."""
         memory, state = self.encode(src, src_len, train)
-        logits, attention, _ = self.decoder(tgt_in, state, memory, train)
-        return logits, attention
+        if teacher is None:
+            logits, attention, _ = self.decoder(tgt_in, state, memory, train)
+            return logits, attention
+        unrolled = self.decoder.unroll_sampled(tgt_in, state, memory, train, teacher, pick)
+        features, attention, _ = unrolled
+        return self.decoder.project(features), attention
 
     def decode_step(self, prev: Array, state: DecoderState, memory: Memory):
         """One search step: prev (N,) -> logits (N, V), the new state, alpha (N, T_src)|None."""

@@ -24,9 +24,11 @@ from alignmt.config_rules import check_model
 from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import (
     BahdanauDecoder,
+    ConditionalDecoder,
     DecoderOutput,
     LuongDecoder,
     Memory,
+    Sampling,
     VanillaDecoder,
 )
 from alignmt.model.encoder import Encoder
@@ -90,6 +92,8 @@ class Seq2Seq(nn.Module):
             decoder = VanillaDecoder(**common, **readout, feed_context=cfg.context == "every_step")
         elif cfg.order == "luong":
             decoder = LuongDecoder(**common, **attention)
+        elif cfg.order == "cgru":
+            decoder = ConditionalDecoder(**common, **attention, **readout)
         else:
             decoder = BahdanauDecoder(**common, **attention, **readout)
         if cfg.tie_embeddings:
@@ -141,6 +145,7 @@ class Seq2Seq(nn.Module):
         guide: Tensor | None = None,
         guide_weight: float = 0.0,
         guide_cost: str = "ce",
+        sampling: Sampling | None = None,
     ) -> Tensor:
         """Teacher-forced mean cross-entropy over real target tokens: the value (and the
         gradients) of `sequence_loss(self(src, src_len, tgt_in).logits, tgt_out, ...)`,
@@ -153,9 +158,10 @@ class Seq2Seq(nn.Module):
             label_smoothing: as in `sequence_loss`.
             guide: (B, T_tgt, T_src) word links as distributions (see `alignment_loss`).
             guide_weight, guide_cost: lambda and the cost of the alignment loss.
+            sampling: scheduled sampling's teacher rate and pick; None: teacher forcing.
         """
         memory, state = self.encode(src, src_len)
-        unrolled = self.decoder.unroll(tgt_in, state, memory)  # features (B, T_tgt, R)
+        unrolled = self.decoder.unroll(tgt_in, state, memory, sampling)  # (B, T_tgt, R)
         proj = self.decoder.projection
         loss = linear_cross_entropy(
             unrolled.features, proj.weight, proj.bias, tgt_out, self.pad_id, label_smoothing

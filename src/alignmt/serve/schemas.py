@@ -296,7 +296,9 @@ class ModelInfo(BaseModel):
     attention: str = Field(
         description="the score: additive, dot, general, concat, scaled_dot or none"
     )
-    order: str = Field(description="bahdanau (query s_{i-1}) or luong (query s_i)")
+    order: str = Field(
+        description="bahdanau (query s_{i-1}), luong (query s_i) or cgru (query s'_i)"
+    )
     coverage: str = Field(description="none, sum or fertility (Tu et al. 2016)")
     embedding_size: int = Field(description="E")
     encoder_hidden: int = Field(description="H, units per direction")

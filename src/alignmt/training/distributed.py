@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
 from alignmt.model.batch import Batch
+from alignmt.model.decoder import Sampling
 from alignmt.model.device import pick_device
 from alignmt.model.seq2seq import Seq2Seq
 
@@ -192,8 +193,10 @@ def loss_of(
     label_smoothing: float,
     guide_weight: float = 0.0,
     guide_cost: str = "ce",
+    sampling: Sampling | None = None,
 ) -> Tensor:
-    """The objective's loss on `batch`, guided by its links when it has them."""
+    """The objective's loss on `batch`, guided by its links when it has them, and with
+    scheduled sampling when `sampling` says so."""
     return objective(
         batch.src,
         batch.src_len,
@@ -203,6 +206,7 @@ def loss_of(
         guide=batch.guide,
         guide_weight=guide_weight,
         guide_cost=guide_cost,
+        sampling=sampling,
     )
 
 

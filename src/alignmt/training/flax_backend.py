@@ -48,6 +48,7 @@ from alignmt.training.flax_optim import (
     teacher_forced,
 )
 from alignmt.training.loop import Loop, TrainResult
+from alignmt.training.optim import teacher_rate
 from alignmt.training.start import claim_folder, prepare_in_turn, seed_everything
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,10 @@ class FlaxBackend:
     ) -> None:
         self.cfg, self.model, self.text = cfg, model, text
         self.params, self.opt_state, self.key = params, opt_state, key
-        self.updates = Updates(model, tx, cfg.train.label_smoothing)
+        sampled = cfg.train.scheduled_sampling != "none"
+        self.updates = Updates(
+            model, tx, cfg.train.label_smoothing, cfg.train.sampling_pick if sampled else None
+        )
         self.valid_loss = jax.jit(_valid_loss(model))
         self.lr = cfg.train.lr
 
@@ -89,7 +93,7 @@ class FlaxBackend:
         weights = [b.num_tgt_tokens / step.tokens for b in step.batches]
         key = jax.random.fold_in(self.key, index)
         self.params, self.opt_state, loss, finite = self.updates.step(
-            self.params, self.opt_state, arrays, weights, key, self.lr
+            self.params, self.opt_state, arrays, weights, key, self.lr, teacher_rate(cfg, index)
         )
         return loss if bool(finite) else None
 

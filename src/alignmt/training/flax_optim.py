@@ -99,15 +99,29 @@ def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
 class Updates:
     """The compiled halves of an update, and the shapes they were compiled for."""
 
-    def __init__(self, model: FlaxSeq2Seq, tx: optax.GradientTransformation, smoothing: float):
-        def loss(params, arrays, key):
+    def __init__(
+        self,
+        model: FlaxSeq2Seq,
+        tx: optax.GradientTransformation,
+        smoothing: float,
+        pick: str | None = None,
+    ):
+        """`pick`: scheduled sampling's choice of the model's own tokens ("sample" or
+        "argmax"), whose rate each `step` is given; None: teacher forcing."""
+
+        def loss(params, arrays, key, teacher=1.0):
+            rngs = {"dropout": key}
+            if pick is not None:  # a stream of its own; teacher-forced runs keep their masks
+                rngs["dropout"], rngs["sampling"] = jax.random.split(key)
             logits, _ = model.apply(
                 {"params": params},
                 arrays["src"],
                 arrays["src_len"],
                 arrays["tgt_in"],
                 train=True,
-                rngs={"dropout": key},
+                teacher=None if pick is None else teacher,
+                pick=pick or "sample",
+                rngs=rngs,
             )
             return sequence_loss(logits, arrays["tgt_out"], model.pad_id, smoothing)
 
@@ -131,13 +145,14 @@ class Updates:
         self.loss = jax.jit(loss)
         self.shapes: set[tuple[int, ...]] = set()
 
-    def step(self, params, opt_state, batches, weights, key, lr):
+    def step(self, params, opt_state, batches, weights, key, lr, teacher: float = 1.0):
         """One update on micro-batches with loss weights `weights`: (params, opt_state,
-        weighted loss, finite)."""
+        weighted loss, finite). `teacher` is scheduled sampling's rate at this update."""
         total, grads = 0.0, None
+        teacher = jnp.float32(teacher)  # an argument, not a constant: one compiled program
         for i, (arrays, weight) in enumerate(zip(batches, weights, strict=True)):
             self.shapes.add(arrays["src"].shape + arrays["tgt_in"].shape)
-            loss, grad = self.grad(params, arrays, jax.random.fold_in(key, i))
+            loss, grad = self.grad(params, arrays, jax.random.fold_in(key, i), teacher)
             grad = jax.tree_util.tree_map(lambda g, w=weight: g * w, grad)
             grads = grad if grads is None else jax.tree_util.tree_map(jnp.add, grads, grad)
             total = total + loss * weight

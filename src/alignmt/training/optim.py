@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from alignmt.config import TrainConfig
+from alignmt.model.decoder import Sampling
 from alignmt.model.device import autocast
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.training.distributed import loss_of, no_sync
@@ -33,6 +34,7 @@ def train_step(
     cfg: TrainConfig,
     world_size: int = 1,
     guide_weight: float = 0.0,
+    sampling: Sampling | None = None,
 ) -> tuple[Tensor, bool]:
     """One update on micro-batches `batches`, unless its gradient is not finite.
 
@@ -45,6 +47,7 @@ def train_step(
         cfg: clip_norm and label_smoothing.
         world_size: processes; undoes DDP's averaging, since each loss is already weighted.
         guide_weight: guided alignment's lambda at this step (batches with links only).
+        sampling: scheduled sampling at this step (`sampling_at`); None: teacher forcing.
 
     Returns:
         This process's share of the update's mean loss (detached, left on the device), and
@@ -57,7 +60,9 @@ def train_step(
         weight = batch.num_tgt_tokens / tokens
         with no_sync(objective, last=i == len(batches) - 1):
             with autocast(batch.src.device, cfg.precision):  # the forward pass only
-                loss = loss_of(objective, batch, cfg.label_smoothing, guide_weight, cfg.guided_cost)
+                loss = loss_of(
+                    objective, batch, cfg.label_smoothing, guide_weight, cfg.guided_cost, sampling
+                )
             (loss * (weight * world_size)).backward()
         share += loss.detach().float() * weight
     params = [p for p in objective.parameters() if p.grad is not None]
@@ -97,3 +102,23 @@ def guide_weight(cfg: TrainConfig, step: int) -> float:
     if not cfg.guided_half_life:
         return cfg.guided_weight
     return cfg.guided_weight * 0.5 ** (step / cfg.guided_half_life)
+
+
+def teacher_rate(cfg: TrainConfig, step: int) -> float:
+    """Scheduled sampling's eps at update `step` (0-based): the probability that a target
+    position reads the true previous token (Bengio et al. 2015, §2.4); 1 when it is off."""
+    k, schedule = cfg.sampling_k, cfg.scheduled_sampling
+    if schedule == "linear":
+        return max(cfg.sampling_floor, k - cfg.sampling_slope * step)
+    if schedule == "exponential":
+        return k**step
+    if schedule == "inverse_sigmoid":
+        return k / (k + math.exp(min(step / k, 700.0)))  # exp overflows a float past ~709
+    return 1.0
+
+
+def sampling_at(cfg: TrainConfig, step: int) -> Sampling | None:
+    """What the update at `step` feeds back, or None for plain teacher forcing."""
+    if cfg.scheduled_sampling == "none":
+        return None
+    return Sampling(teacher_rate(cfg, step), cfg.sampling_pick)

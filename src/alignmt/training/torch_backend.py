@@ -19,7 +19,7 @@ from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.prepare import Text
 from alignmt.training.batches import Progress, Step
 from alignmt.training.distributed import World, talking_to_peers, wrap
-from alignmt.training.optim import guide_weight, train_step
+from alignmt.training.optim import guide_weight, sampling_at, train_step
 from alignmt.training.validate import validate
 
 
@@ -56,6 +56,7 @@ class TorchBackend:
                 self.cfg.train,
                 self.world.size,
                 guide_weight(self.cfg.train, index),
+                sampling_at(self.cfg.train, index),
             )
         return loss if finite else None
 
