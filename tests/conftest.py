@@ -129,11 +129,21 @@ def _jax_compilation_cache(tmp_path_factory):
     this cache and 95 s with it). Only programs that took half a second to compile are kept:
     writing each of the thousands of one-operation programs that `jax.disable_jit()` runs
     cost more than it saved (test_flax_model.py: 101 s of CPU against 94 s). The folder is
-    the session's own; JAX imported later, or in a subprocess, reads the variables."""
+    the session's own, and under pytest-xdist its workers share it, so that a program one
+    worker compiled is read by the others; JAX imported later, or in a subprocess, reads
+    the variables."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's basetemp sits in the session's
+        root = root.parent
+    folder = root / "jax_cache"
+    folder.mkdir(exist_ok=True)
     settings = {
-        "jax_compilation_cache_dir": str(tmp_path_factory.mktemp("jax_cache")),
+        "jax_compilation_cache_dir": str(folder),
         "jax_persistent_cache_min_compile_time_secs": 0.5,
         "jax_persistent_cache_min_entry_size_bytes": -1,
+        # a bound, however large, makes JAX lock the folder: workers never read a half-written
+        # program (torch's dependency filelock provides the lock)
+        "jax_compilation_cache_max_size": 2**31,
     }
     with pytest.MonkeyPatch.context() as patch:
         for name, value in settings.items():

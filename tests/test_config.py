@@ -258,6 +258,7 @@ RULED = [
     ("train.snapshot_every", -1, 0, "must not be negative"),
     ("train.save_every", -1, 0, "must not be negative"),
     ("train.guided_half_life", -1, 0, "must not be negative"),
+    ("train.sampling_slope", -1e-3, 0.0, "must not be negative"),
     ("search.coverage_penalty", -0.1, 0.0, "must not be negative"),
     ("search.shortlist", -1, 0, "must not be negative"),
     ("data.max_len_ratio", 0.5, 0.0, "must be 0 (keep all) or at least 1"),
@@ -269,6 +270,7 @@ RULED = [
     ("model.dropout", 1.0, 0.0, "must be in [0, 1)"),
     ("model.state_dropout", -0.1, 0.5, "must be in [0, 1)"),
     ("train.label_smoothing", 1.0, 0.999, "must be in [0, 1)"),
+    ("train.sampling_floor", 1.0, 0.5, "must be in [0, 1)"),
     # Positive
     ("train.lr", 0.0, 1e-9, "must be positive"),
     ("train.wait_minutes", 0.0, 0.5, "must be positive"),
@@ -307,7 +309,9 @@ def test_the_fields_with_rules_are_exactly_those_listed():
         *sections, name = key.split(".")
         return _rules(type(reduce(getattr, sections, Config())))[name]
 
-    listed = {key for key, *_ in RULED} | {"data.max_len"}
+    # the two whose rules read other fields: tested where those are (and in
+    # test_scheduled_sampling.py)
+    listed = {key for key, *_ in RULED} | {"data.max_len", "train.sampling_k"}
     assert {key for key in _KEYS if rules(key)} == listed
     assert not any(rules(key) for key, *_ in UNRULED)
 

@@ -212,6 +212,7 @@ def _progress(path: Path) -> dict:
     return json.loads(load_file_metadata(path)["train_state"])["progress"]
 
 
+@pytest.mark.slow  # a drill: a training process, signalled
 def test_sigterm_stops_a_single_process_run_with_a_checkpoint_of_its_step(tmp_path):
     cfg = reverse_config(tmp_path, steps=100_000)
     cmd = [sys.executable, "-m", "alignmt", "train", str(_write(cfg, tmp_path))]

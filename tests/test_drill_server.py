@@ -23,6 +23,7 @@ from alignmt.serve.registry import ServedModel, load_models
 from alignmt.serve.schemas import BeamRequest, SnapshotsRequest, StepRequest, TranslateRequest
 
 
+@pytest.mark.slow  # a drill: a real server process under 300 requests
 def test_a_real_server_answers_300_fuzzed_requests_and_every_probe(toy_run):
     report = server(toy_run, requests=300, slow_clients=2, seed=0)
     assert report["failures"] == []

@@ -206,6 +206,7 @@ def test_a_killed_flax_run_resumes_to_the_same_weights(tmp_path, monkeypatch):
         np.testing.assert_array_equal(a[name], b[name], err_msg=name, strict=True)
 
 
+@pytest.mark.slow  # trains a run in each backend
 def test_each_backend_refuses_to_resume_the_others_optimiser_state(tmp_path):
     flax_run = reverse_config(tmp_path / "f", steps=2)
     train(flax_run, progress=False)
@@ -244,6 +245,7 @@ def _overflowed(folder, backend: str, caplog) -> dict:
     }
 
 
+@pytest.mark.slow  # a Flax run and a PyTorch run, driven into non-finite updates
 def test_an_overflowing_rate_stops_a_flax_run_as_it_stops_a_pytorch_run(tmp_path, caplog):
     runs = {b: _overflowed(tmp_path / b, b, caplog) for b in ("torch", "flax")}
     flax = runs["flax"]

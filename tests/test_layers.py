@@ -163,6 +163,7 @@ def test_every_module_imports_only_its_layer_and_those_below():
     assert _layer_violations() == []
 
 
+@pytest.mark.slow  # checks the checker, in a subprocess
 def test_an_upward_import_is_caught(broken_tree):
     bad = _layer_violations(broken_tree)
     assert "alignmt.config loads alignmt.training.loop" in bad
@@ -173,6 +174,7 @@ def test_the_framework_neutral_layers_load_no_torch():
     assert "torch" not in loaded and "matplotlib" not in loaded
 
 
+@pytest.mark.slow  # checks the checker, in a subprocess
 def test_the_torch_free_check_sees_torch(broken_tree):
     assert "torch" in _run(_LOADED_BY, ["alignmt.config"], broken_tree)
 
@@ -195,6 +197,7 @@ def test_help_loads_neither_torch_nor_matplotlib(command):
     assert _heavy(_run(_LOADED_BY_HELP, [command])) == []
 
 
+@pytest.mark.slow  # checks the checker, in a subprocess
 def test_the_help_check_sees_an_eager_import(broken_tree):
     assert "torch" in _heavy(_run(_LOADED_BY_HELP, ["translate"], broken_tree))
 
