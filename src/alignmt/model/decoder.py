@@ -401,9 +401,10 @@ class LuongDecoder(AttentionDecoder):
         return self.dropout(features)
 
 
-class ConditionalDecoder(AttentionDecoder):
+class ConditionalDecoder(BahdanauDecoder):
     """s'_i = RNN_1(s_{i-1}, y_{i-1}); query s'_i; s_i = RNN_2(s'_i, c_i); logits from
-    [s_i; c_i; y_{i-1}] (Sennrich et al. 2017, §2.3), with GRU or LSTM cells.
+    [s_i; c_i; y_{i-1}] (Sennrich et al. 2017, §2.3), with GRU or LSTM cells: Bahdanau's
+    decoder with the query moved after a first transition, and its output layer kept.
 
     With L layers, the two transitions make the first layer, and layers 2..L are stacked
     on its s_i as in `StackedCell`, reading the layer below and not the context: `rnn` is
@@ -412,18 +413,8 @@ class ConditionalDecoder(AttentionDecoder):
     hidden state does. Takes `BahdanauDecoder`'s arguments.
     """
 
-    def __init__(
-        self,
-        *,
-        attention: AttentionKind = "additive",
-        attn_dim: int = 128,
-        readout: ReadoutKind = "none",
-        readout_dim: int = 128,
-        **common: Any,
-    ) -> None:
-        super().__init__(
-            attention=attention, attn_dim=attn_dim, extra_dim=0, rnn_layers=1, **common
-        )
+    def __init__(self, **arguments: Any) -> None:
+        super().__init__(extra_dim=0, rnn_layers=1, **arguments)
         self.rnn2 = StackedCell(
             rnn="lstm" if self.rnn.is_lstm else "gru",
             emb_dim=self.enc_dim,
@@ -432,7 +423,6 @@ class ConditionalDecoder(AttentionDecoder):
             layers=self.layers,
             dropout=self.dropout.p,
         )
-        self.output = self._readout(readout, readout_dim)
 
     def _advance(
         self, gates: Tensor, state: DecoderState, memory: Memory
@@ -447,9 +437,6 @@ class ConditionalDecoder(AttentionDecoder):
         )
         state = self.rnn2(self.rnn2.embed_in(context), inner)
         return state, torch.cat([state.hidden[:, -1], context], dim=-1), alpha  # (B, D + C)
-
-    def _features(self, features: Tensor, emb: Tensor, memory: Memory) -> Tensor:
-        return self.output(torch.cat([features, emb], dim=-1))  # [s_i; c_i; y_{i-1}]
 
 
 def _first_layer(state: DecoderState) -> DecoderState:
