@@ -200,7 +200,8 @@ class Decoder(nn.Module):
         """`unroll` with scheduled sampling (decoder.Sampling): each position after the
         first reads the true y_{i-1} with probability `teacher`, else the model's own output
         at the step before, drawn with the "sampling" rng stream ("sample") or its
-        "argmax"; no gradient flows through the choice. Features (B, T_tgt, R)."""
+        "argmax"; no gradient flows through the choice. Logits (B, T_tgt, V): each step's
+        projection serves both the choice and the loss."""
 
         def body(module: Decoder, carry, gold: Array):
             state, prev = carry
@@ -208,14 +209,15 @@ class Decoder(nn.Module):
             gates = module.input_gates(emb, memory)[:, 0]
             state, feature, alpha = module.advance(gates, state, memory, train)
             feature = module.features(feature[:, None], emb, memory, train)  # (B, 1, R)
-            logits = jax.lax.stop_gradient(module.project(feature))[:, 0]  # (B, V)
+            logits = module.project(feature)[:, 0]  # (B, V)
+            chosen = jax.lax.stop_gradient(logits)
             draw, coin = jax.random.split(module.make_rng("sampling"))
             if pick == "argmax":
-                own = jnp.argmax(logits, -1)
+                own = jnp.argmax(chosen, -1)
             else:
-                own = jax.random.categorical(draw, logits.astype(jnp.float32))
+                own = jax.random.categorical(draw, chosen.astype(jnp.float32))
             keep = jax.random.uniform(coin, gold.shape) < teacher
-            return (state, jnp.where(keep, gold, own).astype(prev.dtype)), (feature[:, 0], alpha)
+            return (state, jnp.where(keep, gold, own).astype(prev.dtype)), (logits, alpha)
 
         scan = nn.scan(
             body,
@@ -226,8 +228,8 @@ class Decoder(nn.Module):
         )
         # step t's true next input is tgt_in[:, t + 1]; the last step's choice goes unused
         golds = jnp.concatenate([tgt_in[:, 1:], tgt_in[:, :1]], 1)
-        (state, _), (features, attention) = scan(self, (state, tgt_in[:, 0]), golds)
-        return features, attention, state
+        (state, _), (logits, attention) = scan(self, (state, tgt_in[:, 0]), golds)
+        return logits, attention, state
 
     def step(self, prev: Array, state: DecoderState, memory: Memory):
         """One decoding step (no dropout): prev (B,) ids -> logits (B, V), the new state,

@@ -135,9 +135,10 @@ class FlaxSeq2Seq(nn.Module):
         if teacher is None:
             logits, attention, _ = self.decoder(tgt_in, state, memory, train)
             return logits, attention
-        unrolled = self.decoder.unroll_sampled(tgt_in, state, memory, train, teacher, pick)
-        features, attention, _ = unrolled
-        return self.decoder.project(features), attention
+        logits, attention, _ = self.decoder.unroll_sampled(
+            tgt_in, state, memory, train, teacher, pick
+        )
+        return logits, attention
 
     def decode_step(self, prev: Array, state: DecoderState, memory: Memory):
         """One search step: prev (N,) -> logits (N, V), the new state, alpha (N, T_src)|None."""
