@@ -206,6 +206,31 @@ class Explorer:
             index,
         )
 
+    def constrain_beam(self, include: str, exclude: str = "", index: int = 0) -> dict[str, Any]:
+        """Type phrases under the (open) beam, search again, and say what it drew."""
+        self.act(
+            "const p = document.querySelectorAll('.panel')[arguments[0]];"
+            "p.querySelector('.beam-include').value = arguments[1];"
+            "p.querySelector('.beam-exclude').value = arguments[2];"
+            "p.querySelector('.beam-go').click()",
+            index,
+            include,
+            exclude,
+        )
+        return self.js(
+            """
+            const p = document.querySelectorAll('.panel')[arguments[0]];
+            const marks = (kind) => p.querySelectorAll(`svg.tree circle.${kind}`).length;
+            return {
+              nodes: p.querySelectorAll('svg.tree .node').length,
+              met: marks('met'),
+              pending: marks('pending'),
+              nbest: [...p.querySelectorAll('.nbest li')].map((li) => li.firstChild.textContent),
+              said: p.querySelector('.beam-node p').textContent,
+            };""",
+            index,
+        )
+
     def notice(self) -> str:
         """What the explorer's notice line says."""
         return self.js(f"{_ROOT} return root.querySelector('.notice').textContent")

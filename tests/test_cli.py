@@ -372,3 +372,45 @@ def test_a_damaged_model_file_is_named_not_a_traceback(toy_run, tmp_path, capsys
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert f"{weights}: not a readable checkpoint" in err and "Traceback" not in err
+
+
+def test_translate_constraints_place_phrases_and_name_a_bad_line(
+    toy_run, tmp_path, capsys, monkeypatch
+):
+    text = "a dog runs\n\nthe big cat sleeps\n"
+    monkeypatch.setattr("sys.stdin", stdin(text))
+    assert main(["translate", str(toy_run), "--beam", "3"]) == 0
+    plain = capsys.readouterr().out.split("\n")[:-1]
+    assert "katze" not in plain[0].split() and "hund" in plain[0].split()
+    given = tmp_path / "c.jsonl"
+    given.write_text('{"include": ["katze"], "exclude": ["hund"]}\n\n{"include": ["ein"]}\n')
+    monkeypatch.setattr("sys.stdin", stdin(text))
+    assert (
+        main(["translate", str(toy_run), "--beam", "3", "--constraints", str(given), "--jsonl"])
+        == 0
+    )
+    first, blank, third = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    tokens = first[0]["tokens"]
+    assert "katze" in tokens and "hund" not in tokens and first[0]["met"] == [True]
+    assert blank[0]["text"] == "" and third[0]["met"] == [True] and "ein" in third[0]["tokens"]
+
+    for lines, said in (
+        ('{"include": ["katze"]}\n', "c.jsonl: 1 lines for 3 input lines"),
+        ('\n{"include": "katze"}\n\n', "c.jsonl:2: 'include' must be a list of strings"),
+        ('\n\n{"include": [katze]}\n', "c.jsonl:3: not JSON"),
+        ('{"must": ["katze"]}\n\n\n', "c.jsonl:1: unknown keys ['must']"),
+        ('\n{"include": ["zebraquagga"]}\n\n', "c.jsonl:2: include phrase 'zebraquagga': tokens"),
+        ('{"exclude": ["  "]}\n\n\n', "c.jsonl:1: 'exclude' holds a blank phrase"),
+    ):
+        given.write_text(lines)
+        monkeypatch.setattr("sys.stdin", stdin(text))
+        assert main(["translate", str(toy_run), "--constraints", str(given)]) == 2
+        assert said in capsys.readouterr().err
+    given.write_bytes(b'{"include": ["k\xe4tze"]}\n\n\n')
+    monkeypatch.setattr("sys.stdin", stdin(text))
+    assert main(["translate", str(toy_run), "--constraints", str(given)]) == 2
+    assert "c.jsonl:1: not UTF-8" in capsys.readouterr().err
+    for flags, said in ((["--sample"], "cannot be sampled"), (["--backend", "flax"], "or --con")):
+        monkeypatch.setattr("sys.stdin", stdin(text))
+        assert main(["translate", str(toy_run), "--constraints", str(given), *flags]) == 2
+        assert said in capsys.readouterr().err

@@ -286,6 +286,22 @@ def test_a_user_steps_forces_overrides_and_opens_the_beam(
             assert set(tree["statuses"]) <= {"live", "finished", "pruned", "stopped"}
             assert tree["chosen"] == len(beam["source_tokens"])  # the best one's attention
 
+            # Search again, made to say a word its best output lacks, and not its first word
+            best = beam["finished"][0]["tokens"]
+            wanted = next(n["token"] for n in beam["nodes"] if n["token"] not in best)
+            ask = {"include": [wanted], "exclude": [best[0]]}
+            constrained = api.post(
+                "/v1/beam", json={"sentence": SENTENCE, "constraints": ask}
+            ).json()
+            drawn = page.constrain_beam(wanted, best[0])
+            assert drawn["nodes"] == len(constrained["nodes"])
+            assert drawn["nbest"] == [h["text"] for h in constrained["finished"]]
+            met = sum(all(n["met"]) for n in constrained["nodes"])
+            assert (drawn["met"], drawn["pending"]) == (met, len(constrained["nodes"]) - met)
+            assert f'"{wanted}" met' in drawn["said"]  # the best one, chosen, met it
+            page.js("document.querySelector('.panel .beam-controls').scrollIntoView()")
+            browser.save_screenshot(str(tmp_path / "constrained.png"))
+
             page.act("document.querySelector('.panel .training-box summary').click()")
             snapshots = page.js("return document.querySelectorAll('.training .matrix tr').length")
             assert snapshots == len(expected["tokens"]) + 1  # its rows and the header

@@ -75,6 +75,18 @@ def test_nbest_lists_each_sentences_hypotheses_best_first(toy_run):
     assert scores == sorted(scores, reverse=True) and found[0] is found.nbest[0][0]
 
 
+def test_constraints_are_given_as_the_command_line_reads_them(toy_run):
+    run = alignmt.load(toy_run)
+    plain = run.translate(["the big dog", "a cat"], beam=3)
+    assert "katze" not in plain[0].tokens
+    held = run.translate(
+        ["the big dog", "a cat"], beam=3, constraints=[{"include": ["katze"]}, None]
+    )
+    assert "katze" in held[0].tokens and held[1].tokens == plain[1].tokens
+    with pytest.raises(ValueError, match="unknown keys"):
+        run.translate("a cat", constraints=[{"inlcude": ["katze"]}])
+
+
 def test_evaluate_scores_a_test_set_and_the_attention_against_gold_links(toy_run, tmp_path):
     run = alignmt.load(toy_run)
     src = held_out_toy_lines(tmp_path, n=20)

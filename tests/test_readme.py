@@ -26,6 +26,7 @@ PAGES = [
     "docs/how-to/python.md",
     "docs/how-to/flax.md",
     "docs/how-to/explore.md",
+    "docs/how-to/constraints.md",
 ]
 
 

@@ -497,3 +497,58 @@ def test_a_server_that_cannot_start_is_reported_not_waited_for(tmp_path):
     server = local_server([tmp_path / "no_run"], free_port())
     with pytest.raises(RuntimeError, match=r"exited at start-up with status 2: .*no_run"), server:
         pass
+
+
+def test_constrained_translations_hold_their_phrases_and_say_so(client, translator):
+    [[plain]] = translator.translate(["a cat"], beam_size=3)
+    wanted = next(t for t in translator.tgt_vocab.itos[4:] if t not in plain.tokens)
+    banned = plain.tokens[0]
+    body = {
+        "sentences": ["a cat", SENTENCE, "a cat"],
+        "beam_size": 3,
+        "nbest": 2,
+        "constraints": [{"include": [wanted]}, None, {"exclude": [banned]}],
+    }
+    status, answer = post(client, "/v1/translate", body)
+    assert status == 200
+    first, second, third = (t["hypotheses"] for t in answer["translations"])
+    assert first[0]["met"] == [True] and wanted in first[0]["tokens"]
+    assert second[0]["met"] is None
+    assert third[0]["met"] == [] and all(banned not in h["tokens"] for h in third)
+    # the same search as the translator's, whatever else shares the batch
+    expected = translator.translate(
+        ["a cat"], beam_size=3, nbest=2, constraints=[translator.constraint([wanted])]
+    )
+    assert [h["tokens"] for h in first] == [t.tokens for t in expected[0]]
+    # the beam tree under the same constraint: each node says what its path has met
+    _, tree = post(
+        client,
+        "/v1/beam",
+        {"sentence": "a cat", "beam_size": 3, "constraints": {"include": [wanted]}},
+    )
+    assert tree["constraints"] == {"include": [wanted], "exclude": []}
+    assert tree["finished"][0]["tokens"] == first[0]["tokens"]
+    nodes = tree["nodes"]
+    for node in nodes:
+        assert node["met"] == [
+            node["token"] == wanted
+            or (node["parent"] is not None and nodes[node["parent"]]["met"][0])
+        ]
+
+
+CONSTRAINED = [
+    ({"constraints": [None, None]}, 422, "constraints"),
+    ({"constraints": [{"include": [" "]}]}, 422, "constraints[0].include[0]"),
+    ({"constraints": [{"include": ["zebraquagga"]}]}, 422, "constraints[0]"),
+    ({"constraints": [{"require": ["der"]}]}, 422, "constraints[0].require"),
+    ({"constraints": [{"include": ["der"] * 17}]}, 422, "max_phrases"),
+    ({"constraints": [{"include": ["der"]}], "sample": {}}, 422, "constraints"),
+]
+
+
+@pytest.mark.parametrize(("extra", "status", "names"), CONSTRAINED)
+def test_constraints_the_model_cannot_meet_or_read_are_refused(client, extra, status, names):
+    got, answer = post(client, "/v1/translate", {"sentences": ["a cat"], **extra})
+    error = answer["error"]
+    assert got == status and error["message"]
+    assert error.get("limit", error.get("field")) == names

@@ -139,6 +139,14 @@ def _translate(commands: Commands) -> None:
         "--seed", type=int, metavar="S", help="the same seed, input and batch size draw alike"
     )
     translate.add_argument(
+        "--constraints",
+        metavar="FILE",
+        help="lexically constrained beam search: FILE holds a JSON object per input line, "
+        '{"include": ["phrase", ...], "exclude": ["phrase", ...]}, phrases that line\'s '
+        "output must contain and must not (an empty line: none); with --jsonl each hypothesis "
+        "says which include phrases it met",
+    )
+    translate.add_argument(
         "--jsonl",
         action="store_true",
         help="a JSON list per line instead: each hypothesis' text, tokens, the probability of "

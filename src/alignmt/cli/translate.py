@@ -11,10 +11,12 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from alignmt.decoding.words import word_alignment
+from alignmt.text.constraints import read_constraints
 from alignmt.text.corpus import input_lines
 
 if TYPE_CHECKING:
     from alignmt.config import SearchConfig
+    from alignmt.decoding.constraints import Constraint
     from alignmt.decoding.flax_translator import FlaxTranslator
     from alignmt.decoding.translator import Translation, Translator
     from alignmt.text.tokenize import Tokenizer
@@ -24,10 +26,10 @@ def run(args: argparse.Namespace) -> int:
     sampling = sampling_for(args)  # its flags are checked before any work
     if args.backend == "torch":
         translator = translator_for(args.run_dirs, args)
-    elif args.jsonl or args.sample or len(args.run_dirs) > 1:
+    elif args.jsonl or args.sample or args.constraints or len(args.run_dirs) > 1:
         raise ValueError(
-            "--backend flax decodes one run, without --jsonl (token probabilities) or "
-            "--sample: use --backend torch for those and for ensembles"
+            "--backend flax decodes one run, without --jsonl (token probabilities), --sample "
+            "or --constraints: use --backend torch for those and for ensembles"
         )
     else:
         translator = flax_translator_for(args.run_dirs[0], args)
@@ -35,22 +37,52 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
     tokens = [translator.source_tokens(line) for line in input_lines(sys.stdin.buffer)]
     check_lengths(tokens, args.max_source_tokens)
+    constraints = constraints_for(args, translator, len(tokens))
     results = translator.translate_tokens(
-        tokens, nbest=args.nbest, batch_size=args.batch_size, **sampling
+        tokens, nbest=args.nbest, batch_size=args.batch_size, constraints=constraints, **sampling
     )
     # Input is read as UTF-8 whatever the locale, so output is written as UTF-8 too: in an
     # ASCII or cp1252 locale the first line it could not hold would end the output there.
     sys.stdout.reconfigure(encoding="utf-8")
     tokenizers = (translator.src_tokenizer, translator.tgt_tokenizer)
     align = partial(alignment_of, mode=args.alignment, tokenizers=tokenizers)
-    for hyps in results:
+    for number, hyps in enumerate(results):
         if args.jsonl:
-            print(json.dumps([as_json(h, align) for h in hyps], ensure_ascii=False))
+            out = [as_json(h, align) for h in hyps]
+            if constraints is not None and constraints[number] is not None:
+                for one, h in zip(out, hyps, strict=True):
+                    one["met"] = translator.met(h, constraints[number])
+            print(json.dumps(out, ensure_ascii=False))
         elif args.alignment:
             print("\t".join(f"{h.text}\t{align(h) or ''}" for h in hyps))
         else:
             print("\t".join(h.text for h in hyps))
     return 0
+
+
+def constraints_for(
+    args: argparse.Namespace, translator: Translator, lines: int
+) -> list[Constraint | None] | None:
+    """The --constraints file's line for each input line, as target ids; None without the
+    flag. The file must have a line for every input line, and every phrase must split into
+    tokens of the target vocabulary."""
+    if not args.constraints:
+        return None
+    if args.sample:
+        raise ValueError("--constraints constrain beam search: they cannot be sampled")
+    phrases = read_constraints(args.constraints)
+    if len(phrases) != lines:
+        raise ValueError(
+            f"{args.constraints}: {len(phrases)} lines for {lines} input lines; give each "
+            "input line its line of constraints (an empty one for none)"
+        )
+    out: list[Constraint | None] = []
+    for number, given in enumerate(phrases, 1):
+        try:
+            out.append(translator.constraint(given.include, given.exclude) if given else None)
+        except ValueError as bad:
+            raise ValueError(f"{args.constraints}:{number}: {bad}") from None
+    return out
 
 
 def alignment_of(

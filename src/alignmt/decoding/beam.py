@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from alignmt.decoding.constraints import Table
 from alignmt.decoding.rows import Taken, pad_dim1, select_rows
 from alignmt.decoding.steps import Hypothesis, log_sum_exp_from
 
@@ -43,6 +44,8 @@ class Beams(NamedTuple):
     prev: Tensor  # (B_t, K) int64 their last tokens
     ended: Tensor  # (B_t,) int64 how many hypotheses have ended
     best_ended: Tensor  # (B_t, nbest) the best ended hypotheses' score / lp, best first
+    progress: Tensor  # (B_t, K, F) int64 the live beams' way through their lexical
+    # constraints (constraints.Table); F = 0 without
 
 
 def coverage_penalty(covered: Tensor, beta: float) -> Tensor:
@@ -96,7 +99,9 @@ class Covering:
         return logits, (*inner, covered), alpha
 
 
-def start_beams(taken: Taken, beam_size: int, nbest: int) -> tuple[Any, Any, Beams]:
+def start_beams(
+    taken: Taken, beam_size: int, nbest: int, table: Table | None = None
+) -> tuple[Any, Any, Beams]:
     """The state and memory of newly taken sentences repeated per beam, and their
     bookkeeping. Only beam 0 is live at first, or all K beams would extend <s> the same way.
 
@@ -104,6 +109,7 @@ def start_beams(taken: Taken, beam_size: int, nbest: int) -> tuple[Any, Any, Bea
         taken: B_t sentences, one row each.
         beam_size: K.
         nbest: how many ended hypotheses to keep track of.
+        table: the lexical constraints of every sentence, or None.
 
     Returns:
         state and memory of B_t * K rows (row b * K + k), and the `Beams` of B_t sentences.
@@ -121,6 +127,9 @@ def start_beams(taken: Taken, beam_size: int, nbest: int) -> tuple[Any, Any, Bea
         prev=rows.prev[:, None].expand(count, beam_size).contiguous(),
         ended=torch.zeros_like(rows.limit),
         best_ended=scores.new_full((count, nbest), float("-inf")),
+        progress=rows.limit.new_zeros(count, beam_size, 0)
+        if table is None
+        else table.start(count, beam_size),
     )
     return state, memory, beams
 
@@ -156,7 +165,13 @@ def candidates(
 
 
 def advance(
-    beams: Beams, length: Tensor, cand: Tensor, tokens: Tensor, ends: Tensor, ended: Tensor
+    beams: Beams,
+    length: Tensor,
+    cand: Tensor,
+    tokens: Tensor,
+    ends: Tensor,
+    ended: Tensor,
+    progress: Tensor | None = None,
 ) -> Beams:
     """The bookkeeping after a step: the K best candidates (slots 0..K-1, none of them
     </s>) live on, and the ended ones count and compete for the n-best.
@@ -167,6 +182,8 @@ def advance(
         cand, tokens: (B_t, 2K) the candidates' scores and last tokens.
         ends: (B_t, 2K) bool, the candidates that end a hypothesis.
         ended: (B_t, 2K) their score / lp, -inf where they do not end.
+        progress: (B_t, 2K, F) the candidates' way through their constraints, or None
+            without constraints.
 
     Returns:
         The `Beams` of the next step.
@@ -179,6 +196,7 @@ def advance(
         prev=tokens[:, :K],
         ended=beams.ended + ends.sum(dim=1),
         best_ended=best_ended,
+        progress=beams.progress if progress is None else progress[:, :K],
     )
 
 

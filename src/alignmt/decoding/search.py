@@ -34,6 +34,7 @@ from alignmt.decoding.beam import (
     parent_rows,
     start_beams,
 )
+from alignmt.decoding.constraints import MISSING
 from alignmt.decoding.greedy import greedy_search
 from alignmt.decoding.rows import Encoded, Pending, refill, select_rows
 from alignmt.decoding.rules import cannot_improve, length_penalty, max_output_len
@@ -169,7 +170,10 @@ def beam_search(
             length_penalty (alpha; 0 ranks by summed log-probability), coverage_penalty
             (beta > 0: ended hypotheses are ranked by score / lp + `coverage_penalty`, which
             needs attention; the stopping rule stays exact, as cp <= 0 can only lower a live
-            beam's future rank), width and check (called before every step).
+            beam's future rank), width, check (called before every step) and constraints
+            (`constraints.Table`: the K live beams are chosen round the banks of include
+            tokens met; an output the limit ends before it met them ranks below every one
+            that did).
         bos_id, eos_id: start and end symbols.
 
     Returns:
@@ -195,7 +199,8 @@ def beam_steps(
     start = pending.take(how.width)
     if start is None:
         return [], 0
-    begin = partial(start_beams, beam_size=K, nbest=how.nbest)
+    table = how.constraints
+    begin = partial(start_beams, beam_size=K, nbest=how.nbest, table=table)
     if beta:
         step = Covering(step)
         begin = step.wrap(begin)
@@ -208,7 +213,14 @@ def beam_steps(
         logits, state, weights = step(beams.prev.flatten(), state, memory)  # (N, V), (N, T_src)
         logits = full_precision(logits).unflatten(0, (-1, K))  # (B_t, K, V)
         weights = full_precision(weights)
-        cand, parents, tokens, rank = candidates(beams.scores.to(logits), logits, eos_id)
+        scores = beams.scores.to(logits)
+        if table is None:
+            cand, parents, tokens, rank = candidates(scores, logits, eos_id)
+            progress = None
+        else:  # dynamic beam allocation over the constraints' banks
+            cand, parents, tokens, rank, progress = table.candidates(
+                scores, logits, beams.progress, beams.sentence, eos_id
+            )
         length = beams.position + 1  # (B_t,) the candidates' lengths
         at_limit = length >= beams.limit
         # Of the K best, </s> ends a hypothesis, and at the limit all do; -inf ones extend
@@ -219,14 +231,17 @@ def beam_steps(
         if beta:  # each candidate's cp is its parent's coverage after this step's attention
             cp = coverage_penalty(state[-1], beta).unflatten(0, (-1, K))  # (B_t, K)
             ranked = ranked + cp.gather(1, parents).to(ranked)
+        if table is not None:  # the limit ends what has not met its constraints: rank it last
+            ranked = ranked - MISSING * table.missing(beams.sentence, progress).to(ranked)
         ended = ranked.masked_fill(~ends, float("-inf"))  # (B_t, 2K)
         if weights is not None:
             weights = weights.unflatten(0, (-1, K))  # (B_t, K, T_src)
         history.append(
             BeamStep(beams.sentence, beams.position, tokens, parents, cand, ended, weights)
         )
-        beams = advance(beams, length, cand, tokens, ends, ended)
-        best = beams.scores[:, 0]  # (B_t,) each sentence's best live beam
+        beams = advance(beams, length, cand, tokens, ends, ended, progress)
+        # (B_t,) each sentence's best live beam (round the banks, not always in slot 0)
+        best = beams.scores.max(dim=1).values
         hopeless = cannot_improve(
             beams.best_ended[:, -1], best, lengths, beams.limit.to(best), alpha
         )

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from alignmt.config import SearchConfig
+from alignmt.decoding.constraints import Table
 from alignmt.decoding.rules import check_search_args
 from alignmt.decoding.speed import Speed
 from alignmt.decoding.steps import Pick
@@ -31,9 +32,14 @@ class Search:
     pick: Pick | None = None  # draws each token (sample.sampler); None: search
     speed: Speed = field(default_factory=Speed)  # int8 matmuls and a shortlist
     check: Check | None = None
+    # each sentence's lexical constraints, in input order (constraints.Table); beam search
+    # only, even with a beam of one
+    constraints: Table | None = None
 
     def __post_init__(self) -> None:
         check_search_args(self.beam_size, self.nbest, self.width)
+        if self.constraints is not None and self.pick is not None:
+            raise ValueError("lexical constraints need beam search: they cannot be sampled")
 
     @classmethod
     def from_config(
@@ -67,7 +73,7 @@ class Search:
     def greedy(self) -> bool:
         """Whether greedy search's loop runs (to sample, or for a beam of one)."""
         plain = self.beam_size == 1 and self.nbest == 1 and not self.coverage_penalty
-        return self.pick is not None or plain
+        return self.pick is not None or (plain and self.constraints is None)
 
     @property
     def rows(self) -> int:

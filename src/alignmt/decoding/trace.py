@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from alignmt.decoding.beam import BeamStep
+from alignmt.decoding.constraints import Constraint, Table
 from alignmt.decoding.packed import packed_linears
 from alignmt.decoding.search import beam_steps
 from alignmt.decoding.settings import Check, Search
@@ -231,6 +232,7 @@ def beam_trace(
     alpha: float = 0.0,
     beta: float = 0.0,
     check: Check | None = None,
+    constraint: Constraint | None = None,
 ) -> BeamTrace:
     """Beam search over one sentence, keeping every candidate it weighed (see `beam_search`).
 
@@ -246,6 +248,7 @@ def beam_trace(
         beam_size, alpha, beta: K and the length and coverage penalties' weights (see
             `beam_search`).
         check: called before every decoder step; it stops the search by raising.
+        constraint: lexical constraints on the output (`constraints.Constraint`), or None.
     """
     memory, state = model.encode(src[None], torch.tensor([len(src)], device=src.device))
     how = Search(
@@ -255,6 +258,7 @@ def beam_trace(
         coverage_penalty=beta,
         width=1,
         check=check,
+        constraints=None if constraint is None else Table.of([constraint], src.device),
     )
     with packed_linears(model.decoder, rows=beam_size):
         history = _sentence_steps(model, model.decode_step, state, memory, max_len, how)

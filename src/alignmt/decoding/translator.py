@@ -15,7 +15,7 @@ import logging
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import torch
@@ -23,6 +23,7 @@ from torch import Tensor
 
 from alignmt.checkpoint.torch_io import Checkpoint
 from alignmt.config import Precision, SearchConfig
+from alignmt.decoding.constraints import Constraint, Table
 from alignmt.decoding.ensemble import Ensemble
 from alignmt.decoding.packed import int8_linears
 from alignmt.decoding.rules import max_output_len
@@ -38,7 +39,7 @@ from alignmt.model.device import autocast, check_precision
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.shortlist import Shortlist
 from alignmt.text.tokenize import Tokenizer
-from alignmt.text.vocab import BOS, EOS, PAD, Vocab
+from alignmt.text.vocab import BOS, EOS, PAD, SPECIALS, Vocab
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -173,6 +174,7 @@ class Translator:
         warn: bool = True,
         sampling: Sampling | None = None,
         beam_size: int | None = None,
+        constraints: Sequence[Constraint | None] | None = None,
     ) -> list[list[Translation]]:
         """Translate raw sentences, `nbest` hypotheses each, best first (or, with
         `sampling`, its number of samples each, in the order they were drawn).
@@ -186,6 +188,9 @@ class Translator:
             warn: log a warning counting source tokens outside the vocabulary.
             sampling: draw outputs (`sample.Sampling`) instead of searching.
             beam_size: the beam for this call; None: `search.beam_size`.
+            constraints: each line's lexical constraints (`constraint` makes them from
+                phrases; None: none), searched by dynamic beam allocation
+                (`constraints.Table`), even with a beam of one.
 
         Returns:
             One list of `nbest` translations per line, in input order.
@@ -197,7 +202,34 @@ class Translator:
             warn=warn,
             sampling=sampling,
             beam_size=beam_size,
+            constraints=constraints,
         )
+
+    def constraint(self, include: Sequence[str] = (), exclude: Sequence[str] = ()) -> Constraint:
+        """Phrases of raw target text that an output must contain (`include`) and must not
+        (`exclude`), as target ids: each split by the target tokenizer into the units the
+        model writes (words, or subword pieces). A phrase that splits into nothing, or into
+        a token outside the target vocabulary, is a ValueError naming it."""
+        return Constraint(
+            include=tuple(self._phrase_ids("include", p) for p in include),
+            exclude=tuple(self._phrase_ids("exclude", p) for p in exclude),
+        )
+
+    def met(self, translation: Translation, constraint: Constraint) -> list[bool]:
+        """Whether `translation` contains each of the constraint's include phrases."""
+        return constraint.met([self.tgt_vocab.stoi[t] for t in translation.tokens])
+
+    def _phrase_ids(self, kind: str, phrase: str) -> tuple[int, ...]:
+        tokens = self.tgt_tokenizer.encode(phrase) if phrase.strip() else []
+        if not tokens:
+            raise ValueError(f"{kind} phrase {phrase!r} has no tokens")
+        stoi = self.tgt_vocab.stoi
+        unknown = [t for t in tokens if t not in stoi or t in SPECIALS]
+        if unknown:
+            raise ValueError(
+                f"{kind} phrase {phrase!r}: tokens not in the target vocabulary: {unknown}"
+            )
+        return tuple(stoi[t] for t in tokens)
 
     def source_tokens(self, line: str) -> list[str]:
         """The source tokenizer's tokens of a raw sentence; none for a blank one."""
@@ -214,11 +246,14 @@ class Translator:
         sampling: Sampling | None = None,
         beam_size: int | None = None,
         check: Check | None = None,
+        constraints: Sequence[Constraint | None] | None = None,
     ) -> list[list[Translation]]:
         """`translate` for sentences already split by `source_tokens`; `check` is called
         before every decoder step and stops the search by raising (a server's deadline)."""
         if warn:
             warn_unknown(tokens, self.src_vocab)
+        if constraints is not None and len(constraints) != len(tokens):
+            raise ValueError(f"{len(constraints)} constraints for {len(tokens)} sentences")
         how = self.settings(nbest, batch_size, sampling, beam_size, check)
         draws = sampling.samples if sampling is not None else 1
         results: list[list[Translation]] = [[] for _ in tokens]
@@ -229,6 +264,9 @@ class Translator:
             sentences = [tokens[i] for i in rows for _ in range(draws)]
             batches = [self._source_ids(chunk) for chunk in _chunks(sentences, batch_size)]
             # Not numerics(): search puts int8 in place itself, the shortlist's projection too.
+            if constraints is not None:  # the table's rows follow the search's order
+                table = Table.of([constraints[i] for i in rows], self.device)
+                how = replace(how, constraints=table)
             with autocast(self.device, self.precision):
                 found = search(self.model, batches, how)
             if sampling is not None:  # each draw is a sentence of its own: regroup them
@@ -299,11 +337,16 @@ class Translator:
 
     @torch.no_grad()
     def beam_trace(
-        self, line: str, *, beam_size: int, check: Check | None = None
+        self,
+        line: str,
+        *,
+        beam_size: int,
+        check: Check | None = None,
+        constraint: Constraint | None = None,
     ) -> tuple[list[str], BeamTrace]:
         """Every candidate beam search weighs for one raw sentence (see `trace.beam_trace`),
         and the sentence's source tokens (for `hypothesis`); `check` runs before every
-        decoder step."""
+        decoder step; `constraint` constrains the search."""
         src_tokens = self._one_source(line)
         src, max_len = self._one_source_ids(src_tokens)
         with self.numerics():
@@ -315,6 +358,7 @@ class Translator:
                 alpha=self.search.length_penalty,
                 beta=self.search.coverage_penalty,
                 check=check,
+                constraint=constraint,
             )
         return src_tokens, trace
 

@@ -23,6 +23,7 @@ from alignmt.config import Config, apply_overrides, config_path, load_config, wi
 from alignmt.decoding.translator import Translator
 from alignmt.notebook.views import Report, Translations
 from alignmt.serve.registry import ServedModel, model_info
+from alignmt.text.constraints import parse_phrases
 from alignmt.text.corpus import CorpusError, read_lines
 from alignmt.text.links import read_alignments, sentence_words
 from alignmt.training import run as training
@@ -52,16 +53,28 @@ class Run:
         return self.checkpoint.config
 
     def translate(
-        self, sentences: str | Sequence[str], *, beam: int | None = None, nbest: int = 1
+        self,
+        sentences: str | Sequence[str],
+        *,
+        beam: int | None = None,
+        nbest: int = 1,
+        constraints: Sequence[dict | None] | None = None,
     ) -> Translations:
         """Translate raw sentences with beam `beam` (None: the run's `search.beam_size`; 1:
         greedy), `nbest` hypotheses each. Each `Translation` holds the text, tokens, summed
         log-probability, each token's probability and the attention (hard alignment in
-        `.alignment`)."""
+        `.alignment`). `constraints`, one per sentence, are what `alignmt translate
+        --constraints` reads: {"include": [phrases], "exclude": [phrases]}, or None."""
         sentences = [sentences] if isinstance(sentences, str) else list(sentences)
         if nbest > 1 and beam is None:
             beam = max(nbest, self.config.search.beam_size)
-        found = self.translator.translate(sentences, nbest=nbest, beam_size=beam)
+        wanted = None
+        if constraints is not None:
+            phrases = [parse_phrases(c) for c in constraints]
+            wanted = [self.translator.constraint(p.include, p.exclude) for p in phrases]
+        found = self.translator.translate(
+            sentences, nbest=nbest, beam_size=beam, constraints=wanted
+        )
         return Translations(sentences, found)
 
     def evaluate(

@@ -13,6 +13,7 @@ import math
 
 from torch import Tensor
 
+from alignmt.decoding.constraints import Constraint
 from alignmt.decoding.sample import Sampling
 from alignmt.decoding.translator import Translation, Translator
 from alignmt.serve.batcher import Check
@@ -23,6 +24,7 @@ from alignmt.serve.schemas import (
     BeamRequest,
     BeamResponse,
     Candidate,
+    Constraints,
     Hypothesis,
     SentenceTranslation,
     Snapshot,
@@ -50,16 +52,19 @@ def translate_batch(
     beam_size = first.beam_size or translator.search.beam_size
     results: list[bytes | RequestError] = []
     tokens, todo = [], []
+    constraints: list[Constraint | None] = []
     for request in requests:
         try:
             split = [_source_tokens(translator, s, limits) for s in request.sentences]
             _check_attention_cells(translator, request, split, limits)
+            wanted = _constraints(translator, request.constraints, len(split))
         except RequestError as error:
             results.append(error)
             continue
         results.append(b"")
         todo.append((len(results) - 1, len(tokens), len(split)))
         tokens += split
+        constraints += wanted
     sampling = None if first.sample is None else Sampling(**first.sample.model_dump())
     translations = translator.translate_tokens(
         tokens,
@@ -69,6 +74,7 @@ def translate_batch(
         sampling=sampling,
         beam_size=beam_size,
         check=check,
+        constraints=constraints if any(constraints) else None,
     )
     for index, start, count in todo:
         request = requests[index]
@@ -78,13 +84,47 @@ def translate_batch(
             translations=[
                 SentenceTranslation(
                     source_tokens=hyps[0].src_tokens,
-                    hypotheses=[hypothesis(t, request.attention) for t in hyps],
+                    hypotheses=[
+                        hypothesis(t, request.attention, _met(translator, t, wanted)) for t in hyps
+                    ],
                 )
-                for hyps in translations[start : start + count]
+                for hyps, wanted in zip(
+                    translations[start : start + count],
+                    constraints[start : start + count],
+                    strict=True,
+                )
             ],
         )
         results[index] = response.model_dump_json().encode()
     return results
+
+
+def _constraints(
+    translator: Translator, given: list[Constraints | None] | None, count: int
+) -> list[Constraint | None]:
+    """Each sentence's constraints as target ids (None: none); a phrase the model cannot
+    write is the request's 422, naming it."""
+    out: list[Constraint | None] = []
+    for i, phrases in enumerate(given or [None] * count):
+        out.append(_constraint(translator, phrases, f"constraints[{i}]"))
+    return out
+
+
+def _constraint(
+    translator: Translator, phrases: Constraints | None, field: str
+) -> Constraint | None:
+    if phrases is None or not (phrases.include or phrases.exclude):
+        return None
+    try:
+        return translator.constraint(phrases.include, phrases.exclude)
+    except ValueError as error:
+        raise invalid(field, str(error), phrases.model_dump()) from None
+
+
+def _met(
+    translator: Translator, translation: Translation, constraint: Constraint | None
+) -> list[bool] | None:
+    return None if constraint is None else translator.met(translation, constraint)
 
 
 def _check_attention_cells(
@@ -183,7 +223,10 @@ def beam(
     translator = served.translator
     k = request.beam_size or translator.search.beam_size
     _one_source(translator, request.sentence, limits)
-    src_tokens, trace = translator.beam_trace(request.sentence, beam_size=k, check=check)
+    constraint = _constraint(translator, request.constraints, "constraints")
+    src_tokens, trace = translator.beam_trace(
+        request.sentence, beam_size=k, check=check, constraint=constraint
+    )
     vocab = translator.tgt_vocab
     nodes = [
         BeamNode(
@@ -195,11 +238,16 @@ def beam(
             status=n.status,
             final_score=n.final_score,
             attention=_rounded(n.attention),
+            met=None if constraint is None else constraint.met(trace.tokens(i)),
         )
         for i, n in enumerate(trace.nodes)
     ]
     finished = [
-        hypothesis(translator.hypothesis(src_tokens, trace, node), attention=True)
+        hypothesis(
+            translator.hypothesis(src_tokens, trace, node),
+            attention=True,
+            met=None if constraint is None else constraint.met(trace.tokens(node)),
+        )
         for node in trace.finished
     ]
     response = BeamResponse(
@@ -211,6 +259,7 @@ def beam(
         nodes=nodes,
         finished=finished,
         finished_nodes=trace.finished,
+        constraints=request.constraints if constraint is not None else None,
     )
     return response.model_dump_json().encode()
 
@@ -241,7 +290,7 @@ def snapshots(
     return response.model_dump_json().encode()
 
 
-def hypothesis(t: Translation, attention: bool) -> Hypothesis:
+def hypothesis(t: Translation, attention: bool, met: list[bool] | None = None) -> Hypothesis:
     return Hypothesis(
         text=t.text,
         tokens=t.tokens,
@@ -249,6 +298,7 @@ def hypothesis(t: Translation, attention: bool) -> Hypothesis:
         probabilities=[round(p, DECIMALS) for p in t.probabilities],
         attention=_rounded(t.attention) if attention else None,
         alignment=t.alignment,
+        met=met,
     )
 
 

@@ -26,6 +26,7 @@ class Limits:
     max_source_tokens: int = _limit(200, "source tokens of one sentence, as the model splits it")
     max_beam: int = _limit(16, "beam size")
     max_top_k: int = _limit(50, "candidates per step of /v1/step")
+    max_phrases: int = _limit(16, "constraint phrases (include and exclude) of one sentence")
     max_attention_cells: int = _limit(
         2_000_000,
         "attention weights one translate answer may hold (nbest x source tokens x output "

@@ -48,6 +48,7 @@ def _readable(text: str) -> str:
 
 
 Sentence = Annotated[str, AfterValidator(_readable)]
+Phrase = Annotated[str, AfterValidator(_readable)]
 
 
 class _Request(BaseModel):
@@ -68,6 +69,26 @@ class SampleOptions(BaseModel):
     seed: int = Field(0, description="the same seed and sentences draw the same outputs")
 
 
+class Constraints(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    include: list[Phrase] = Field(
+        default_factory=list, description="phrases of target text the output must contain"
+    )
+    exclude: list[Phrase] = Field(
+        default_factory=list, description="phrases of target text the output must not contain"
+    )
+
+    def check_limits(self, field: str, limits: Limits) -> None:
+        """Refuse more phrases than max_phrases, or a phrase longer than max_chars."""
+        count = len(self.include) + len(self.exclude)
+        if count > limits.max_phrases:
+            raise over_limit("max_phrases", count, limits.max_phrases, f"{field} phrases")
+        for kind in ("include", "exclude"):
+            for i, phrase in enumerate(getattr(self, kind)):
+                check_length(phrase, f"{field}.{kind}[{i}]", limits)
+
+
 class TranslateRequest(_Request):
     sentences: list[Sentence] = Field(min_length=1, description="raw source sentences")
     beam_size: PositiveInt | None = Field(None, description="1 is greedy; default: the run's")
@@ -77,6 +98,26 @@ class TranslateRequest(_Request):
     )
     nbest: PositiveInt = Field(1, description="hypotheses per sentence, at most beam_size")
     attention: bool = Field(False, description="return each hypothesis' attention matrix")
+    constraints: list[Constraints | None] | None = Field(
+        None,
+        description="lexically constrained beam search: one entry per sentence (null: "
+        "none), searched by dynamic beam allocation (Post & Vilar 2018)",
+    )
+
+    @field_validator("constraints")
+    @classmethod
+    def _one_per_sentence(
+        cls, constraints: list[Constraints | None] | None, info: ValidationInfo
+    ) -> list[Constraints | None] | None:
+        if constraints is None:
+            return None
+        if info.data.get("sample"):
+            raise _refused("constraints constrain beam search: they cannot be sampled", None)
+        sentences = info.data.get("sentences")
+        if sentences is not None and len(constraints) != len(sentences):
+            message = f"{len(constraints)} entries for {len(sentences)} sentences: one each"
+            raise _refused(message, len(constraints))
+        return constraints
 
     @field_validator("nbest")
     @classmethod
@@ -121,6 +162,9 @@ class TranslateRequest(_Request):
             raise over_limit("max_sentences", self.drawn, most, "samples in all")
         for i, sentence in enumerate(self.sentences):
             check_length(sentence, f"sentences[{i}]", limits)
+        for i, constraint in enumerate(self.constraints or []):
+            if constraint is not None:
+                constraint.check_limits(f"constraints[{i}]", limits)
         check_beam(self.beam_size, limits)
 
 
@@ -169,6 +213,9 @@ class StepRequest(_OneSentence):
 
 class BeamRequest(_OneSentence):
     beam_size: PositiveInt | None = Field(None, description="default: the run's")
+    constraints: Constraints | None = Field(
+        None, description="lexical constraints on the search; null: none"
+    )
 
     def with_default_beam(self, beam_size: int) -> BeamRequest:
         """This request searching with its own beam size or else `beam_size`, the served
@@ -178,6 +225,8 @@ class BeamRequest(_OneSentence):
     def check_limits(self, limits: Limits) -> None:
         super().check_limits(limits)
         check_beam(self.beam_size, limits)
+        if self.constraints is not None:
+            self.constraints.check_limits("constraints", limits)
 
 
 class SnapshotsRequest(_OneSentence):
@@ -197,6 +246,11 @@ class Hypothesis(BaseModel):
     alignment: str | None = Field(
         description="Pharaoh 'source-output' pairs of each output token's most-attended "
         "source token, </s> aside; null for vanilla"
+    )
+    met: list[bool] | None = Field(
+        None,
+        description="for each include phrase of its sentence's constraints, whether it "
+        "contains it; null without constraints",
     )
 
 
@@ -252,6 +306,11 @@ class BeamNode(BaseModel):
     attention: list[float] | None = Field(
         description="its last step's weights over the source tokens; null without attention"
     )
+    met: list[bool] | None = Field(
+        None,
+        description="for each include phrase, whether the hypothesis up to this node holds "
+        "it (met) or not yet (pending); null without constraints",
+    )
 
 
 class BeamResponse(BaseModel):
@@ -265,6 +324,9 @@ class BeamResponse(BaseModel):
     nodes: list[BeamNode] = Field(description="every hypothesis the search weighed")
     finished: list[Hypothesis] = Field(description="every finished hypothesis, best first")
     finished_nodes: list[int] = Field(description="the node each finished hypothesis ends at")
+    constraints: Constraints | None = Field(
+        None, description="the constraints it searched under; null: none"
+    )
 
 
 class Snapshot(BaseModel):

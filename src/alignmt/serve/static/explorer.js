@@ -36,8 +36,8 @@ export function serverSource() {
     models: async () => (await call("GET", "v1/models")).models,
     step: (model, sentence, prefix = [], override = {}) =>
       call("POST", "v1/step", { model, sentence, prefix, override, top_k: TOP_K }),
-    beam: (model, sentence, beamSize) =>
-      call("POST", "v1/beam", { model, sentence, beam_size: beamSize }),
+    beam: (model, sentence, beamSize, constraints = null) =>
+      call("POST", "v1/beam", { model, sentence, beam_size: beamSize, constraints }),
     snapshots: (model, sentence) => call("POST", "v1/snapshots", { model, sentence }),
   };
 }
@@ -57,7 +57,10 @@ export function pageSource(data) {
       }
       return stored(model, sentence).step;
     },
-    beam: async (model, sentence, beamSize) => {
+    beam: async (model, sentence, beamSize, constraints = null) => {
+      if (constraints) {
+        throw new NeedsServer(`a constrained search decodes again, so it needs the server: ${live}`);
+      }
       const beam = stored(model, sentence).beam;
       if (beamSize !== beam.beam_size) {
         throw new NeedsServer(`this page holds beam size ${beam.beam_size}; ` +
@@ -93,8 +96,8 @@ export function kernelSource(model) {
     models: () => ask("models", {}),
     step: (name, sentence, prefix = [], override = {}) =>
       ask("step", { model: name, sentence, prefix, override, top_k: TOP_K }),
-    beam: (name, sentence, beamSize) =>
-      ask("beam", { model: name, sentence, beam_size: beamSize }),
+    beam: (name, sentence, beamSize, constraints = null) =>
+      ask("beam", { model: name, sentence, beam_size: beamSize, constraints }),
     snapshots: (name, sentence) => ask("snapshots", { model: name, sentence }),
     close: () => model.off("msg:custom", listen),
   };
@@ -253,9 +256,12 @@ const PANEL = `
     <summary>Beam search</summary>
     <div class="beam-controls">
       <label>beam size <input class="beam-size" type="number" min="1" max="16" value="5"></label>
+      <label>must say <input class="beam-include" type="text" placeholder="phrase, phrase"></label>
+      <label>must not say <input class="beam-exclude" type="text" placeholder="phrase"></label>
       <button class="beam-go" type="button">Search</button>
       <span class="beam-legend"><i class="live"></i>live <i class="finished"></i>finished
-        <i class="pruned"></i>pruned <i class="stopped"></i>live at the end</span>
+        <i class="pruned"></i>pruned <i class="stopped"></i>live at the end
+        <b class="dot met"></b>constraints met <b class="dot pending"></b>pending</span>
     </div>
     <div class="beam"></div>
     <div class="beam-node"></div>
@@ -464,9 +470,17 @@ class Panel {
 
   // -- The beam ---------------------------------------------------------------------------
 
+  /** The phrases typed under the beam, comma-separated, as the API's constraints; null for none. */
+  constraints() {
+    const phrases = (selector) => this.q(selector).value.split(",").map((p) => p.trim())
+      .filter(Boolean);
+    const include = phrases(".beam-include"), exclude = phrases(".beam-exclude");
+    return include.length || exclude.length ? { include, exclude } : null;
+  }
+
   async searchBeam() {
     const size = Number(this.q(".beam-size").value);
-    this.beam = await this.x.source.beam(this.info.name, this.sentence, size);
+    this.beam = await this.x.source.beam(this.info.name, this.sentence, size, this.constraints());
     this.drawBeam();
     this.chooseNode(this.beam.finished_nodes[0] ?? null);
   }
@@ -496,6 +510,10 @@ class Panel {
         transform: `translate(${x},${y})` },
       svg("rect", { width: W, height: H, rx: 3 }),
       svg("text", { x: 4, y: 12.5 }, label));
+      if (node.met) {  // a constrained search: has this path met every include phrase yet?
+        const all = node.met.every(Boolean);
+        box.append(svg("circle", { cx: W - 5, cy: 5, r: 3.5, class: all ? "met" : "pending" }));
+      }
       box.addEventListener("mousemove", (e) => this.x.tip.show(e, this.describeNode(node)));
       box.addEventListener("mouseleave", this.x.tip.hide);
       box.addEventListener("click", () => this.x.timed("beam node", () => this.chooseNode(node.id)));
@@ -509,7 +527,7 @@ class Panel {
       h.text || "(empty)",
       el("span", { class: "score" }, `${fixed(beam.nodes[beam.finished_nodes[rank]].final_score)}` +
         ` (log p ${fixed(h.score)} ÷ length penalty` +
-        (beam.coverage_penalty ? " + coverage penalty)" : ")")))));
+        (beam.coverage_penalty ? " + coverage penalty)" : ")") + this.describeMet(h.met)))));
   }
 
   hypothesisOf(id) {
@@ -521,7 +539,14 @@ class Panel {
   describeNode(node) {
     const words = this.hypothesisOf(node.id).map((i) => this.beam.nodes[i].token).join(" ");
     const final = node.final_score === null ? "" : `, final ${fixed(node.final_score)}`;
-    return `${words} · ${node.status} · log p ${fixed(node.score)}${final}`;
+    return `${words} · ${node.status} · log p ${fixed(node.score)}${final}` +
+      this.describeMet(node.met);
+  }
+
+  describeMet(met) {
+    if (!met || !met.length) return "";
+    const include = this.beam.constraints.include;
+    return " · " + include.map((p, i) => `"${p}" ${met[i] ? "met" : "pending"}`).join(", ");
   }
 
   chooseNode(id) {
