@@ -313,7 +313,18 @@ def test_evaluate_prints_precision_recall_and_aer_against_gold_links(toy_run, tm
     gold = tmp_path / "gold.align"
     # word-for-word with the final "." unaligned, plus one possible link
     gold.write_text("0-0 1-1 2-2 3-3\n0-0 1-1 2-2 2?3\n\n0-0 1-1\n")
-    argv = ["evaluate", str(toy_run), "--src", src, "--ref", ref, "--gold-alignments", str(gold)]
+    argv = [
+        "evaluate",
+        str(toy_run),
+        "--out",
+        str(tmp_path / "eval"),
+        "--src",
+        src,
+        "--ref",
+        ref,
+        "--gold-alignments",
+        str(gold),
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "teacher-forced argmax over 4 sentence pairs (12 links)" in printed
@@ -350,7 +361,18 @@ def test_evaluate_prints_precision_recall_and_aer_against_gold_links(toy_run, tm
 def test_evaluate_names_the_gold_file_line_and_both_line_counts(toy_run, tmp_path, capsys):
     src, ref = _toy_test_set(tmp_path)
     gold = tmp_path / "gold.align"
-    base = ["evaluate", str(toy_run), "--src", src, "--ref", ref, "--gold-alignments", str(gold)]
+    base = [
+        "evaluate",
+        str(toy_run),
+        "--out",
+        str(tmp_path / "eval"),
+        "--src",
+        src,
+        "--ref",
+        ref,
+        "--gold-alignments",
+        str(gold),
+    ]
     gold.write_text("0-0\n")
     assert main(base) == 2
     err = capsys.readouterr().err
@@ -397,7 +419,18 @@ def test_evaluate_scores_attention_against_eflomal_trained_on_the_runs_corpus(
 ):
     _require_eflomal()
     src, ref = _toy_test_set(tmp_path)
-    argv = ["evaluate", str(toy_run), "--src", src, "--ref", ref, "--reference-aligner", "eflomal"]
+    argv = [
+        "evaluate",
+        str(toy_run),
+        "--src",
+        src,
+        "--ref",
+        ref,
+        "--reference-aligner",
+        "eflomal",
+        "--out",
+        str(tmp_path / "eval"),
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     row = next(line for line in captured.out.splitlines() if line.startswith("| eflomal"))

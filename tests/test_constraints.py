@@ -1,6 +1,7 @@
 """Lexically constrained beam search (dynamic beam allocation): phrases placed where the model
-would not put them, excluded phrases never written, the beam never wider than K, and a
-search with no constraints the plain one."""
+would not put them, excluded phrases never written, the beam never wider than K, a search
+with no constraints the plain one; and constraints through the translator and the HTTP API.
+The command line's are test_cli.py's, the explorer's test_explorer.py's."""
 
 from __future__ import annotations
 
@@ -8,13 +9,19 @@ import math
 
 import pytest
 import torch
+from fastapi.testclient import TestClient
 
+from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.constraints import Constraint, Table
 from alignmt.decoding.search import beam_decode, beam_search, search
 from alignmt.decoding.settings import Search
+from alignmt.decoding.translator import Translator
+from alignmt.serve.app import create_app
+from alignmt.serve.registry import load_models
 from tests.conftest import padded_batch, tiny_model
 from tests.test_beam import MIXED, markov_step, mixed_id
 from tests.test_search import BOS, EOS, X, Y, Z
+from tests.test_serve import LIMITS, SENTENCE, post
 
 CPU = torch.device("cpu")
 
@@ -149,3 +156,100 @@ def test_constrained_hypotheses_score_what_the_model_gives_them_and_batch_as_alo
         [again] = search(model, [(src[b : b + 1, :n], src_len[b : b + 1])], alone)
         assert [h.tokens for h in again] == [h.tokens for h in hyps]
     assert found[1][0].tokens == plain[1][0].tokens
+
+
+def test_a_phrase_of_subword_pieces_is_placed_piece_by_piece_and_reads_as_words():
+    from alignmt.config import ModelConfig, SearchConfig
+    from alignmt.model.seq2seq import Seq2Seq
+    from alignmt.text.tokenize import SentencePieceTokenizer, SpaceTokenizer
+    from alignmt.text.vocab import Vocab
+
+    sentences = ["the dog runs", "a red dog sleeps now", "the small cat runs"] * 20
+    pieces = SentencePieceTokenizer.train(sentences, vocab_size=30, lowercase=True)
+    tgt_vocab = Vocab.build(pieces.encode(s) for s in [*sentences, "red cats"])
+    src_tokenizer = SpaceTokenizer()
+    src_vocab = Vocab.build(src_tokenizer.encode(s) for s in sentences)
+    torch.manual_seed(0)
+    cfg = ModelConfig(emb_dim=8, enc_hidden=8, dec_hidden=16, attn_dim=8)
+    model = Seq2Seq.from_config(cfg, src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab))
+    translator = Translator(
+        model,
+        tokenizers=(src_tokenizer, pieces),
+        vocabs=(src_vocab, tgt_vocab),
+        search=SearchConfig(beam_size=3),
+    )
+    wanted = translator.constraint(["Red cats"])
+    assert len(wanted.include[0]) > 2  # the phrase is several pieces
+    [[out]] = translator.translate(["the dog runs"], constraints=[wanted])
+    assert translator.met(out, wanted) == [True] and "red cats" in out.text
+    with pytest.raises(ValueError, match="include phrase 'zzz': tokens not in the target"):
+        translator.constraint(["zzz"])
+
+
+# --- through the translator and the HTTP API ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client(toy_run):
+    with TestClient(create_app(load_models([toy_run]), LIMITS)) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def translator(toy_run):
+    return Translator.from_checkpoint(load_checkpoint(toy_run))
+
+
+def test_constrained_translations_hold_their_phrases_and_say_so(client, translator):
+    [[plain]] = translator.translate(["a cat"], beam_size=3)
+    wanted = next(t for t in translator.tgt_vocab.itos[4:] if t not in plain.tokens)
+    banned = plain.tokens[0]
+    body = {
+        "sentences": ["a cat", SENTENCE, "a cat"],
+        "beam_size": 3,
+        "nbest": 2,
+        "constraints": [{"include": [wanted]}, None, {"exclude": [banned]}],
+    }
+    status, answer = post(client, "/v1/translate", body)
+    assert status == 200
+    first, second, third = (t["hypotheses"] for t in answer["translations"])
+    assert first[0]["met"] == [True] and wanted in first[0]["tokens"]
+    assert second[0]["met"] is None
+    assert third[0]["met"] == [] and all(banned not in h["tokens"] for h in third)
+    # the same search as the translator's, whatever else shares the batch
+    expected = translator.translate(
+        ["a cat"], beam_size=3, nbest=2, constraints=[translator.constraint([wanted])]
+    )
+    assert [h["tokens"] for h in first] == [t.tokens for t in expected[0]]
+    # the beam tree under the same constraint: each node says what its path has met
+    _, tree = post(
+        client,
+        "/v1/beam",
+        {"sentence": "a cat", "beam_size": 3, "constraints": {"include": [wanted]}},
+    )
+    assert tree["constraints"] == {"include": [wanted], "exclude": []}
+    assert tree["finished"][0]["tokens"] == first[0]["tokens"]
+    nodes = tree["nodes"]
+    for node in nodes:
+        assert node["met"] == [
+            node["token"] == wanted
+            or (node["parent"] is not None and nodes[node["parent"]]["met"][0])
+        ]
+
+
+CONSTRAINED = [
+    ({"constraints": [None, None]}, 422, "constraints"),
+    ({"constraints": [{"include": [" "]}]}, 422, "constraints[0].include[0]"),
+    ({"constraints": [{"include": ["zebraquagga"]}]}, 422, "constraints[0]"),
+    ({"constraints": [{"require": ["der"]}]}, 422, "constraints[0].require"),
+    ({"constraints": [{"include": ["der"] * 17}]}, 422, "max_phrases"),
+    ({"constraints": [{"include": ["der"]}], "sample": {}}, 422, "constraints"),
+]
+
+
+@pytest.mark.parametrize(("extra", "status", "names"), CONSTRAINED)
+def test_constraints_the_model_cannot_meet_or_read_are_refused(client, extra, status, names):
+    got, answer = post(client, "/v1/translate", {"sentences": ["a cat"], **extra})
+    error = answer["error"]
+    assert got == status and error["message"]
+    assert error.get("limit", error.get("field")) == names

@@ -84,6 +84,21 @@ def test_the_gpu_translates_as_the_cpu_does(toy_run, beam):
             assert g.alignment == w.alignment
 
 
+def test_constrained_search_places_phrases_on_the_gpu_as_on_the_cpu(toy_run):
+    cpu, gpu = translator(toy_run, "cpu", 3), translator(toy_run, CUDA, 3)
+    phrases = [
+        gpu.constraint(["katze"], ["hund"]) if i % 3 == 0 else None for i in range(len(LINES))
+    ]
+    want = cpu.translate(LINES, nbest=2, batch_size=8, constraints=phrases)
+    got = gpu.translate(LINES, nbest=2, batch_size=8, constraints=phrases)
+    for hyps, expected, constraint in zip(got, want, phrases, strict=True):
+        assert [h.tokens for h in hyps] == [h.tokens for h in expected]
+        if constraint is not None:
+            assert gpu.met(hyps[0], constraint) == [True] and "hund" not in hyps[0].tokens
+    tokens, trace = gpu.beam_trace(LINES[0], beam_size=3, constraint=phrases[0])
+    assert gpu.hypothesis(tokens, trace, trace.finished[0]).tokens == want[0][0].tokens
+
+
 def test_step_through_and_the_beam_tree_run_on_the_gpu_as_on_the_cpu(toy_run):
     cpu, gpu = translator(toy_run, "cpu", 3), translator(toy_run, CUDA, 3)
     line = LINES[7]

@@ -38,8 +38,9 @@ def run(args: argparse.Namespace) -> int:
     tokens = [translator.source_tokens(line) for line in input_lines(sys.stdin.buffer)]
     check_lengths(tokens, args.max_source_tokens)
     constraints = constraints_for(args, translator, len(tokens))
+    asked = sampling | ({"constraints": constraints} if constraints is not None else {})
     results = translator.translate_tokens(
-        tokens, nbest=args.nbest, batch_size=args.batch_size, constraints=constraints, **sampling
+        tokens, nbest=args.nbest, batch_size=args.batch_size, **asked
     )
     # Input is read as UTF-8 whatever the locale, so output is written as UTF-8 too: in an
     # ASCII or cp1252 locale the first line it could not hold would end the output there.

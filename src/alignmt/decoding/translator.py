@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TypeVar
 
 import torch
@@ -24,7 +25,7 @@ from torch import Tensor
 from alignmt.checkpoint.torch_io import Checkpoint
 from alignmt.config import Precision, SearchConfig
 from alignmt.decoding.constraints import Constraint, Table
-from alignmt.decoding.ensemble import Ensemble
+from alignmt.decoding.ensemble import Ensemble, check_shared
 from alignmt.decoding.packed import int8_linears
 from alignmt.decoding.rules import max_output_len
 from alignmt.decoding.sample import Sampling, sampler
@@ -33,13 +34,19 @@ from alignmt.decoding.settings import Check, Search
 from alignmt.decoding.speed import check_speed
 from alignmt.decoding.steps import Hypothesis
 from alignmt.decoding.trace import BeamTrace, DecoderStep, beam_trace, step_through
-from alignmt.decoding.words import hard_alignment, replace_unknown, warn_unknown
+from alignmt.decoding.words import (
+    hard_alignment,
+    phrase_ids,
+    prefix_ids,
+    replace_unknown,
+    warn_unknown,
+)
 from alignmt.model.batch import source_batch
 from alignmt.model.device import autocast, check_precision
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.shortlist import Shortlist
 from alignmt.text.tokenize import Tokenizer
-from alignmt.text.vocab import BOS, EOS, PAD, SPECIALS, Vocab
+from alignmt.text.vocab import EOS, Vocab
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -122,20 +129,8 @@ class Translator:
         """The checkpoints' models decoding as one (`ensemble.Ensemble`), on their device.
         They must share tokenizers and vocabularies (so they read the same source ids and
         write the same target ones); one that does not is refused, named by `names`."""
+        check_shared(ckpts, names)
         first = ckpts[0]
-        for name, ckpt in zip(names[1:], ckpts[1:], strict=True):
-            for side, ours, theirs in (
-                ("target vocabulary", first.tgt_vocab, ckpt.tgt_vocab),
-                ("source vocabulary", first.src_vocab, ckpt.src_vocab),
-                ("target tokenizer", first.tgt_tokenizer.to_json(), ckpt.tgt_tokenizer.to_json()),
-                ("source tokenizer", first.src_tokenizer.to_json(), ckpt.src_tokenizer.to_json()),
-            ):
-                if ours != theirs:
-                    raise ValueError(
-                        f"{name}: its {side} differs from that of {names[0]}; an ensemble's "
-                        "models must be trained on the same data with the same tokenizer and "
-                        "vocabulary settings"
-                    )
         return cls(
             Ensemble([ckpt.model for ckpt in ckpts]),
             tokenizers=(first.src_tokenizer, first.tgt_tokenizer),
@@ -210,26 +205,15 @@ class Translator:
         (`exclude`), as target ids: each split by the target tokenizer into the units the
         model writes (words, or subword pieces). A phrase that splits into nothing, or into
         a token outside the target vocabulary, is a ValueError naming it."""
+        split = partial(phrase_ids, tokenizer=self.tgt_tokenizer, vocab=self.tgt_vocab)
         return Constraint(
-            include=tuple(self._phrase_ids("include", p) for p in include),
-            exclude=tuple(self._phrase_ids("exclude", p) for p in exclude),
+            include=tuple(split("include", p) for p in include),
+            exclude=tuple(split("exclude", p) for p in exclude),
         )
 
     def met(self, translation: Translation, constraint: Constraint) -> list[bool]:
         """Whether `translation` contains each of the constraint's include phrases."""
         return constraint.met([self.tgt_vocab.stoi[t] for t in translation.tokens])
-
-    def _phrase_ids(self, kind: str, phrase: str) -> tuple[int, ...]:
-        tokens = self.tgt_tokenizer.encode(phrase) if phrase.strip() else []
-        if not tokens:
-            raise ValueError(f"{kind} phrase {phrase!r} has no tokens")
-        stoi = self.tgt_vocab.stoi
-        unknown = [t for t in tokens if t not in stoi or t in SPECIALS]
-        if unknown:
-            raise ValueError(
-                f"{kind} phrase {phrase!r}: tokens not in the target vocabulary: {unknown}"
-            )
-        return tuple(stoi[t] for t in tokens)
 
     def source_tokens(self, line: str) -> list[str]:
         """The source tokenizer's tokens of a raw sentence; none for a blank one."""
@@ -372,15 +356,8 @@ class Translator:
         return self._translation(src_tokens, hyp)
 
     def target_ids(self, tokens: Sequence[str]) -> list[int]:
-        """Ids of target tokens that a caller forces; unknown ones, and specials other than a
-        final </s>, are a ValueError naming them."""
-        vocab = self.tgt_vocab
-        unknown = [t for t in tokens if t not in vocab.stoi or t in (PAD, BOS)]
-        if unknown:
-            raise ValueError(f"prefix: tokens not in the target vocabulary: {unknown}")
-        if EOS in tokens[:-1]:
-            raise ValueError("prefix: </s> may only come last")
-        return [vocab.stoi[t] for t in tokens]
+        """Ids of target tokens that a caller forces (see `words.prefix_ids`)."""
+        return prefix_ids(tokens, self.tgt_vocab)
 
     def _one_source(self, line: str) -> list[str]:
         tokens = self.source_tokens(line)

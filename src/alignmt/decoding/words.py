@@ -1,6 +1,6 @@
 """What both translators (PyTorch's and Flax's) make of a search's output in words, on plain
-arrays: the hard alignment (of tokens, or of words), <unk> replacement, and the warning
-about unknown source words."""
+arrays: the hard alignment (of tokens, or of words), <unk> replacement, the warning
+about unknown source words, and the target ids of a constraint's phrase."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from alignmt.text.links import token_words
 from alignmt.text.tokenize import Tokenizer
-from alignmt.text.vocab import EOS, UNK, Vocab
+from alignmt.text.vocab import BOS, EOS, PAD, SPECIALS, UNK, Vocab
 
 log = logging.getLogger(__name__)
 
@@ -88,3 +88,29 @@ def warn_unknown(sentences: list[list[str]], vocab: Vocab, shown: int = 3) -> No
         more = f"; and {len(lines) - shown} more lines" if len(lines) > shown else ""
         shown_lines = "; ".join(lines[:shown])
         log.warning("source tokens not in the vocabulary, read as <unk>: %s%s", shown_lines, more)
+
+
+def phrase_ids(kind: str, phrase: str, *, tokenizer: Tokenizer, vocab: Vocab) -> tuple[int, ...]:
+    """The target ids of a constraint's phrase of raw text, split by the target `tokenizer`
+    into the units the model writes (words, or subword pieces). One that splits into nothing,
+    or into a token outside `vocab`, is a ValueError naming it and its `kind`."""
+    tokens = tokenizer.encode(phrase) if phrase.strip() else []
+    if not tokens:
+        raise ValueError(f"{kind} phrase {phrase!r} has no tokens")
+    unknown = [t for t in tokens if t not in vocab.stoi or t in SPECIALS]
+    if unknown:
+        raise ValueError(
+            f"{kind} phrase {phrase!r}: tokens not in the target vocabulary: {unknown}"
+        )
+    return tuple(vocab.stoi[t] for t in tokens)
+
+
+def prefix_ids(tokens: Sequence[str], vocab: Vocab) -> list[int]:
+    """Ids of target tokens that a caller forces; unknown ones, and specials other than a
+    final </s>, are a ValueError naming them."""
+    unknown = [t for t in tokens if t not in vocab.stoi or t in (PAD, BOS)]
+    if unknown:
+        raise ValueError(f"prefix: tokens not in the target vocabulary: {unknown}")
+    if EOS in tokens[:-1]:
+        raise ValueError("prefix: </s> may only come last")
+    return [vocab.stoi[t] for t in tokens]
