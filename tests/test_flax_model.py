@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from functools import partial
 from types import SimpleNamespace
 
 import numpy as np
@@ -313,12 +314,11 @@ def test_padding_changes_no_state_and_no_logit_of_a_sentence(arch, x64):
     _, flax_model, variables = twins(arch)
     src, src_len, tgt_in, tgt_len = padded_batch()
     src, tgt_in = F.pad(src, (0, 2)), F.pad(tgt_in, (0, 2))  # (3, 8), (3, 7)
-    run = lambda *args: flax_model.apply(variables, *as_jax(*args), method=encode_and_decode)  # noqa: E731
-    with jax.disable_jit():
-        memory, state, logits, attention = run(src, src_len, tgt_in)
+    apply = jax.jit(partial(flax_model.apply, method=encode_and_decode))
+    run = lambda *args: apply(variables, *as_jax(*args))  # noqa: E731
+    memory, state, logits, attention = run(src, src_len, tgt_in)
     for b, (n, m) in enumerate(zip(src_len.tolist(), tgt_len.tolist(), strict=True)):
-        with jax.disable_jit():
-            alone = run(src[b : b + 1, :n], src_len[b : b + 1], tgt_in[b : b + 1, :m])
+        alone = run(src[b : b + 1, :n], src_len[b : b + 1], tgt_in[b : b + 1, :m])
         np.testing.assert_allclose(memory.states[b, :n], alone[0].states[0], rtol=0, atol=1e-12)
         assert np.all(np.asarray(memory.states[b, n:]) == 0)
         np.testing.assert_allclose(state.hidden[b], alone[1].hidden[0], rtol=0, atol=1e-12)
