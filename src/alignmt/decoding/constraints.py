@@ -77,6 +77,7 @@ class Table(NamedTuple):
     include_len: Tensor  # (S, P) int64 its length; 0 where a sentence has fewer phrases
     exclude: Tensor  # (S, E, X) int64 right-aligned: the last token at X - 1, -1 before
     exclude_len: Tensor  # (S, E) int64; 0 where a sentence has fewer phrases
+    most: int  # the most include tokens any sentence must write: C + 1 banks at most
 
     @classmethod
     def of(cls, constraints: Sequence[Constraint | None], device: torch.device) -> Table:
@@ -84,7 +85,9 @@ class Table(NamedTuple):
         given = [c or Constraint() for c in constraints]
         include, include_len = _padded([c.include for c in given], right=False)
         exclude, exclude_len = _padded([c.exclude for c in given], right=True)
-        return cls(*(x.to(device) for x in (include, include_len, exclude, exclude_len)))
+        tensors = (x.to(device) for x in (include, include_len, exclude, exclude_len))
+        most = int(include_len.sum(dim=1).max()) if len(given) else 0
+        return cls(*tensors, most=most)
 
     @property
     def phrases(self) -> int:
@@ -129,25 +132,11 @@ class Table(NamedTuple):
             scores, parents, tokens and rank, as `beam.candidates` returns them (rank is the
             order round the banks), and the candidates' progress (B, 2K, F).
         """
-        B, K, V = logits.shape
+        K = logits.size(1)
         log_probs = logits.log_softmax(dim=2)  # (B, K, V)
         log_probs = self._rule_out(log_probs, progress, sentences, eos_id)
         total = scores.unsqueeze(2) + log_probs  # (B, K, V)
-        top, token = total.topk(min(2 * K, V), dim=2)  # (B, K, W)
-        forced, allowed = self._next_tokens(progress, sentences)  # (B, K, P)
-        forced_scores = total.gather(2, forced).masked_fill(~allowed, float("-inf"))
-        # a phrase token already among the beam's K-best is a candidate once
-        again = (forced.unsqueeze(3) == token.unsqueeze(2)).any(dim=3)  # (B, K, P)
-        # and so is a token that begins two phrases
-        twice = (forced.unsqueeze(3) == forced.unsqueeze(2)) & allowed.unsqueeze(2)
-        earlier = torch.ones(twice.shape[-2:], dtype=torch.bool, device=twice.device).tril(-1)
-        again |= (twice & earlier).any(dim=3)
-        forced_scores = forced_scores.masked_fill(again, float("-inf"))
-        pool = torch.cat([top, forced_scores], dim=2).flatten(1)  # (B, M), M = K(W + P)
-        pool_tokens = torch.cat([token, forced], dim=2).flatten(1)
-        per_beam = top.size(2) + forced.size(2)
-        pool_parents = torch.arange(K, device=logits.device).repeat_interleave(per_beam)
-        pool_parents = pool_parents.expand(B, -1)  # (B, M)
+        pool, pool_tokens, pool_parents = self._pool(total, progress, sentences)  # (B, M) each
         parent_progress = progress.gather(1, _rows(pool_parents, progress.size(2)))
         pool_progress = self._advance(parent_progress, pool_tokens, sentences)  # (B, M, F)
         ends = (pool_tokens == eos_id) & (self.need(sentences) > 0)[:, None]
@@ -163,6 +152,33 @@ class Table(NamedTuple):
             rank,
             pool_progress.gather(1, _rows(chosen, progress.size(2))),
         )
+
+    def _pool(
+        self, total: Tensor, progress: Tensor, sentences: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The candidates of a step: each beam's 2K best tokens and the phrase tokens it may
+        write next (`_next_tokens`), each (beam, token) once.
+
+        Args:
+            total: (B, K, V) each beam's score plus each token's log-probability.
+
+        Returns:
+            scores (-inf for none), tokens and parent beams, each (B, M), M = K (2K + P).
+        """
+        B, K, V = total.shape
+        top, token = total.topk(min(2 * K, V), dim=2)  # (B, K, W)
+        forced, allowed = self._next_tokens(progress, sentences)  # (B, K, P)
+        # a phrase token already among the beam's best is a candidate once
+        again = (forced.unsqueeze(3) == token.unsqueeze(2)).any(dim=3)  # (B, K, P)
+        # and so is a token that begins two phrases
+        twice = (forced.unsqueeze(3) == forced.unsqueeze(2)) & allowed.unsqueeze(2)
+        earlier = torch.ones(twice.shape[-2:], dtype=torch.bool, device=twice.device).tril(-1)
+        again |= (twice & earlier).any(dim=3)
+        forced_scores = total.gather(2, forced).masked_fill(~allowed | again, float("-inf"))
+        pool = torch.cat([top, forced_scores], dim=2).flatten(1)  # (B, M)
+        tokens = torch.cat([token, forced], dim=2).flatten(1)
+        parents = torch.arange(K, device=total.device).repeat_interleave(pool.size(1) // K)
+        return pool, tokens, parents.expand(B, -1)
 
     def missing(self, sentences: Tensor, progress: Tensor) -> Tensor:
         """(B,) sentences and (B, M, F) progress -> (B, M) include tokens still to write."""
@@ -258,8 +274,7 @@ class Table(NamedTuple):
         need = self.need(sentences)[:, None]  # (B, 1)
         order = pool.argsort(dim=1, descending=True, stable=True)  # (B, M) best first
         bank = met.gather(1, order)  # (B, M)
-        banks = int(need.max()) + 1
-        place = torch.nn.functional.one_hot(bank, banks).cumsum(dim=1)  # (B, M, banks)
+        place = torch.nn.functional.one_hot(bank, self.most + 1).cumsum(dim=1)  # (B, M, C + 1)
         turn = place.gather(2, bank.unsqueeze(2)).squeeze(2) - 1  # (B, M) its rank in its bank
         key = (turn * (need + 1) + need - bank).double()
         key = key.masked_fill(ends.gather(1, order), -1.0)
