@@ -1,4 +1,5 @@
-"""The `alignmt` command: demo, train, translate, evaluate, compare, average, serve, explore.
+"""The `alignmt` command: demo, train, translate, evaluate, compare, average, shortlist, export,
+serve, explore.
 
 The only package that prints to stdout, and the only one that imports every layer. Parsing
 (`parser`) is cheap; each command's module (`alignmt.cli.COMMAND`, with a `run(args)`) is

@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         _compare,
         _average,
         _shortlist,
+        _export,
         _serve,
         _explore,
     ):
@@ -238,6 +239,19 @@ def _average(commands: Commands) -> None:
     average.add_argument(
         "--overwrite", action="store_true", help="replace the run a NEW_RUN folder holds"
     )
+
+
+def _export(commands: Commands) -> None:
+    export = commands.add_parser(
+        "export",
+        help="write a run's model as ONNX graphs that ONNX Runtime runs without PyTorch",
+        description="The encoder and one decoder step as ONNX graphs (OUT/encoder.onnx, "
+        "OUT/step.onnx), with OUT/manifest.json: the config, vocabularies, tokenizers and the "
+        "graphs' inputs and outputs. Every architecture alignmt trains, from PyTorch- and "
+        "Flax-trained run folders alike.",
+    )
+    export.add_argument("run_dir", metavar="RUN_DIR")
+    export.add_argument("--out", required=True, metavar="DIR", help="the folder to write")
 
 
 def _shortlist(commands: Commands) -> None:

@@ -1,0 +1,173 @@
+"""A trained model as two ONNX graphs, which ONNX Runtime runs without PyTorch: the encoder,
+and one decoder step.
+
+- `encoder.onnx`: (src (B, T_src) int64, src_len (B,) int64) -> the memory every step
+  reads and the first decoder state, one output per field that the model has (see
+  `Manifest.memory`, `Manifest.state`). Sentences are packed as in PyTorch, so padding
+  changes nothing: ONNX's RNN operators take each sentence's length.
+- `step.onnx`: (prev (N,) int64, the state's fields, the memory's fields) -> log_probs
+  (N, V), the new state's fields and, where the model has attention, alpha (N, T_src).
+
+Both are traced from the model in float32 on the CPU with PyTorch's TorchScript-based
+exporter, with the batch, source length and vocabulary axes left free. `manifest.json`
+holds what the graphs cannot say: the checkpoint's config, vocabularies and tokenizers (as
+`checkpoint.format.header_metadata` writes them), the special ids, and the names and
+order of the state's and memory's fields.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from alignmt.checkpoint.format import header_metadata
+from alignmt.checkpoint.torch_io import Checkpoint
+from alignmt.model.cell import DecoderState
+from alignmt.model.decoder import Memory
+from alignmt.model.seq2seq import Seq2Seq
+
+FORMAT = 1  # of the exported folder; a reader refuses another
+MANIFEST, ENCODER, STEP = "manifest.json", "encoder.onnx", "step.onnx"
+OPSET = 17
+# the fields, inputs and outputs whose second axis is the source's length
+_ALONG_THE_SOURCE = {"src", "states", "mask", "keys", "coverage_rate", "coverage", "alpha"}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The graphs' inputs and outputs, by name and in order."""
+
+    state: tuple[str, ...]  # DecoderState's fields that the model has
+    memory: tuple[str, ...]  # Memory's fields that the model has
+    attention: bool  # whether the step returns alpha
+
+    @property
+    def step_inputs(self) -> tuple[str, ...]:
+        return ("prev", *self.state, *self.memory)
+
+    @property
+    def step_outputs(self) -> tuple[str, ...]:
+        return ("log_probs", *(f"next_{n}" for n in self.state), *self.attention * ("alpha",))
+
+
+def export_onnx(ckpt: Checkpoint, out: str | Path) -> Manifest:
+    """Write `ckpt`'s model as `encoder.onnx` and `step.onnx` in `out`, with `manifest.json`.
+
+    Returns:
+        What the graphs take and give.
+    """
+    model = ckpt.model.float().cpu().eval()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    src, src_len = _example_source(model)
+    with torch.no_grad():
+        memory, state = model.encode(src, src_len)
+    manifest = Manifest(
+        state=tuple(n for n in DecoderState._fields if getattr(state, n) is not None),
+        memory=tuple(n for n in Memory._fields if getattr(memory, n) is not None),
+        attention=model.has_attention,
+    )
+    encoder_outputs = (*manifest.memory, *(f"first_{n}" for n in manifest.state))
+    _export(
+        _Encoder(model, manifest),
+        (src, src_len),
+        ("src", "src_len"),
+        encoder_outputs,
+        out / ENCODER,
+    )
+    prev = torch.full((len(src_len),), model.bos_id)
+    flat = (
+        prev,
+        *(getattr(state, n) for n in manifest.state),
+        *(getattr(memory, n) for n in manifest.memory),
+    )
+    _export(_Step(model, manifest), flat, manifest.step_inputs, manifest.step_outputs, out / STEP)
+    meta = header_metadata(
+        ckpt.config,
+        ckpt.src_vocab,
+        ckpt.tgt_vocab,
+        ckpt.step,
+        (ckpt.src_tokenizer, ckpt.tgt_tokenizer),
+    )
+    ids = {"pad_id": model.pad_id, "bos_id": model.bos_id, "eos_id": model.eos_id}
+    fields = {"state": list(manifest.state), "memory": list(manifest.memory)}
+    body = {"format": FORMAT, **meta, **ids, **fields, "attention": manifest.attention}
+    (out / MANIFEST).write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
+    return manifest
+
+
+class _Encoder(nn.Module):
+    """`Seq2Seq.encode` with its outputs as a flat tuple of tensors."""
+
+    def __init__(self, model: Seq2Seq, manifest: Manifest) -> None:
+        super().__init__()
+        self.model, self.manifest = model, manifest
+
+    def forward(self, src: Tensor, src_len: Tensor) -> tuple[Tensor, ...]:
+        memory, state = self.model.encode(src, src_len)
+        fields = [getattr(memory, n) for n in self.manifest.memory]
+        return (*fields, *(getattr(state, n) for n in self.manifest.state))
+
+
+class _Step(nn.Module):
+    """`Seq2Seq.decode_step` on flat tensors, returning log-probabilities."""
+
+    def __init__(self, model: Seq2Seq, manifest: Manifest) -> None:
+        super().__init__()
+        self.model, self.manifest = model, manifest
+
+    def forward(self, prev: Tensor, *flat: Tensor) -> tuple[Tensor, ...]:
+        count = len(self.manifest.state)
+        state = _named(DecoderState, self.manifest.state, flat[:count])
+        memory = _named(Memory, self.manifest.memory, flat[count:])
+        logits, state, alpha = self.model.decode_step(prev, state, memory)
+        fields = [getattr(state, n) for n in self.manifest.state]
+        return (logits.log_softmax(dim=-1), *fields, *([alpha] if alpha is not None else []))
+
+
+def _named(kind: type, names: tuple[str, ...], values: tuple[Tensor, ...]):
+    """A DecoderState or Memory with `names` set to `values` and its other fields None."""
+    return kind(**(dict.fromkeys(kind._fields) | dict(zip(names, values, strict=True))))
+
+
+def _example_source(model: Seq2Seq) -> tuple[Tensor, Tensor]:
+    """A padded batch to trace: three sentences ending in </s>, not sorted by length. (Traced
+    on lengths already in order, the exporter fixes packing's sort as doing nothing, and
+    batches in another order get other sentences' states.)"""
+    lengths = [2, 4, 3]
+    src = torch.full((len(lengths), max(lengths)), model.pad_id)
+    for row, n in enumerate(lengths):
+        src[row, : n - 1], src[row, n - 1] = model.eos_id + 1, model.eos_id
+    return src, torch.tensor(lengths)
+
+
+def _export(
+    module: nn.Module, args: tuple, inputs: tuple[str, ...], outputs: tuple[str, ...], path: Path
+) -> None:
+    """Trace `module` on `args` to `path`, with every input's and output's first axis (the
+    batch, or a beam's rows) free, and the source length wherever it is an axis. The module
+    is put in eval mode first: the exporter hands back the mode it found, to the model
+    inside too, and a module is built in training mode."""
+    module.eval()
+    axes = {name: {0: "rows"} for name in (*inputs, *outputs)}
+    for name in (*inputs, *outputs):
+        if name.removeprefix("next_").removeprefix("first_") in _ALONG_THE_SOURCE:
+            axes[name][1] = "source"
+    with warnings.catch_warnings():
+        # the exporter's notes on packed sequences' shape inference, which ONNX Runtime redoes
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            args,
+            str(path),
+            dynamo=False,
+            input_names=list(inputs),
+            output_names=list(outputs),
+            dynamic_axes=axes,
+            opset_version=OPSET,
+        )
