@@ -308,23 +308,19 @@ def _toy_test_set(folder):
     return str(folder / "t.en"), str(folder / "t.de")
 
 
+def _evaluate(run, folder, *flags) -> list[str]:
+    """`alignmt evaluate` of `run` on `_toy_test_set(folder)`, writing into `folder`, not
+    into the run, which other tests read."""
+    src, ref = str(folder / "t.en"), str(folder / "t.de")
+    return ["evaluate", str(run), "--out", str(folder / "eval"), "--src", src, "--ref", ref, *flags]
+
+
 def test_evaluate_prints_precision_recall_and_aer_against_gold_links(toy_run, tmp_path, capsys):
-    src, ref = _toy_test_set(tmp_path)
     gold = tmp_path / "gold.align"
     # word-for-word with the final "." unaligned, plus one possible link
     gold.write_text("0-0 1-1 2-2 3-3\n0-0 1-1 2-2 2?3\n\n0-0 1-1\n")
-    argv = [
-        "evaluate",
-        str(toy_run),
-        "--out",
-        str(tmp_path / "eval"),
-        "--src",
-        src,
-        "--ref",
-        ref,
-        "--gold-alignments",
-        str(gold),
-    ]
+    src, ref = _toy_test_set(tmp_path)
+    argv = _evaluate(toy_run, tmp_path, "--gold-alignments", str(gold))
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "teacher-forced argmax over 4 sentence pairs (12 links)" in printed
@@ -359,20 +355,9 @@ def test_evaluate_prints_precision_recall_and_aer_against_gold_links(toy_run, tm
 
 
 def test_evaluate_names_the_gold_file_line_and_both_line_counts(toy_run, tmp_path, capsys):
-    src, ref = _toy_test_set(tmp_path)
     gold = tmp_path / "gold.align"
-    base = [
-        "evaluate",
-        str(toy_run),
-        "--out",
-        str(tmp_path / "eval"),
-        "--src",
-        src,
-        "--ref",
-        ref,
-        "--gold-alignments",
-        str(gold),
-    ]
+    src, ref = _toy_test_set(tmp_path)
+    base = _evaluate(toy_run, tmp_path, "--gold-alignments", str(gold))
     gold.write_text("0-0\n")
     assert main(base) == 2
     err = capsys.readouterr().err
@@ -418,19 +403,8 @@ def test_evaluate_scores_attention_against_eflomal_trained_on_the_runs_corpus(
     toy_run, tmp_path, capsys
 ):
     _require_eflomal()
-    src, ref = _toy_test_set(tmp_path)
-    argv = [
-        "evaluate",
-        str(toy_run),
-        "--src",
-        src,
-        "--ref",
-        ref,
-        "--reference-aligner",
-        "eflomal",
-        "--out",
-        str(tmp_path / "eval"),
-    ]
+    _toy_test_set(tmp_path)
+    argv = _evaluate(toy_run, tmp_path, "--reference-aligner", "eflomal")
     assert main(argv) == 0
     captured = capsys.readouterr()
     row = next(line for line in captured.out.splitlines() if line.startswith("| eflomal"))
