@@ -47,6 +47,10 @@ class Manifest:
     attention: bool  # whether the step returns alpha
 
     @property
+    def encoder_outputs(self) -> tuple[str, ...]:
+        return (*self.memory, *(f"first_{n}" for n in self.state))
+
+    @property
     def step_inputs(self) -> tuple[str, ...]:
         return ("prev", *self.state, *self.memory)
 
@@ -57,6 +61,7 @@ class Manifest:
 
 def export_onnx(ckpt: Checkpoint, out: str | Path) -> Manifest:
     """Write `ckpt`'s model as `encoder.onnx` and `step.onnx` in `out`, with `manifest.json`.
+    The model is put in float32 on the CPU, in eval mode, where it is.
 
     Returns:
         What the graphs take and give.
@@ -72,33 +77,27 @@ def export_onnx(ckpt: Checkpoint, out: str | Path) -> Manifest:
         memory=tuple(n for n in Memory._fields if getattr(memory, n) is not None),
         attention=model.has_attention,
     )
-    encoder_outputs = (*manifest.memory, *(f"first_{n}" for n in manifest.state))
-    _export(
-        _Encoder(model, manifest),
-        (src, src_len),
-        ("src", "src_len"),
-        encoder_outputs,
-        out / ENCODER,
-    )
+    encoder = _Encoder(model, manifest)
+    _export(encoder, (src, src_len), ("src", "src_len"), manifest.encoder_outputs, out / ENCODER)
     prev = torch.full((len(src_len),), model.bos_id)
-    flat = (
-        prev,
-        *(getattr(state, n) for n in manifest.state),
-        *(getattr(memory, n) for n in manifest.memory),
-    )
-    _export(_Step(model, manifest), flat, manifest.step_inputs, manifest.step_outputs, out / STEP)
-    meta = header_metadata(
-        ckpt.config,
-        ckpt.src_vocab,
-        ckpt.tgt_vocab,
-        ckpt.step,
-        (ckpt.src_tokenizer, ckpt.tgt_tokenizer),
-    )
+    fields = [getattr(state, n) for n in manifest.state]
+    fields += [getattr(memory, n) for n in manifest.memory]
+    step = _Step(model, manifest)
+    _export(step, (prev, *fields), manifest.step_inputs, manifest.step_outputs, out / STEP)
+    _write_manifest(ckpt, manifest, out / MANIFEST)
+    return manifest
+
+
+def _write_manifest(ckpt: Checkpoint, manifest: Manifest, path: Path) -> None:
+    """The checkpoint's header (as a checkpoint stores it), the special ids, and the
+    graphs' field names, as JSON."""
+    tokenizers = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
+    meta = header_metadata(ckpt.config, ckpt.src_vocab, ckpt.tgt_vocab, ckpt.step, tokenizers)
+    model = ckpt.model
     ids = {"pad_id": model.pad_id, "bos_id": model.bos_id, "eos_id": model.eos_id}
     fields = {"state": list(manifest.state), "memory": list(manifest.memory)}
     body = {"format": FORMAT, **meta, **ids, **fields, "attention": manifest.attention}
-    (out / MANIFEST).write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
-    return manifest
+    path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
 
 
 class _Encoder(nn.Module):
