@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 import torch
 
@@ -15,8 +16,6 @@ from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.export import ENCODER, FORMAT, MANIFEST, STEP, export_onnx
 from alignmt.model.batch import source_batch
 from tests.conftest import untrained_twin
-
-ort = pytest.importorskip("onnxruntime", reason="the [runtime] extra installs ONNX Runtime")
 
 # each cell, direction and depth; each decoder order and score; readouts, the bridge and
 # zeros, coverage, and both vanilla decoders
@@ -39,9 +38,17 @@ MODELS = {
 LINES = ["the big dog sleeps now", "a cat", "the small red cat runs", "dog"]
 
 
-@pytest.mark.parametrize("changes", MODELS.values(), ids=MODELS.keys())
-def test_the_graphs_step_as_pytorch_does(toy_run, tmp_path, changes):
-    ckpt = load_checkpoint(untrained_twin(toy_run, tmp_path / "run", **changes))
+def cases(names, fast: int) -> list:
+    """`names` as parameters, all but the first `fast` in the slow set."""
+    return [
+        pytest.param(name, marks=() if i < fast else pytest.mark.slow, id=name)
+        for i, name in enumerate(names)
+    ]
+
+
+@pytest.mark.parametrize("name", cases(MODELS, fast=2))
+def test_the_graphs_step_as_pytorch_does(toy_run, tmp_path, name):
+    ckpt = load_checkpoint(untrained_twin(toy_run, tmp_path / "run", **MODELS[name]))
     model = ckpt.model
     manifest = export_onnx(ckpt, tmp_path / "onnx")
     encoder = ort.InferenceSession(str(tmp_path / "onnx" / ENCODER))
@@ -108,3 +115,102 @@ def test_the_command_writes_the_folder_and_names_a_missing_run(toy_run, tmp_path
     assert {p.name for p in (tmp_path / "onnx").iterdir()} == {MANIFEST, ENCODER, STEP}
     assert main(["export", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
     assert "nowhere" in capsys.readouterr().err
+
+
+# --- translating with the exported graphs, without PyTorch -----------------------------------
+
+RUNTIME = [
+    "gru-bi-additive-bahdanau", "lstm-uni-L2-general-luong", "gru-bi-L2-dot-luong",
+    "lstm-bi-concat-maxout", "gru-bi-cgru", "lstm-bi-coverage-fertility", "gru-bi-vanilla",
+]  # fmt: skip
+SENTENCES = [
+    "the big dog sleeps now", "a cat", "the small red cat runs", "dog", "", "a big dog runs now",
+    "the cat sleeps", "small red dog", "the small big red cat sleeps now",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", cases(RUNTIME, fast=1))
+@pytest.mark.parametrize(("beam", "nbest"), [(1, 1), (4, 3)], ids=["greedy", "beam 4"])
+def test_the_runtime_translates_as_pytorch_does(toy_run, tmp_path, name, beam, nbest):
+    from dataclasses import replace
+
+    from alignmt.decoding.onnx_runtime import OnnxModel, OnnxTranslator
+    from alignmt.decoding.translator import Translator
+
+    run = (
+        toy_run if name == RUNTIME[0] else untrained_twin(toy_run, tmp_path / "run", **MODELS[name])
+    )
+    ckpt = load_checkpoint(run)
+    search = replace(ckpt.config.search, beam_size=beam, length_penalty=0.6)
+    want = Translator.from_checkpoint(ckpt, search).translate(SENTENCES, nbest=nbest, batch_size=4)
+    export_onnx(ckpt, tmp_path / "onnx")
+    got = OnnxTranslator(OnnxModel(tmp_path / "onnx"), search).translate(
+        SENTENCES, nbest=nbest, batch_size=4
+    )
+    for hyps, expected in zip(got, want, strict=True):
+        assert [h.tokens for h in hyps] == [w.tokens for w in expected]
+        for h, w in zip(hyps, expected, strict=True):
+            assert (h.text, h.src_tokens, h.alignment) == (w.text, w.src_tokens, w.alignment)
+            assert h.score == pytest.approx(w.score, abs=1e-4)
+            assert h.probabilities == pytest.approx(w.probabilities, abs=1e-4)
+            if w.attention is not None:
+                np.testing.assert_allclose(h.attention, w.attention.numpy(), atol=1e-4)
+
+
+def test_translate_reads_an_exported_folder_without_torch(toy_run, tmp_path):
+    import subprocess
+    import sys
+
+    from alignmt.decoding.translator import Translator
+
+    export_onnx(load_checkpoint(toy_run), tmp_path / "onnx")
+    # torch made unimportable: the command must not need it
+    script = (
+        "import sys; sys.modules['torch'] = None; from alignmt.cli import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    argv = [sys.executable, "-c", script, "translate", str(tmp_path / "onnx"), "--beam", "3"]
+    done = subprocess.run(
+        [*argv, "--nbest", "2", "--alignment"], input="a cat\n\nthe big dog\n", text=True,
+        capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = [line.split("\t") for line in done.stdout.splitlines()]
+    search = load_checkpoint(toy_run).config.search
+    want = Translator.from_checkpoint(load_checkpoint(toy_run), search).translate(
+        ["a cat", "", "the big dog"], nbest=2, beam_size=3
+    )
+    assert rows[1] == ["", "", "", ""]
+    for row, hyps in zip((rows[0], rows[2]), (want[0], want[2]), strict=True):
+        assert row == [x for h in hyps for x in (h.text, h.alignment)]
+
+
+def test_a_broken_exported_folder_is_named_not_traced(toy_run, tmp_path, capsys):
+    from alignmt.cli import main
+
+    folder = tmp_path / "onnx"
+    export_onnx(load_checkpoint(toy_run), folder)
+
+    def refused(said: str) -> None:
+        import io
+        import sys
+
+        sys.stdin = io.TextIOWrapper(io.BytesIO(b"a cat\n"))
+        try:
+            assert main(["translate", str(folder)]) == 2
+        finally:
+            sys.stdin = sys.__stdin__
+        assert said in capsys.readouterr().err
+
+    refused_flags = ["translate", str(folder), "--sample"]
+    assert main(refused_flags) == 2
+    assert "not with --sample" in capsys.readouterr().err
+    (folder / STEP).write_bytes(b"not a graph")
+    refused(f"{folder / STEP}: not a readable ONNX graph")
+    (folder / STEP).unlink()
+    refused(f"{folder / STEP}: not found")
+    body = json.loads((folder / MANIFEST).read_text())
+    (folder / MANIFEST).write_text(json.dumps({**body, "format": 99}))
+    refused("export format 99, but this alignmt reads format 1")
+    (folder / MANIFEST).write_text("{")
+    refused(f"{folder / MANIFEST}: not a readable manifest")

@@ -62,6 +62,7 @@ NO_TORCH = [
     "alignmt.checkpoint.flax_io",
     "alignmt.decoding.words",  # both translators' word-level output
     "alignmt.decoding.rules",  # the search rules every framework and runtime reads
+    "alignmt.decoding.onnx_runtime",  # exported models on ONNX Runtime and NumPy
     "alignmt.analysis.coverage",
     "alignmt.analysis.scores",
     "alignmt.analysis.tables",
@@ -76,6 +77,7 @@ COMMANDS = [
     "compare",
     "average",
     "shortlist",
+    "export",
     "serve",
     "explore",
 ]

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alignmt.decoding.words import word_alignment
@@ -18,13 +19,16 @@ if TYPE_CHECKING:
     from alignmt.config import SearchConfig
     from alignmt.decoding.constraints import Constraint
     from alignmt.decoding.flax_translator import FlaxTranslator
+    from alignmt.decoding.onnx_runtime import OnnxTranslator
     from alignmt.decoding.translator import Translation, Translator
     from alignmt.text.tokenize import Tokenizer
 
 
 def run(args: argparse.Namespace) -> int:
     sampling = sampling_for(args)  # its flags are checked before any work
-    if args.backend == "torch":
+    if any((Path(d) / "manifest.json").is_file() for d in args.run_dirs):
+        translator = runtime_translator_for(args)
+    elif args.backend == "torch":
         translator = translator_for(args.run_dirs, args)
     elif args.jsonl or args.sample or args.constraints or len(args.run_dirs) > 1:
         raise ValueError(
@@ -156,6 +160,36 @@ def translator_for(runs: str | list[str], args: argparse.Namespace) -> Translato
     if len(ckpts) > 1:
         return Translator.ensemble(ckpts, runs, search, precision=args.precision)
     return Translator.from_checkpoint(ckpts[0], search, precision=args.precision)
+
+
+def runtime_translator_for(args: argparse.Namespace) -> OnnxTranslator:
+    """The exported model (`alignmt export`) of the one folder given, on ONNX Runtime and
+    NumPy: no torch is imported. It searches as the run did, with --beam and --replace-unk."""
+    asked = [
+        flag
+        for flag, given in (
+            ("several folders (an ensemble)", len(args.run_dirs) > 1),
+            ("--sample", args.sample),
+            ("--constraints", args.constraints),
+            ("--backend flax", args.backend != "torch"),
+            ("--coverage-penalty", args.coverage_penalty),
+            ("--weights / --shortlist", args.weights or args.shortlist),
+            ("--precision", args.precision != "float32"),
+            ("--device", args.device not in ("auto", "cpu")),
+        )
+        if given
+    ]
+    if asked:
+        raise ValueError(
+            f"an exported model translates one folder, float32 on the CPU, greedy or with a "
+            f"beam; not with {', '.join(asked)}: translate the run folder for those"
+        )
+    try:
+        from alignmt.decoding.onnx_runtime import OnnxModel, OnnxTranslator
+    except ImportError as missing:
+        raise ValueError(f"an exported model needs the [runtime] extra ({missing})") from None
+    model = OnnxModel(args.run_dirs[0])
+    return OnnxTranslator(model, search_for(model.header.config.search, args))
 
 
 def flax_translator_for(run: str, args: argparse.Namespace) -> FlaxTranslator:
