@@ -13,7 +13,8 @@ import torch
 
 from alignmt.checkpoint.format import parse_header
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.export import ENCODER, FORMAT, MANIFEST, STEP, export_onnx
+from alignmt.decoding.export import export_onnx
+from alignmt.decoding.onnx_format import ENCODER, FORMAT, MANIFEST, STEP
 from alignmt.model.batch import source_batch
 from tests.conftest import untrained_twin
 

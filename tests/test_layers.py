@@ -62,6 +62,7 @@ NO_TORCH = [
     "alignmt.checkpoint.flax_io",
     "alignmt.decoding.words",  # both translators' word-level output
     "alignmt.decoding.rules",  # the search rules every framework and runtime reads
+    "alignmt.decoding.onnx_format",  # what an exported folder holds
     "alignmt.decoding.onnx_runtime",  # exported models on ONNX Runtime and NumPy
     "alignmt.analysis.coverage",
     "alignmt.analysis.scores",

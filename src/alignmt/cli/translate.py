@@ -8,9 +8,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from alignmt.decoding.onnx_format import is_exported
 from alignmt.decoding.words import word_alignment
 from alignmt.text.constraints import read_constraints
 from alignmt.text.corpus import input_lines
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     sampling = sampling_for(args)  # its flags are checked before any work
-    if any((Path(d) / "manifest.json").is_file() for d in args.run_dirs):
+    if any(is_exported(d) for d in args.run_dirs):
         translator = runtime_translator_for(args)
     elif args.backend == "torch":
         translator = translator_for(args.run_dirs, args)

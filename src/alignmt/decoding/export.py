@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,36 +26,14 @@ from torch import Tensor, nn
 
 from alignmt.checkpoint.format import header_metadata
 from alignmt.checkpoint.torch_io import Checkpoint
+from alignmt.decoding.onnx_format import ENCODER, FORMAT, MANIFEST, STEP, Manifest
 from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import Memory
 from alignmt.model.seq2seq import Seq2Seq
 
-FORMAT = 1  # of the exported folder; a reader refuses another
-MANIFEST, ENCODER, STEP = "manifest.json", "encoder.onnx", "step.onnx"
 OPSET = 17
 # the fields, inputs and outputs whose second axis is the source's length
 _ALONG_THE_SOURCE = {"src", "states", "mask", "keys", "coverage_rate", "coverage", "alpha"}
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """The graphs' inputs and outputs, by name and in order."""
-
-    state: tuple[str, ...]  # DecoderState's fields that the model has
-    memory: tuple[str, ...]  # Memory's fields that the model has
-    attention: bool  # whether the step returns alpha
-
-    @property
-    def encoder_outputs(self) -> tuple[str, ...]:
-        return (*self.memory, *(f"first_{n}" for n in self.state))
-
-    @property
-    def step_inputs(self) -> tuple[str, ...]:
-        return ("prev", *self.state, *self.memory)
-
-    @property
-    def step_outputs(self) -> tuple[str, ...]:
-        return ("log_probs", *(f"next_{n}" for n in self.state), *self.attention * ("alpha",))
 
 
 def export_onnx(ckpt: Checkpoint, out: str | Path) -> Manifest:

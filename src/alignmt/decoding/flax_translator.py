@@ -20,7 +20,7 @@ import numpy as np
 from alignmt.checkpoint.flax_io import FlaxCheckpoint, Params
 from alignmt.config import DEVICES, SearchConfig
 from alignmt.decoding.flax_search import FlaxHypothesis, FlaxSearch
-from alignmt.decoding.words import hard_alignment, replace_unknown, warn_unknown
+from alignmt.decoding.words import hard_alignment, replace_unknown, source_as_read, warn_unknown
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 from alignmt.text.tokenize import Tokenizer
 from alignmt.text.vocab import EOS, Vocab
@@ -135,9 +135,8 @@ class FlaxTranslator:
         return self._searches[key]
 
     def source_as_read(self, src_tokens: list[str]) -> list[str]:
-        """The source tokens as the model reads them: <unk> for unknown ones, then </s>."""
-        ids = self.src_vocab.encode(src_tokens)
-        return [*self.src_vocab.decode(ids, strip_special=False), EOS]
+        """The source tokens as the model reads them (see `words.source_as_read`)."""
+        return source_as_read(src_tokens, self.src_vocab)
 
     def _translation(self, src_tokens: list[str], hyp: FlaxHypothesis) -> FlaxTranslation:
         ids = [*hyp.tokens, *[self.tgt_vocab.eos_id] * hyp.ended]

@@ -24,19 +24,12 @@ import onnxruntime as ort
 
 from alignmt.checkpoint.format import Header, parse_header
 from alignmt.config import SearchConfig
+from alignmt.decoding.onnx_format import ENCODER, FORMAT, MANIFEST, STEP, Manifest
 from alignmt.decoding.rules import cannot_improve, length_penalty, max_output_len
-from alignmt.decoding.words import hard_alignment, replace_unknown, warn_unknown
+from alignmt.decoding.words import hard_alignment, replace_unknown, source_as_read, warn_unknown
 from alignmt.text.vocab import EOS
 
 log = logging.getLogger(__name__)
-
-FORMAT = 1  # the export format this runtime reads (decoding/export.py writes it)
-MANIFEST, ENCODER, STEP = "manifest.json", "encoder.onnx", "step.onnx"
-
-
-def is_exported(folder: str | Path) -> bool:
-    """Whether `folder` holds an exported model rather than a run."""
-    return (Path(folder) / MANIFEST).is_file()
 
 
 class OnnxModel:
@@ -51,19 +44,21 @@ class OnnxModel:
         options.intra_op_num_threads = threads
         self.encoder = _session(folder / ENCODER, options)
         self.step_graph = _session(folder / STEP, options)
+        self.names = Manifest(
+            tuple(self.manifest["state"]),
+            tuple(self.manifest["memory"]),
+            self.manifest["attention"],
+        )
         self.takes = [i.name for i in self.step_graph.get_inputs()]
-        self.state = list(self.manifest["state"])
-        self.outputs = [o.name for o in self.step_graph.get_outputs()]
 
     def encode(self, src: np.ndarray, src_len: np.ndarray) -> tuple[dict, dict]:
         """(B, T_src) ids ending in </s>, (B,) lengths -> the first state and the memory,
         each a dict of (B, ...) arrays by field name."""
-        names = [o.name for o in self.encoder.get_outputs()]
-        out = dict(
-            zip(names, self.encoder.run(None, {"src": src, "src_len": src_len}), strict=True)
+        outputs = self.encoder.run(
+            list(self.names.encoder_outputs), {"src": src, "src_len": src_len}
         )
-        state = {n: out[f"first_{n}"] for n in self.state}
-        memory = {n: out[n] for n in self.manifest["memory"]}
+        memory = dict(zip(self.names.memory, outputs, strict=False))
+        state = dict(zip(self.names.state, outputs[len(self.names.memory) :], strict=True))
         return state, memory
 
     def step(
@@ -72,14 +67,10 @@ class OnnxModel:
         """One decoder step over N rows: log-probabilities (N, V), the new state, and alpha
         (N, T_src) or None. The graph reads only the fields it needs."""
         given = {"prev": prev, **state, **memory}
-        out = dict(
-            zip(
-                self.outputs,
-                self.step_graph.run(None, {n: given[n] for n in self.takes}),
-                strict=True,
-            )
-        )
-        return out["log_probs"], {n: out[f"next_{n}"] for n in self.state}, out.get("alpha")
+        names = self.names
+        out = self.step_graph.run(list(names.step_outputs), {n: given[n] for n in self.takes})
+        alpha = out[-1] if names.attention else None
+        return out[0], dict(zip(names.state, out[1 : 1 + len(names.state)], strict=True)), alpha
 
 
 def _read_manifest(path: Path) -> dict:
@@ -132,7 +123,7 @@ def onnx_search(
     state, memory = model.encode(src, lengths)
     rows = np.repeat(np.arange(B), K)  # sentence-major, K rows each
     state, memory = _rows(state, rows), _rows(memory, rows)
-    beams = _Beams.start(B, K, model.bos_id, src.shape[1], "alpha" in model.outputs)
+    beams = _Beams.start(B, K, model.bos_id, src.shape[1], model.names.attention)
     limit = max_output_len(lengths, search.max_len_ratio, search.max_len_offset)
     finished: list[list[tuple[float, ArrayHypothesis]]] = [[] for _ in range(B)]
     alive = np.arange(B)  # the sentences still searched, in the order of the rows
@@ -326,7 +317,7 @@ class OnnxTranslator:
         words = self.tgt_vocab.decode(hyp.tokens)
         if self.search.replace_unk and hyp.attention is not None:
             words = replace_unknown(words, src_tokens, hyp.attention)
-        src = [*self.src_vocab.decode(self.src_vocab.encode(src_tokens), strip_special=False), EOS]
+        src = source_as_read(src_tokens, self.src_vocab)
         probabilities = [float(np.exp(s)) for s in hyp.token_scores]
         text = self.tgt_tokenizer.decode(words)
         return RuntimeTranslation(text, out, src, hyp.score, hyp.attention, probabilities)

@@ -39,6 +39,7 @@ from alignmt.decoding.words import (
     phrase_ids,
     prefix_ids,
     replace_unknown,
+    source_as_read,
     warn_unknown,
 )
 from alignmt.model.batch import source_batch
@@ -382,9 +383,8 @@ class Translator:
         return src.to(self.device), src_len.to(self.device)
 
     def source_as_read(self, src_tokens: list[str]) -> list[str]:
-        """The source tokens as the model reads them: <unk> for unknown ones, then </s>."""
-        ids = self.src_vocab.encode(src_tokens)
-        return [*self.src_vocab.decode(ids, strip_special=False), EOS]
+        """The source tokens as the model reads them (see `words.source_as_read`)."""
+        return source_as_read(src_tokens, self.src_vocab)
 
     def _translation(self, src_tokens: list[str], hyp: Hypothesis) -> Translation:
         out = self.tgt_vocab.decode(hyp.tokens, strip_special=False)

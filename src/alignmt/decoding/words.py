@@ -114,3 +114,8 @@ def prefix_ids(tokens: Sequence[str], vocab: Vocab) -> list[int]:
     if EOS in tokens[:-1]:
         raise ValueError("prefix: </s> may only come last")
     return [vocab.stoi[t] for t in tokens]
+
+
+def source_as_read(tokens: Sequence[str], vocab: Vocab) -> list[str]:
+    """Source tokens as the model reads them: <unk> for unknown ones, then </s>."""
+    return [*vocab.decode(vocab.encode(list(tokens)), strip_special=False), EOS]

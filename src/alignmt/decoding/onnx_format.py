@@ -1,0 +1,39 @@
+"""What an exported model's folder holds and how its graphs' inputs and outputs are named:
+read by the exporter (export.py, with torch) and the runtime (onnx_runtime.py, without).
+Nothing here imports torch or ONNX Runtime."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+FORMAT = 1  # of the exported folder; a reader refuses another
+MANIFEST, ENCODER, STEP = "manifest.json", "encoder.onnx", "step.onnx"
+
+
+def is_exported(folder: str | Path) -> bool:
+    """Whether `folder` holds an exported model rather than a run."""
+    return (Path(folder) / MANIFEST).is_file()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """The graphs' inputs and outputs, by name and in order."""
+
+    state: tuple[str, ...]  # DecoderState's fields that the model has
+    memory: tuple[str, ...]  # Memory's fields that the model has
+    attention: bool  # whether the step returns alpha
+
+    @property
+    def encoder_outputs(self) -> tuple[str, ...]:
+        """The memory's fields, then the first state's (`first_hidden`, ...)."""
+        return (*self.memory, *(f"first_{n}" for n in self.state))
+
+    @property
+    def step_inputs(self) -> tuple[str, ...]:
+        return ("prev", *self.state, *self.memory)
+
+    @property
+    def step_outputs(self) -> tuple[str, ...]:
+        """log_probs, the new state's fields (`next_hidden`, ...), and alpha if attending."""
+        return ("log_probs", *(f"next_{n}" for n in self.state), *self.attention * ("alpha",))
