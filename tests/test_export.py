@@ -165,9 +165,10 @@ def test_translate_reads_an_exported_folder_without_torch(toy_run, tmp_path):
     from alignmt.decoding.translator import Translator
 
     export_onnx(load_checkpoint(toy_run), tmp_path / "onnx")
-    # torch made unimportable: the command must not need it
+    # torch and jax made unimportable: the command must not need them
     script = (
-        "import sys; sys.modules['torch'] = None; from alignmt.cli import main; "
+        "import sys; sys.modules['torch'] = sys.modules['jax'] = None; "
+        "from alignmt.cli import main; "
         "sys.exit(main(sys.argv[1:]))"
     )
     argv = [sys.executable, "-c", script, "translate", str(tmp_path / "onnx"), "--beam", "3"]
@@ -203,6 +204,13 @@ def test_a_broken_exported_folder_is_named_not_traced(toy_run, tmp_path, capsys)
             sys.stdin = sys.__stdin__
         assert said in capsys.readouterr().err
 
+    body = json.loads((folder / MANIFEST).read_text())
+    vocab = json.loads(body["tgt_vocab"])  # one word short of what the graph scores
+    words = len(vocab["itos"])
+    short = json.dumps({**vocab, "itos": vocab["itos"][:-1]})
+    (folder / MANIFEST).write_text(json.dumps({**body, "tgt_vocab": short}))
+    refused(f"{folder / STEP}: scores {words} target tokens, but the vocabulary of {folder}")
+    (folder / MANIFEST).write_text(json.dumps(body))
     refused_flags = ["translate", str(folder), "--sample"]
     assert main(refused_flags) == 2
     assert "not with --sample" in capsys.readouterr().err
@@ -210,8 +218,56 @@ def test_a_broken_exported_folder_is_named_not_traced(toy_run, tmp_path, capsys)
     refused(f"{folder / STEP}: not a readable ONNX graph")
     (folder / STEP).unlink()
     refused(f"{folder / STEP}: not found")
-    body = json.loads((folder / MANIFEST).read_text())
     (folder / MANIFEST).write_text(json.dumps({**body, "format": 99}))
     refused("export format 99, but this alignmt reads format 1")
     (folder / MANIFEST).write_text("{")
     refused(f"{folder / MANIFEST}: not a readable manifest")
+
+
+# --- int8 --------------------------------------------------------------------------------
+
+
+def test_int8_copies_quantize_the_products_and_stay_close_to_float32(toy_run, tmp_path, capsys):
+    import onnx
+
+    from alignmt.cli import main
+    from alignmt.decoding.onnx_runtime import OnnxModel, OnnxTranslator
+
+    folder = tmp_path / "onnx"
+    assert main(["export", str(toy_run), "--out", str(folder), "--int8"]) == 0
+    assert "encoder.int8.onnx, step.int8.onnx" in capsys.readouterr().out
+    step = onnx.load(folder / "step.int8.onnx").graph
+    ops = [n.op_type for n in step.node]
+    # every product by weights with >= 16 outputs, the hidden layer's Gemm included, is int8;
+    # the additive score's v (A -> 1) and the toy's output layer (10 words) stay float32,
+    # as does alpha's product with the states (no constant weights)
+    assert "Gemm" not in ops and ops.count("MatMulInteger") == 4
+    floats = {n.name for n in step.node if n.op_type == "MatMul"}
+    assert floats == {"/attention/v/MatMul", "/proj/MatMul", "/attention/MatMul"}
+    plain, int8 = OnnxModel(folder), OnnxModel(folder, int8=True)
+    src = np.array([[3, 4, 5, 2], [6, 2, 0, 0]], dtype=np.int64)
+    src_len = np.array([4, 2], dtype=np.int64)
+    prev = np.array([1, 1], dtype=np.int64)
+    (want, *_), (got, *_) = (m.step(prev, *m.encode(src, src_len)) for m in (plain, int8))
+    np.testing.assert_allclose(np.exp(got), np.exp(want), atol=0.02)
+    assert not np.allclose(got, want, atol=1e-6)  # the copies are not float32
+    same = OnnxTranslator(int8).translate(SENTENCES, nbest=1)
+    assert [h[0].tokens for h in same] == [h[0].tokens for h in OnnxTranslator(plain).translate(
+        SENTENCES, nbest=1
+    )]  # fmt: skip
+
+
+def test_weights_int8_needs_the_int8_copies(toy_run, tmp_path, capsys):
+    import io
+    import sys
+
+    from alignmt.cli import main
+
+    export_onnx(load_checkpoint(toy_run), tmp_path / "onnx")
+    sys.stdin = io.TextIOWrapper(io.BytesIO(b"a cat\n"))
+    try:
+        assert main(["translate", str(tmp_path / "onnx"), "--weights", "int8"]) == 2
+    finally:
+        sys.stdin = sys.__stdin__
+    want = f"{tmp_path / 'onnx' / 'step.int8.onnx'}: not found; export with --int8"
+    assert want in capsys.readouterr().err

@@ -16,9 +16,18 @@ def run(args: argparse.Namespace) -> int:
     from alignmt.checkpoint.torch_io import load_checkpoint
     from alignmt.decoding.export import export_onnx
 
+    if args.int8:
+        try:
+            from alignmt.decoding.onnx_int8 import write_int8
+        except ImportError:
+            raise ValueError(
+                "--int8 quantizes with ONNX Runtime: pip install 'alignmt[runtime]'"
+            ) from None
     manifest = export_onnx(load_checkpoint(args.run_dir), args.out)
     fields = ", ".join(manifest.state)
     print(
         f"wrote {args.out}/encoder.onnx and step.onnx (decoder state: {fields}) and manifest.json"
     )
+    if args.int8:
+        print(f"wrote {', '.join(p.name for p in write_int8(args.out))}")
     return 0

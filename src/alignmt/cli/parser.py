@@ -252,6 +252,12 @@ def _export(commands: Commands) -> None:
     )
     export.add_argument("run_dir", metavar="RUN_DIR")
     export.add_argument("--out", required=True, metavar="DIR", help="the folder to write")
+    export.add_argument(
+        "--int8",
+        action="store_true",
+        help="also write int8 copies of the graphs (ONNX Runtime's dynamic quantization), "
+        "which `translate DIR --weights int8` and `serve DIR --weights int8` run",
+    )
 
 
 def _shortlist(commands: Commands) -> None:

@@ -164,7 +164,8 @@ def translator_for(runs: str | list[str], args: argparse.Namespace) -> Translato
 
 def runtime_translator_for(args: argparse.Namespace) -> OnnxTranslator:
     """The exported model (`alignmt export`) of the one folder given, on ONNX Runtime and
-    NumPy: no torch is imported. It searches as the run did, with --beam and --replace-unk."""
+    NumPy: no torch is imported. It searches as the run did, with --beam and --replace-unk;
+    --weights int8 runs the graphs' int8 copies (`alignmt export --int8`)."""
     asked = [
         flag
         for flag, given in (
@@ -173,7 +174,7 @@ def runtime_translator_for(args: argparse.Namespace) -> OnnxTranslator:
             ("--constraints", args.constraints),
             ("--backend flax", args.backend != "torch"),
             ("--coverage-penalty", args.coverage_penalty),
-            ("--weights / --shortlist", args.weights or args.shortlist),
+            ("--shortlist", args.shortlist),
             ("--precision", args.precision != "float32"),
             ("--device", args.device not in ("auto", "cpu")),
         )
@@ -181,14 +182,15 @@ def runtime_translator_for(args: argparse.Namespace) -> OnnxTranslator:
     ]
     if asked:
         raise ValueError(
-            f"an exported model translates one folder, float32 on the CPU, greedy or with a "
-            f"beam; not with {', '.join(asked)}: translate the run folder for those"
+            f"an exported model translates one folder on the CPU, greedy or with a beam, "
+            f"float32 or (--weights int8) int8; not with {', '.join(asked)}: translate the run "
+            f"folder for those"
         )
     try:
         from alignmt.decoding.onnx_runtime import OnnxModel, OnnxTranslator
     except ImportError as missing:
         raise ValueError(f"an exported model needs the [runtime] extra ({missing})") from None
-    model = OnnxModel(args.run_dirs[0])
+    model = OnnxModel(args.run_dirs[0], int8=args.weights == "int8")
     return OnnxTranslator(model, search_for(model.header.config.search, args))
 
 

@@ -11,6 +11,11 @@ FORMAT = 1  # of the exported folder; a reader refuses another
 MANIFEST, ENCODER, STEP = "manifest.json", "encoder.onnx", "step.onnx"
 
 
+def int8_name(graph: str) -> str:
+    """The file of a graph's int8 copy (`alignmt export --int8`): step.onnx -> step.int8.onnx."""
+    return graph.replace(".onnx", ".int8.onnx")
+
+
 def is_exported(folder: str | Path) -> bool:
     """Whether `folder` holds an exported model rather than a run."""
     return (Path(folder) / MANIFEST).is_file()

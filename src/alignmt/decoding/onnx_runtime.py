@@ -24,7 +24,7 @@ import onnxruntime as ort
 
 from alignmt.checkpoint.format import Header, parse_header
 from alignmt.config import SearchConfig
-from alignmt.decoding.onnx_format import ENCODER, FORMAT, MANIFEST, STEP, Manifest
+from alignmt.decoding.onnx_format import ENCODER, FORMAT, MANIFEST, STEP, Manifest, int8_name
 from alignmt.decoding.rules import cannot_improve, length_penalty, max_output_len
 from alignmt.decoding.words import hard_alignment, replace_unknown, source_as_read, warn_unknown
 from alignmt.text.vocab import EOS
@@ -33,17 +33,28 @@ log = logging.getLogger(__name__)
 
 
 class OnnxModel:
-    """An exported model's graphs, run by ONNX Runtime on the CPU."""
+    """An exported model's graphs, run by ONNX Runtime on the CPU: float32, or the int8
+    copies that `alignmt export --int8` wrote beside them (`int8=True`)."""
 
-    def __init__(self, folder: str | Path, threads: int = 0) -> None:
+    def __init__(self, folder: str | Path, threads: int = 0, int8: bool = False) -> None:
         folder = Path(folder)
         self.manifest = _read_manifest(folder / MANIFEST)
         self.header: Header = parse_header(folder / MANIFEST, self.manifest)
         self.eos_id, self.bos_id = self.manifest["eos_id"], self.manifest["bos_id"]
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
-        self.encoder = _session(folder / ENCODER, options)
-        self.step_graph = _session(folder / STEP, options)
+        encoder, step = (int8_name(ENCODER), int8_name(STEP)) if int8 else (ENCODER, STEP)
+        if int8 and not (folder / step).is_file():
+            raise ValueError(f"{folder / step}: not found; export with --int8 to write it")
+        self.int8 = int8
+        self.encoder = _session(folder / encoder, options)
+        self.step_graph = _session(folder / step, options)
+        width, words = self.step_graph.get_outputs()[0].shape[-1], len(self.header.tgt_vocab)
+        if width != words:  # a graph copied in from another export
+            raise ValueError(
+                f"{folder / step}: scores {width} target tokens, but the vocabulary of "
+                f"{folder / MANIFEST} has {words}; export the run again"
+            )
         self.names = Manifest(
             tuple(self.manifest["state"]),
             tuple(self.manifest["memory"]),
