@@ -17,7 +17,7 @@ import statistics
 
 from alignmt.analysis.scores import corpus_scores
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.sample import Sampling
+from alignmt.decoding.rules import Sampling
 from alignmt.decoding.translator import Translator
 from alignmt.text.split import read_split
 

@@ -182,10 +182,30 @@ def test_the_torch_free_check_sees_torch(broken_tree):
     assert "torch" in _run(_LOADED_BY, ["alignmt.config"], broken_tree)
 
 
-def test_the_server_loads_no_training_code_and_no_matplotlib():
-    loaded = _run(_LOADED_BY, ["alignmt.serve.app", "alignmt.serve.registry"])
-    assert [m for m in _heavy(loaded) if m != "torch"] == []
+_SERVING = """
+import json, sys
+from alignmt.serve.app import create_app
+from alignmt.serve.limits import Limits
+from alignmt.serve.registry import load_models
+create_app(load_models(json.loads(sys.argv[1])), Limits())
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_the_server_loads_no_training_code_and_no_matplotlib(toy_run, tmp_path):
+    """The server's modules import no framework; a run folder served loads PyTorch's
+    translator but never training or matplotlib, and an exported one loads no torch or jax."""
+    from alignmt.checkpoint.torch_io import load_checkpoint
+    from alignmt.decoding.export import export_onnx
+
+    assert _heavy(_run(_LOADED_BY, ["alignmt.serve.app", "alignmt.serve.registry"])) == []
+    loaded = _run(_SERVING, [str(toy_run)])
+    assert _heavy(loaded) == ["torch"]
     assert "alignmt.decoding.translator" in loaded  # it did load what serving needs
+    export_onnx(load_checkpoint(toy_run), tmp_path / "onnx")
+    loaded = _run(_SERVING, [str(tmp_path / "onnx")])
+    assert _heavy(loaded) == [] and "jax" not in loaded
+    assert "alignmt.decoding.onnx_runtime" in loaded
 
 
 def test_the_public_api_is_lazy():

@@ -12,7 +12,8 @@ from fastapi.testclient import TestClient
 
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
-from alignmt.decoding.sample import Sampling, reshaped, sampler
+from alignmt.decoding.rules import Sampling
+from alignmt.decoding.sample import reshaped, sampler
 from alignmt.decoding.translator import Translator
 from alignmt.serve.app import create_app
 from alignmt.serve.limits import Limits

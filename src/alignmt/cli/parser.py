@@ -277,13 +277,16 @@ def _serve(commands: Commands) -> None:
         "serve",
         help="serve models over HTTP: translations, steps, beams, attention",
         description="A FastAPI service of the run folders given, each named by its folder. "
-        "The API is described at http://HOST:PORT/docs.",
+        "The API is described at http://HOST:PORT/docs. A folder that `alignmt export` wrote "
+        "is served by ONNX Runtime, without PyTorch: it translates (/v1/translate), greedy "
+        "or with a beam.",
     )
     serve.add_argument(
         "run_dirs",
         nargs="+",
         metavar="RUN_DIR",
-        help="the first is the default; RUN_A+RUN_B serves an ensemble (translate only)",
+        help="the first is the default; RUN_A+RUN_B serves an ensemble (translate only); "
+        "an exported folder (alignmt export) is served by ONNX Runtime",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=port, default=8000, help="default 8000")

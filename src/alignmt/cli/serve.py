@@ -1,4 +1,5 @@
-"""`alignmt serve RUN_DIR ...`: the HTTP API and the explorer (`alignmt.serve`)."""
+"""`alignmt serve RUN_DIR ...`: the HTTP API and the explorer (`alignmt.serve`). A server of
+exported folders (`alignmt export`) alone imports no torch."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import argparse
 import logging
 from dataclasses import fields
 
-from alignmt.model.device import pick_device
 from alignmt.serve.app import create_app
 from alignmt.serve.limits import Limits
 from alignmt.serve.registry import load_models
@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     limits = Limits(**{f.name: getattr(args, f.name) for f in fields(Limits)})
     models = load_models(
         args.run_dirs,
-        device=pick_device(args.device),
+        device=args.device,
         precision=args.precision,
         weights=args.weights,
         shortlist=args.shortlist,

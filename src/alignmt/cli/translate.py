@@ -128,7 +128,7 @@ def sampling_for(args: argparse.Namespace) -> dict:
         return {}
     if args.nbest > 1:
         raise ValueError("--sample draws outputs instead of searching: use --samples, not --nbest")
-    from alignmt.decoding.sample import Sampling
+    from alignmt.decoding.rules import Sampling
 
     options = {name: getattr(args, name) for name in sampled if getattr(args, name) is not None}
     return {"sampling": Sampling(**options)}

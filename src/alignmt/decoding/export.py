@@ -11,8 +11,8 @@ and one decoder step.
 Both are traced from the model in float32 on the CPU with PyTorch's TorchScript-based
 exporter, with the batch, source length and vocabulary axes left free. `manifest.json`
 holds what the graphs cannot say: the checkpoint's config, vocabularies and tokenizers (as
-`checkpoint.format.header_metadata` writes them), the special ids, and the names and
-order of the state's and memory's fields.
+`checkpoint.format.header_metadata` writes them), the special ids, the names and order
+of the state's and memory's fields, and the number of parameters.
 """
 
 from __future__ import annotations
@@ -73,7 +73,15 @@ def _write_manifest(ckpt: Checkpoint, manifest: Manifest, path: Path) -> None:
     model = ckpt.model
     ids = {"pad_id": model.pad_id, "bos_id": model.bos_id, "eos_id": model.eos_id}
     fields = {"state": list(manifest.state), "memory": list(manifest.memory)}
-    body = {"format": FORMAT, **meta, **ids, **fields, "attention": manifest.attention}
+    parameters = sum(p.numel() for p in model.parameters())
+    body = {
+        "format": FORMAT,
+        **meta,
+        **ids,
+        **fields,
+        "attention": manifest.attention,
+        "parameters": parameters,
+    }
     path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +61,10 @@ class OnnxModel:
             self.manifest["attention"],
         )
         self.takes = [i.name for i in self.step_graph.get_inputs()]
+
+    @property
+    def has_attention(self) -> bool:
+        return self.names.attention
 
     def encode(self, src: np.ndarray, src_len: np.ndarray) -> tuple[dict, dict]:
         """(B, T_src) ids ending in </s>, (B,) lengths -> the first state and the memory,
@@ -120,11 +124,17 @@ class ArrayHypothesis:
 
 
 def onnx_search(
-    model: OnnxModel, sentences: list[list[int]], search: SearchConfig, nbest: int = 1
+    model: OnnxModel,
+    sentences: list[list[int]],
+    search: SearchConfig,
+    nbest: int = 1,
+    check: Callable[[], None] | None = None,
 ) -> list[list[ArrayHypothesis]]:
     """Beam search (greedy for a beam of one) over one batch of id sequences ending in </s>,
     with `search`'s beam size, length penalty and length limit: each sentence's `nbest`
-    best hypotheses, best first, ranked by score / lp as `search.beam_search` ranks them."""
+    best hypotheses, best first, ranked by score / lp as `search.beam_search` ranks them.
+    `check` is called before every decoder step and stops the search by raising (a
+    server's deadline)."""
     K, alpha = search.beam_size, search.length_penalty
     B = len(sentences)
     lengths = np.array([len(s) for s in sentences], dtype=np.int64)
@@ -139,6 +149,8 @@ def onnx_search(
     finished: list[list[tuple[float, ArrayHypothesis]]] = [[] for _ in range(B)]
     alive = np.arange(B)  # the sentences still searched, in the order of the rows
     for t in range(int(limit.max())):
+        if check is not None:
+            check()
         log_probs, state, weights = model.step(beams.last.reshape(-1), state, memory)
         ended, live = beams.extend(log_probs, weights, model.eos_id, t + 1 >= limit[alive])
         rank = ended.score / length_penalty(t + 1, alpha)
@@ -305,23 +317,36 @@ class OnnxTranslator:
         )
 
     def translate_tokens(
-        self, tokens: list[list[str]], *, nbest: int = 1, batch_size: int = 64, warn: bool = True
+        self,
+        tokens: list[list[str]],
+        *,
+        nbest: int = 1,
+        batch_size: int = 64,
+        warn: bool = True,
+        beam_size: int | None = None,
+        check: Callable[[], None] | None = None,
     ) -> list[list[RuntimeTranslation]]:
-        """Translate tokenised sentences in batches sorted by length; a blank one gets one
-        empty translation."""
+        """Translate tokenised sentences in batches sorted by length, with a beam of
+        `beam_size` (None: the search's); a blank one gets one empty translation. `check`
+        is called before every decoder step and stops the search by raising."""
         if warn:
             warn_unknown(tokens, self.src_vocab)
+        search = self.search if beam_size is None else replace(self.search, beam_size=beam_size)
         todo = sorted((i for i, t in enumerate(tokens) if t), key=lambda i: len(tokens[i]))
         results: list[list[RuntimeTranslation]] = [[] for _ in tokens]
         for start in range(0, len(todo), batch_size):
             chunk = todo[start : start + batch_size]
             ids = [self.src_vocab.encode(tokens[i], add_eos=True) for i in chunk]
-            for i, hyps in zip(
-                chunk, onnx_search(self.model, ids, self.search, nbest), strict=True
-            ):
+            found = onnx_search(self.model, ids, search, nbest, check)
+            for i, hyps in zip(chunk, found, strict=True):
                 results[i] = [self._translation(tokens[i], h) for h in hyps]
         empty = RuntimeTranslation("", [], [EOS], 0.0, None, [])
         return [r or [empty] * nbest for r in results]
+
+    def output_limit(self, src_tokens: list[str]) -> int:
+        """The most output tokens (</s> included) a sentence of these tokens may get."""
+        length = [len(src_tokens) + 1]  # with </s>
+        return int(max_output_len(length, self.search.max_len_ratio, self.search.max_len_offset)[0])
 
     def _translation(self, src_tokens: list[str], hyp: ArrayHypothesis) -> RuntimeTranslation:
         out = self.tgt_vocab.decode(hyp.tokens, strip_special=False)

@@ -10,6 +10,7 @@ array library overloads alike.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -81,3 +82,26 @@ def check_search_args(beam_size: int, nbest: int, width: int) -> None:
         raise ValueError(f"nbest must lie in [1, beam_size = {beam_size}], got {nbest}")
     if width < 1:
         raise ValueError(f"width must be at least 1, got {width}")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How to sample (sample.py): the reshaping of each step's distribution, and how many
+    draws. Here, without torch, so that a server checks a request's settings before any
+    framework is loaded."""
+
+    temperature: float = 1.0  # < 1 sharpens the distribution, > 1 flattens it
+    top_k: int = 0  # draw among the k most probable tokens; 0: all
+    top_p: float = 1.0  # draw among the fewest tokens whose probability reaches p
+    samples: int = 1  # outputs drawn per sentence
+    seed: int = 0  # of the generator that draws them
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"the sampling temperature must be positive, got {self.temperature}")
+        if self.top_k < 0:
+            raise ValueError(f"top-k must be 0 (off) or positive, got {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}")
+        if self.samples < 1:
+            raise ValueError(f"samples must be at least 1, got {self.samples}")

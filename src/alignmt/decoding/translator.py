@@ -17,18 +17,19 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
+from pathlib import Path
 from typing import TypeVar
 
 import torch
 from torch import Tensor
 
-from alignmt.checkpoint.torch_io import Checkpoint
+from alignmt.checkpoint.torch_io import Checkpoint, load_snapshot
 from alignmt.config import Precision, SearchConfig
 from alignmt.decoding.constraints import Constraint, Table
 from alignmt.decoding.ensemble import Ensemble, check_shared
 from alignmt.decoding.packed import int8_linears
-from alignmt.decoding.rules import max_output_len
-from alignmt.decoding.sample import Sampling, sampler
+from alignmt.decoding.rules import Sampling, max_output_len
+from alignmt.decoding.sample import sampler
 from alignmt.decoding.search import search
 from alignmt.decoding.settings import Check, Search
 from alignmt.decoding.speed import check_speed
@@ -159,6 +160,12 @@ class Translator:
             precision=precision,
             shortlist=ckpt.shortlist,
         )
+
+    def snapshot(self, run_dir: str | Path, step: int) -> Translator:
+        """The weights run `run_dir` kept at training `step` (train.snapshot_every),
+        searching as this translator does, on its device and at its precision."""
+        ckpt = load_snapshot(run_dir, step, device=self.device)
+        return Translator.from_checkpoint(ckpt, self.search, precision=self.precision)
 
     @torch.no_grad()
     def translate(

@@ -10,12 +10,11 @@ gets; serialising here keeps that work off the event loop too. Each passes the c
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
+import numpy as np
 
-from alignmt.decoding.constraints import Constraint
-from alignmt.decoding.sample import Sampling
-from alignmt.decoding.translator import Translation, Translator
+from alignmt.decoding.rules import Sampling
 from alignmt.serve.batcher import Check
 from alignmt.serve.limits import Limits, RequestError, invalid, over_limit
 from alignmt.serve.registry import ServedModel
@@ -37,6 +36,11 @@ from alignmt.serve.schemas import (
     TranslateResponse,
 )
 
+if TYPE_CHECKING:
+    from alignmt.decoding.constraints import Constraint
+    from alignmt.decoding.onnx_runtime import OnnxTranslator, RuntimeTranslation
+    from alignmt.decoding.translator import Translation, Translator
+
 DECIMALS = 5  # of attention weights and probabilities in responses
 
 
@@ -55,6 +59,7 @@ def translate_batch(
     constraints: list[Constraint | None] = []
     for request in requests:
         try:
+            _check_runtime(served, request)
             split = [_source_tokens(translator, s, limits) for s in request.sentences]
             _check_attention_cells(translator, request, split, limits)
             wanted = _constraints(translator, request.constraints, len(split))
@@ -65,16 +70,21 @@ def translate_batch(
         todo.append((len(results) - 1, len(tokens), len(split)))
         tokens += split
         constraints += wanted
-    sampling = None if first.sample is None else Sampling(**first.sample.model_dump())
+    if not todo:
+        return results
+    asked: dict[str, Any] = {}  # what only PyTorch's search does (`_check_runtime`)
+    if first.sample is not None:
+        asked["sampling"] = Sampling(**first.sample.model_dump())
+    if any(constraints):
+        asked["constraints"] = constraints
     translations = translator.translate_tokens(
         tokens,
         nbest=first.nbest,
         batch_size=limits.batch_width,
         warn=False,
-        sampling=sampling,
         beam_size=beam_size,
         check=check,
-        constraints=constraints if any(constraints) else None,
+        **asked,
     )
     for index, start, count in todo:
         request = requests[index]
@@ -97,6 +107,20 @@ def translate_batch(
         )
         results[index] = response.model_dump_json().encode()
     return results
+
+
+def _check_runtime(served: ServedModel, request: TranslateRequest) -> None:
+    """An exported model searches greedy or with a beam: sampling and constraints are the
+    run folder's, served by PyTorch."""
+    if not served.exported:
+        return
+    for name, given in (("sample", request.sample), ("constraints", request.constraints)):
+        if given:
+            message = (
+                f"model {served.name!r} is an exported model (ONNX Runtime), which searches "
+                f"greedy or with a beam; serve its run folder to use {name}"
+            )
+            raise invalid(name, message)
 
 
 def _constraints(
@@ -128,7 +152,10 @@ def _met(
 
 
 def _check_attention_cells(
-    translator: Translator, request: TranslateRequest, split: list[list[str]], limits: Limits
+    translator: Translator | OnnxTranslator,
+    request: TranslateRequest,
+    split: list[list[str]],
+    limits: Limits,
 ) -> None:
     """Refuse, before decoding, a request whose attention matrices could pass the limit: each
     hypothesis' matrix is at most (the sentence's output limit x its source tokens and </s>).
@@ -290,7 +317,9 @@ def snapshots(
     return response.model_dump_json().encode()
 
 
-def hypothesis(t: Translation, attention: bool, met: list[bool] | None = None) -> Hypothesis:
+def hypothesis(
+    t: Translation | RuntimeTranslation, attention: bool, met: list[bool] | None = None
+) -> Hypothesis:
     return Hypothesis(
         text=t.text,
         tokens=t.tokens,
@@ -302,7 +331,9 @@ def hypothesis(t: Translation, attention: bool, met: list[bool] | None = None) -
     )
 
 
-def _source_tokens(translator: Translator, sentence: str, limits: Limits) -> list[str]:
+def _source_tokens(
+    translator: Translator | OnnxTranslator, sentence: str, limits: Limits
+) -> list[str]:
     tokens = translator.source_tokens(sentence)
     if len(tokens) > limits.max_source_tokens:
         raise over_limit(
@@ -324,6 +355,9 @@ def _probability(log_prob: float) -> float:
     return round(math.exp(log_prob), DECIMALS)
 
 
-def _rounded(weights: Tensor | None) -> list | None:
-    """Attention as JSON-ready lists: float64 first, so that 0.12346 prints as such."""
-    return None if weights is None else weights.double().round(decimals=DECIMALS).tolist()
+def _rounded(weights: Any) -> list | None:
+    """Attention (a CPU tensor, or a NumPy array from ONNX Runtime) as JSON-ready lists:
+    float64 first, so that 0.12346 prints as such."""
+    if weights is None:
+        return None
+    return np.round(np.asarray(weights, dtype=np.float64), DECIMALS).tolist()

@@ -384,6 +384,11 @@ class ModelInfo(BaseModel):
         description="an ensemble's member runs, the first describing it above; it translates "
         "only (/v1/translate)",
     )
+    runtime: Literal["pytorch", "onnxruntime"] = Field(
+        "pytorch",
+        description="what runs it: pytorch (a run folder), or onnxruntime (a folder `alignmt "
+        "export` wrote), which translates only (/v1/translate), greedy or with a beam",
+    )
 
 
 class Health(BaseModel):
