@@ -128,15 +128,20 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def local_server(
-    run_dirs: Sequence[str], port: int, *flags: str, start_seconds: float = 120.0
+    run_dirs: Sequence[str],
+    port: int,
+    *flags: str,
+    start_seconds: float = 120.0,
+    python: str = sys.executable,
 ) -> Iterator[subprocess.Popen]:
-    """`alignmt serve RUN_DIRS --port PORT FLAGS` in a subprocess on 127.0.0.1, once it
-    answers /healthz; stopped (SIGTERM) on leaving the block. If it exits at start-up, the
-    error says why, from the end of its standard error."""
+    """`alignmt serve RUN_DIRS --port PORT FLAGS` in a subprocess on 127.0.0.1 (run by
+    `python`: another environment's, say), once it answers /healthz; stopped (SIGTERM) on
+    leaving the block. If it exits at start-up, the error says why, from the end of its
+    standard error."""
     with tempfile.TemporaryFile() as stderr:
         command = ["alignmt", "serve", *map(str, run_dirs), "--port", str(port), *flags]
         server = subprocess.Popen(
-            [sys.executable, "-m", *command], stdout=subprocess.DEVNULL, stderr=stderr
+            [python, "-m", *command], stdout=subprocess.DEVNULL, stderr=stderr
         )
         try:
             _wait_until_up(server, port, start_seconds, stderr)

@@ -20,6 +20,19 @@ from alignmt.text.corpus import CorpusError
 
 __all__ = ["build_parser", "main"]
 
+# the optional packages a command may need, by the extra that installs each: an environment
+# of [runtime] alone translates and serves exported folders, and is told what else to install
+EXTRAS = {
+    "torch": "torch",
+    "matplotlib": "torch",
+    "sacrebleu": "torch",
+    "jax": "flax",
+    "flax": "flax",
+    "optax": "flax",
+    "onnx": "export",
+    "onnxruntime": "runtime",
+}
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -27,9 +40,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "serve":
         # 10-15% faster training on CPU (see allocator.py); a server's memory must stay flat
         keep_freed_memory()
-    command = importlib.import_module(f"alignmt.cli.{args.command}")
     try:
+        command = importlib.import_module(f"alignmt.cli.{args.command}")
         return command.run(args)
+    except ModuleNotFoundError as missing:
+        extra = EXTRAS.get((missing.name or "").split(".")[0])
+        if extra is None:
+            raise
+        print(
+            f"error: alignmt {args.command} needs {missing.name}, which this environment "
+            f"lacks: pip install 'alignmt[{extra}]'",
+            file=sys.stderr,
+        )
+        return 2
     except (ConfigError, CorpusError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
