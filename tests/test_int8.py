@@ -124,3 +124,12 @@ def test_int8_is_refused_off_the_float32_cpu(toy_run):
     search = replace(ckpt.config.search, weights="int8")
     with pytest.raises(ValueError, match=r"int8 .* bfloat16"):
         Translator.from_checkpoint(ckpt, search, precision="bfloat16")
+
+
+@pytest.mark.parametrize(("cpu", "warned"), [("AVX2", True), ("AVX512", False)])
+def test_int8_warns_where_the_cpu_has_no_fast_int8_gemm(toy_run, monkeypatch, caplog, cpu, warned):
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: cpu)
+    ckpt = load_checkpoint(toy_run)
+    Translator.from_checkpoint(ckpt, replace(ckpt.config.search, weights="int8"))
+    said = [r.getMessage() for r in caplog.records if "no fast kernel" in r.getMessage()]
+    assert len(said) == warned and (not said or f"for this CPU ({cpu})" in said[0])
