@@ -208,6 +208,12 @@ def test_the_server_loads_no_training_code_and_no_matplotlib(toy_run, tmp_path):
     assert "alignmt.decoding.onnx_runtime" in loaded
 
 
+def test_the_onnx_runtime_loads_neither_torch_nor_jax():
+    loaded = _run(_LOADED_BY, ["alignmt.decoding.onnx_runtime", "alignmt.decoding.onnx_int8"])
+    assert _heavy(loaded) == [] and "jax" not in loaded
+    assert "onnxruntime" in loaded  # it did load what it runs on
+
+
 def test_the_public_api_is_lazy():
     assert _heavy(_run(_LOADED_BY, ["alignmt"])) == []
     script = "import alignmt, json, sys; alignmt.Translator; print(json.dumps(sorted(sys.modules)))"
