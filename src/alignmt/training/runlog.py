@@ -14,7 +14,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from alignmt.analysis.plot import loss_curves, save_png
 from alignmt.checkpoint.rundir import WriteError, write_text
 
 log = logging.getLogger(__name__)
@@ -111,6 +110,10 @@ def _tensorboard(run_dir: Path):
 
 
 def plot_curves(path: Path, steps, losses, evals) -> None:
+    # imported here: matplotlib costs every training process 0.6 s of start-up, and only
+    # the end of a run plots
+    from alignmt.analysis.plot import loss_curves, save_png
+
     curves = {"train": (steps, losses)}
     if evals:
         curves["valid"] = ([e["step"] for e in evals], [e["valid_loss"] for e in evals])
