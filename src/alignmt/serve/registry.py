@@ -102,7 +102,8 @@ def _run(
     from alignmt.decoding.translator import Translator
     from alignmt.model.device import pick_device
 
-    ckpts = [load_checkpoint(run, device=pick_device(device)) for run in runs]
+    where = pick_device(device)
+    ckpts = [load_checkpoint(run, device=where) for run in runs]
     search = ckpts[0].config.search
     if weights is not None:
         search = replace(search, weights=weights)
