@@ -271,3 +271,22 @@ def test_weights_int8_needs_the_int8_copies(toy_run, tmp_path, capsys):
         sys.stdin = sys.__stdin__
     want = f"{tmp_path / 'onnx' / 'step.int8.onnx'}: not found; export with --int8"
     assert want in capsys.readouterr().err
+
+
+def test_without_onnx_runtime_the_command_names_the_extra(toy_run, tmp_path, monkeypatch, capsys):
+    import io
+    import sys
+
+    from alignmt.cli import main
+
+    export_onnx(load_checkpoint(toy_run), tmp_path / "onnx")
+    for module in ("alignmt.decoding.onnx_runtime", "alignmt.decoding.onnx_int8"):
+        monkeypatch.delitem(sys.modules, module, raising=False)  # so that they import anew
+    for module in [m for m in sys.modules if m.split(".")[0] == "onnxruntime"]:
+        monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"a cat\n")))
+    assert main(["translate", str(tmp_path / "onnx")]) == 2
+    want = "needs onnxruntime, which this environment lacks: pip install 'alignmt[runtime]'"
+    assert want in capsys.readouterr().err
+    assert main(["export", str(toy_run), "--out", str(tmp_path / "again"), "--int8"]) == 2
+    assert want in capsys.readouterr().err

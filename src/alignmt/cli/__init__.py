@@ -44,11 +44,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = importlib.import_module(f"alignmt.cli.{args.command}")
         return command.run(args)
     except ModuleNotFoundError as missing:
-        extra = EXTRAS.get((missing.name or "").split(".")[0])
-        if extra is None:
+        package = (missing.name or "").split(".")[0]
+        if package not in EXTRAS:
             raise
+        extra = EXTRAS[package]
         print(
-            f"error: alignmt {args.command} needs {missing.name}, which this environment "
+            f"error: alignmt {args.command} needs {package}, which this environment "
             f"lacks: pip install 'alignmt[{extra}]'",
             file=sys.stderr,
         )

@@ -6,23 +6,16 @@ import argparse
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        import onnx  # noqa: F401  (PyTorch's exporter writes with it)
-    except ImportError:
-        raise ValueError(
-            "alignmt export needs the [export] extra: pip install 'alignmt[export]'"
-        ) from None
-    # imported here, so that `alignmt --help` loads no torch
+    # Imported here, so that `alignmt --help` loads no torch; and before any work, so that a
+    # missing onnx (PyTorch's exporter writes with it) or, for --int8, ONNX Runtime is said
+    # first, with the extra that installs it (cli.EXTRAS)
+    import onnx  # noqa: F401
+
     from alignmt.checkpoint.torch_io import load_checkpoint
     from alignmt.decoding.export import export_onnx
 
     if args.int8:
-        try:
-            from alignmt.decoding.onnx_int8 import write_int8
-        except ImportError:
-            raise ValueError(
-                "--int8 quantizes with ONNX Runtime: pip install 'alignmt[runtime]'"
-            ) from None
+        from alignmt.decoding.onnx_int8 import write_int8
     manifest = export_onnx(load_checkpoint(args.run_dir), args.out)
     fields = ", ".join(manifest.state)
     print(

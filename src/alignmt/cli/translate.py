@@ -186,10 +186,8 @@ def runtime_translator_for(args: argparse.Namespace) -> OnnxTranslator:
             f"float32 or (--weights int8) int8; not with {', '.join(asked)}: translate the run "
             f"folder for those"
         )
-    try:
-        from alignmt.decoding.onnx_runtime import OnnxModel, OnnxTranslator
-    except ImportError as missing:
-        raise ValueError(f"an exported model needs the [runtime] extra ({missing})") from None
+    from alignmt.decoding.onnx_runtime import OnnxModel, OnnxTranslator
+
     model = OnnxModel(args.run_dirs[0], int8=args.weights == "int8")
     return OnnxTranslator(model, search_for(model.header.config.search, args))
 

@@ -25,7 +25,12 @@ import onnxruntime as ort
 from alignmt.checkpoint.format import Header, parse_header
 from alignmt.config import SearchConfig
 from alignmt.decoding.onnx_format import ENCODER, FORMAT, MANIFEST, STEP, Manifest, int8_name
-from alignmt.decoding.rules import cannot_improve, length_penalty, max_output_len
+from alignmt.decoding.rules import (
+    cannot_improve,
+    length_penalty,
+    max_output_len,
+    sentence_limit,
+)
 from alignmt.decoding.words import hard_alignment, replace_unknown, source_as_read, warn_unknown
 from alignmt.text.vocab import EOS
 
@@ -345,8 +350,7 @@ class OnnxTranslator:
 
     def output_limit(self, src_tokens: list[str]) -> int:
         """The most output tokens (</s> included) a sentence of these tokens may get."""
-        length = [len(src_tokens) + 1]  # with </s>
-        return int(max_output_len(length, self.search.max_len_ratio, self.search.max_len_offset)[0])
+        return sentence_limit(len(src_tokens), self.search)
 
     def _translation(self, src_tokens: list[str], hyp: ArrayHypothesis) -> RuntimeTranslation:
         out = self.tgt_vocab.decode(hyp.tokens, strip_special=False)

@@ -84,6 +84,12 @@ def check_search_args(beam_size: int, nbest: int, width: int) -> None:
         raise ValueError(f"width must be at least 1, got {width}")
 
 
+def sentence_limit(src_tokens: int, search: Any) -> int:
+    """`max_output_len` of one sentence of `src_tokens` tokens (before its </s>), with the
+    ratio and offset of `search` (a SearchConfig)."""
+    return int(max_output_len([src_tokens + 1], search.max_len_ratio, search.max_len_offset)[0])
+
+
 @dataclass(frozen=True)
 class Sampling:
     """How to sample (sample.py): the reshaping of each step's distribution, and how many

@@ -28,7 +28,7 @@ from alignmt.config import Precision, SearchConfig
 from alignmt.decoding.constraints import Constraint, Table
 from alignmt.decoding.ensemble import Ensemble, check_shared
 from alignmt.decoding.packed import int8_linears
-from alignmt.decoding.rules import Sampling, max_output_len
+from alignmt.decoding.rules import Sampling, sentence_limit
 from alignmt.decoding.sample import sampler
 from alignmt.decoding.search import search
 from alignmt.decoding.settings import Check, Search
@@ -375,9 +375,7 @@ class Translator:
 
     def output_limit(self, src_tokens: list[str]) -> int:
         """The most output tokens (</s> included) a sentence of these tokens may get."""
-        cfg = self.search
-        length = [len(src_tokens) + 1]  # with </s>
-        return int(max_output_len(length, cfg.max_len_ratio, cfg.max_len_offset)[0])
+        return sentence_limit(len(src_tokens), self.search)
 
     def _one_source_ids(self, tokens: list[str]) -> tuple[Tensor, int]:
         """(T_src,) ids of one tokenised sentence, and its output length limit."""

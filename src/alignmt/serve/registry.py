@@ -149,10 +149,9 @@ def _exported(
             f"{'+'.join(runs)}: an exported model is served alone on the CPU, float32 or "
             f"(--weights int8) int8; not as {', '.join(refused)}: serve the run folder for that"
         )
-    try:
-        from alignmt.decoding.onnx_runtime import OnnxModel, OnnxTranslator
-    except ImportError as missing:
-        raise ValueError(f"an exported model needs the [runtime] extra ({missing})") from None
+    # imported here: ONNX Runtime is an extra ([runtime]), which a run folder does not need
+    from alignmt.decoding.onnx_runtime import OnnxModel, OnnxTranslator
+
     model = OnnxModel(runs[0], int8=weights == "int8")
     translator = OnnxTranslator(model)
     return ServedModel(name, translator, exported_info(name, model), Path(runs[0]))
