@@ -13,7 +13,9 @@ torchrun), as a user runs it.
   its metrics too but for their clock; after every kill the folder must translate once it
   holds a checkpoint. Under torchrun (2 processes) one rank is killed.
 - `signals`: SIGTERM or SIGINT mid-training: exit 0 within `SIGNAL_BOUND` seconds with a
-  checkpoint of the step it stopped at; `--resume` then ends as an uninterrupted run.
+  checkpoint of the step it stopped at, and the model a task run translates with;
+  `--resume` then ends as an uninterrupted run. Under torchrun (2 processes) one rank is
+  signalled, as a scheduler pre-empting one node does, and both stop at the same step.
 
 Both train with either backend (`train.backend`), and both promise the same: bit for bit.
 """
@@ -324,14 +326,20 @@ def _children(pid: int) -> list[int]:
 
 
 def signals(
-    workdir: Path, count: int, seed: int = 0, steps: int = 1000, backend: str = "torch"
+    workdir: Path,
+    count: int,
+    seed: int = 0,
+    steps: int = 1000,
+    backend: str = "torch",
+    nproc: int = 1,
 ) -> dict:
     """SIGTERM and SIGINT in turn, once each into `count` runs, at random moments of
-    training; each run is then resumed to its end."""
+    training; each run is then resumed to its end. With `nproc` processes under torchrun,
+    one rank is signalled."""
     rng = random.Random(seed)
     keys = {"steps": steps, "save_every": 0, "backend": backend}
     reference = reverse_config(workdir / "whole", **keys)
-    problems = run_to_end(reference)[1]
+    problems = run_to_end(reference, nproc=nproc)[1]
     if problems:
         return outcome([problems])
     seconds = _logged_span(Path(reference.out_dir))
@@ -339,7 +347,7 @@ def signals(
     for trial in range(count):
         sent = (signal.SIGTERM, signal.SIGINT)[trial % 2]
         cfg = reverse_config(workdir / f"signalled{trial}", **keys)
-        problems, stopped = _signal_once(cfg, sent, rng, seconds)
+        problems, stopped = _signal_once(cfg, sent, rng, seconds, nproc)
         ended = differences(Path(cfg.out_dir), Path(reference.out_dir), stopped)
         results.append(problems + (ended if stopped else []))
     return outcome(results)
@@ -353,13 +361,13 @@ def _logged_span(run: Path) -> float:
 
 
 def _signal_once(
-    cfg: Config, sent: signal.Signals, rng: random.Random, seconds: float
+    cfg: Config, sent: signal.Signals, rng: random.Random, seconds: float, nproc: int
 ) -> tuple[list[str], int]:
-    """Signal a training run once, at a random moment of the `seconds` after its first
-    metrics record, check how it stopped, and resume it to the end: (problems, the step it
-    stopped at; 0 if it did not)."""
-    run_dir = Path(cfg.out_dir)
-    process = start(write_config(cfg))
+    """Signal a training run (one of its ranks) once, at a random moment of the `seconds`
+    after its first metrics record, check how it stopped, and resume it to the end:
+    (problems, the step it stopped at; 0 if it did not)."""
+    run_dir, config = Path(cfg.out_dir), write_config(cfg)
+    process = start(config, nproc=nproc)
     metrics = run_dir / "metrics.jsonl"
     while process.poll() is None and not (metrics.is_file() and metrics.stat().st_size):
         time.sleep(0.01)  # until training has begun
@@ -367,11 +375,16 @@ def _signal_once(
     if process.poll() is not None:
         return [f"{run_dir}: ended before the {sent.name} could be sent; lengthen the run"], 0
     sent_at = time.monotonic()
-    process.send_signal(sent)
+    os.kill(rng.choice(_workers(process, nproc)), sent)
     status, out, err = finish(process, timeout=60)
     took = time.monotonic() - sent_at
     problems = []
-    if status != 0 or f"stopped by {sent.name} at step" not in out:
+    # rank 0 reports; a signal to another rank reaches it as the stop all ranks agree on
+    heard = f"{sent.name}: stopping at step" in err
+    told = f"stopped by {sent.name} at step" in out or (
+        nproc > 1 and "stopped by a signal to another process at step" in out
+    )
+    if status != 0 or not heard or not told:
         problems.append(
             f"{run_dir}: {sent.name}: exit {status}, said {out.strip()!r} {err.strip()[-300:]!r}"
         )
@@ -382,4 +395,6 @@ def _signal_once(
     said = int(out.split(" at step ")[1].split(",")[0])
     if last_step(run_dir / "last.safetensors") != said:
         problems.append(f"{run_dir}: stopped at step {said}, checkpoint of another step")
-    return problems + run_to_end(cfg, "--resume")[1], said
+    if not (run_dir / "model.safetensors").is_file():
+        problems.append(f"{run_dir}: stopped at step {said} without a model to translate with")
+    return problems + run_to_end(cfg, "--resume", nproc=nproc)[1], said

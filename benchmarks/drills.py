@@ -70,6 +70,10 @@ def drills(
             f"{n(10)} SIGTERM / SIGINT",
             lambda: drill_runs.signals(workdir / "signals", n(10), **on),
         ),
+        "signals_torchrun": (
+            f"{n(10)} SIGTERM / SIGINT to one of 2 torchrun processes",
+            lambda: drill_runs.signals(workdir / "signals_ddp", n(10), steps=300, nproc=2),
+        ),
         "disks": (
             "checkpoint writes into /dev/full, a full tmpfs, a read-only folder",
             lambda: drill_faults.disks(workdir / "disks", **on),

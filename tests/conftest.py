@@ -13,6 +13,12 @@ import torch
 from alignmt.config import ModelConfig
 from alignmt.model.seq2seq import Seq2Seq
 
+# XLA's backend optimisation (LLVM's -O passes) costs compile time that the suite's tiny
+# programs never earn back: tests/test_flax_*.py took 161 s on two cores with it off and 219 s
+# with it on, passing alike. Set before JAX creates its CPU client, which reads the variable
+# once; the subprocesses the tests start inherit it.
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0"
+
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 VOCAB = 13  # 4 specials + 9 symbols
 
@@ -121,6 +127,13 @@ def _one_cpu_thread():
     torch.set_num_threads(threads)
 
 
+def shared_temp(tmp_path_factory) -> Path:
+    """The session's temporary folder, which pytest-xdist's workers share (each worker's own
+    basetemp sits in it)."""
+    root = tmp_path_factory.getbasetemp()
+    return root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _jax_compilation_cache(tmp_path_factory):
     """XLA programs compiled once per session: every `train()` and search builds its jitted
@@ -132,10 +145,7 @@ def _jax_compilation_cache(tmp_path_factory):
     the session's own, and under pytest-xdist its workers share it, so that a program one
     worker compiled is read by the others; JAX imported later, or in a subprocess, reads
     the variables."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's basetemp sits in the session's
-        root = root.parent
-    folder = root / "jax_cache"
+    folder = shared_temp(tmp_path_factory) / "jax_cache"
     folder.mkdir(exist_ok=True)
     settings = {
         "jax_compilation_cache_dir": str(folder),
@@ -231,11 +241,19 @@ def toy_corpus_config(folder: Path, **train):
 def toy_run(tmp_path_factory) -> Path:
     """A run folder trained until it translates the toy corpus (a few seconds), keeping its
     weights every 100 of its 300 steps: the explorer's tests read those snapshots, and one
-    training serves every test file (snapshots do not change what is trained)."""
+    training serves every test file (snapshots do not change what is trained). Under
+    pytest-xdist the first worker to ask trains it, and the others wait for it and read the
+    same folder, which no test writes to."""
+    from filelock import FileLock
+
     from alignmt.training.run import train
 
-    folder = tmp_path_factory.mktemp("toy")
-    train(toy_corpus_config(folder, steps=300, eval_every=100, snapshot_every=100), progress=False)
+    folder = shared_temp(tmp_path_factory) / "toy"
+    with FileLock(f"{folder}.lock"):
+        if not (folder / "trained").is_file():  # not while another worker trains, nor after
+            cfg = toy_corpus_config(folder, steps=300, eval_every=100, snapshot_every=100)
+            train(cfg, progress=False)
+            (folder / "trained").touch()
     return folder / "run"
 
 

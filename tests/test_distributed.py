@@ -160,72 +160,13 @@ def reverse_config(folder: Path, **train) -> Config:
     )
 
 
-@pytest.mark.slow
-def test_sigterm_to_one_process_stops_both_with_a_checkpoint_and_resuming_matches(tmp_path):
-    """A run stopped by SIGTERM at an arbitrary step and resumed ends with the weights of an
-    uninterrupted one, dropout masks included (each process's generator is saved)."""
-    cfg = reverse_config(tmp_path / "stopped")
-    config = _write(cfg, tmp_path)
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc-per-node=2",
-        "-m",
-        "alignmt",
-        "train",
-        str(config),
-    ]
-    launcher = subprocess.Popen(
-        cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    _wait_for_record(Path(cfg.out_dir), launcher)
-    workers = _children(launcher.pid)
-    assert len(workers) == 2
-    os.kill(workers[-1], signal.SIGTERM)  # one process, as a scheduler pre-empting one node
-    out, err = launcher.communicate(timeout=60)
-    assert launcher.returncode == 0, err[-3000:]
-    assert "stopped by" in out
-    stopped = _progress(Path(cfg.out_dir) / "last.safetensors")["step"]
-    assert 0 < stopped < cfg.train.steps, "the signal came too late to test anything"
-    resumed = torchrun(config, "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    straight = replace(cfg, out_dir=str(tmp_path / "straight"))
-    done = torchrun(_write(straight, tmp_path))
-    assert done.returncode == 0, done.stderr[-3000:]
-    a = weights(Path(cfg.out_dir) / "last.safetensors")
-    b = weights(tmp_path / "straight/last.safetensors")
-    assert all(torch.equal(a[name], b[name]) for name in a)
-    assert [r for r in records(Path(cfg.out_dir)) if "seconds" not in r] == []
-    # the record reads as one run, with one extra short interval: the one the signal ended
-    steps = [r["step"] for r in records(Path(cfg.out_dir))]
-    assert sorted({*[r["step"] for r in records(tmp_path / "straight")], stopped}) == steps
-
-
-def _children(pid: int) -> list[int]:
-    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
-    return sorted(int(p) for p in found.split())
-
-
 def _progress(path: Path) -> dict:
     return json.loads(load_file_metadata(path)["train_state"])["progress"]
 
 
-@pytest.mark.slow  # a drill: a training process, signalled
-def test_sigterm_stops_a_single_process_run_with_a_checkpoint_of_its_step(tmp_path):
-    cfg = reverse_config(tmp_path, steps=100_000)
-    cmd = [sys.executable, "-m", "alignmt", "train", str(_write(cfg, tmp_path))]
-    process = subprocess.Popen(
-        cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    _wait_for_record(Path(cfg.out_dir), process)
-    process.send_signal(signal.SIGTERM)
-    out, err = process.communicate(timeout=30)
-    assert process.returncode == 0, err[-3000:]
-    step = _progress(Path(cfg.out_dir) / "last.safetensors")["step"]
-    assert f"stopped by SIGTERM at step {step}" in out
-    assert (Path(cfg.out_dir) / "model.safetensors").is_file()  # a task run can translate
+# A signal to one process of two, or to a single one, stops the run with a checkpoint that
+# resumes as if uninterrupted: benchmarks/drill_runs.py's `signals` drill, which
+# tests/test_drills.py runs.
 
 
 @pytest.mark.slow

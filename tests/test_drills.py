@@ -67,3 +67,11 @@ def test_sigterm_and_sigint_stop_with_a_checkpoint_that_resumes_as_if_uninterrup
 def test_killing_one_of_two_torchrun_processes_loses_nothing(tmp_path):
     result = drill_runs.kills(tmp_path, count=1, nproc=2, corpus=True, steps=40)
     assert result["failures"] == [] and result["tried"] == result["held"] == 1
+
+
+@pytest.mark.slow
+def test_a_signal_to_one_of_two_torchrun_processes_stops_both_and_resumes_as_if_uninterrupted(
+    tmp_path,
+):
+    result = drill_runs.signals(tmp_path, count=1, steps=100, nproc=2)
+    assert result == {"tried": 1, "held": 1, "failures": []}

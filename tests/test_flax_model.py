@@ -167,7 +167,7 @@ def reference_encoding(encoder, src: torch.Tensor, src_len: torch.Tensor):
 
 
 @pytest.mark.parametrize("arch,changes", FLOAT64)
-def test_encoder_and_three_decoder_steps_match_the_numpy_reference_in_float64(arch, changes, x64):
+def test_encoder_and_two_decoder_steps_match_the_numpy_reference_in_float64(arch, changes, x64):
     model, flax_model, variables = twins(arch, **changes)
     src, src_len, _, _ = padded_batch()  # (3, 6), lengths 6, 2, 4
     with jax.disable_jit():
@@ -189,7 +189,9 @@ def test_encoder_and_three_decoder_steps_match_the_numpy_reference_in_float64(ar
     zeros = np.zeros((cfg.dec_layers, cfg.dec_hidden))
     carried = [(list(s), list(zeros) if lstm else None, zeros[0] if luong else None) for s in s_0]
     g = torch.Generator().manual_seed(5)
-    for _ in range(3):
+    # the second step reads all that the first carries (s, the LSTM cells, Luong's h~); op by
+    # op, a third would cost a fifth of the matrix's minute of CPU and read nothing new
+    for _ in range(2):
         prev = torch.randint(4, VOCAB, (3,), generator=g).numpy()
         with jax.disable_jit():
             logits, state, alpha = flax_model.apply(
