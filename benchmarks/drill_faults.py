@@ -38,6 +38,7 @@ from benchmarks.drill_runs import (
     reverse_config,
     run_to_end,
     start,
+    uninterrupted,
     write_config,
 )
 from safetensors.torch import load_file
@@ -54,7 +55,7 @@ def disks(workdir: Path, *, mounts: bool = True, backend: str = "torch", steps: 
     raises EROFS as the kernel would (a filesystem with files open for writing cannot be
     remounted read-only under a running process)."""
     reference = reverse_config(workdir / "whole", backend=backend, steps=steps)
-    problems = run_to_end(reference)[1]
+    problems = uninterrupted(reference)
     if problems:
         return outcome([problems])
     faults = {"dev_full": partial(_fail_a_write, fault=_through_dev_full, cause="No space")}

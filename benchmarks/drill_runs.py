@@ -4,8 +4,9 @@ training uses (drill_faults.py's too).
 Each drill returns a `drill_common.Tally` result, {"tried": N, "held": N, "failures": [...]}:
 `tried` counts the faults sent, `held` those after which every promise checked still held,
 and `failures` says what broke. benchmarks/drills.py runs them at full counts,
-tests/test_drills.py with a few each. Training runs in subprocesses (`alignmt train`, or
-torchrun), as a user runs it.
+tests/test_drills.py with a few each. The runs faults are sent to train in subprocesses
+(`alignmt train`, or torchrun), as a user runs them; an uninterrupted run they are compared
+with trains in this process, unless the drill times it (kills) or it is torchrun's.
 
 - `kills`: SIGKILL at random moments (every third kill while a file of the run is being
   written), resuming after each, until the run ends. Then its checkpoints (weights,
@@ -41,6 +42,7 @@ from alignmt.checkpoint.rundir import RUN_FILES
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import Config, DataConfig, ModelConfig, SearchConfig, TrainConfig, dump_config
 from alignmt.decoding.translator import Translator
+from alignmt.training.run import train
 
 WORDS = dict(
     cat="katze",
@@ -142,6 +144,17 @@ def run_to_end(cfg: Config, *flags: str, nproc: int = 1) -> tuple[float, list[st
     status, _, err = finish(start(write_config(cfg), *flags, nproc=nproc))
     problems = [f"{cfg.out_dir}: exit {status}: {err.strip()[-400:]}"] if status else []
     return time.monotonic() - began, problems
+
+
+def uninterrupted(cfg: Config) -> list[str]:
+    """Train `cfg` to its end in this process: the run a faulted one must end as. Faults go
+    to `alignmt train` processes; the run they are compared with needs no process of its
+    own, except where a drill draws its moments from that process's time (`run_to_end`)."""
+    try:
+        train(cfg, progress=False)
+    except Exception as err:  # a reference that cannot train fails the drill, not the caller
+        return [f"{cfg.out_dir}: the uninterrupted run failed: {err!r}"[:400]]
+    return []
 
 
 def differences(run: Path, reference: Path, stopped: int = 0, log_every: int = 10) -> list[str]:
@@ -339,7 +352,7 @@ def signals(
     rng = random.Random(seed)
     keys = {"steps": steps, "save_every": 0, "backend": backend}
     reference = reverse_config(workdir / "whole", **keys)
-    problems = run_to_end(reference, nproc=nproc)[1]
+    problems = run_to_end(reference, nproc=nproc)[1] if nproc > 1 else uninterrupted(reference)
     if problems:
         return outcome([problems])
     seconds = _logged_span(Path(reference.out_dir))

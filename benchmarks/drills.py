@@ -1,6 +1,6 @@
 """Reliability drills: faults sent at alignmt, many times each, and whether its promises held.
 
-    python benchmarks/drills.py                  # every drill at full count (about 10 minutes)
+    python benchmarks/drills.py                  # every drill at full count (about 15 minutes)
     python benchmarks/drills.py --only kills     # one drill (see `drills`)
     python benchmarks/drills.py --scale 0.1      # a tenth of each count
     python benchmarks/drills.py --backend flax   # the training drills, train.backend=flax

@@ -13,6 +13,7 @@ import pytest
 from alignmt.analysis.task_scores import score_task
 from alignmt.checkpoint.format import snapshot_steps
 from alignmt.checkpoint.torch_io import load_checkpoint, load_snapshot
+from alignmt.decoding.translator import Translator
 from alignmt.experiments.demo import EVAL_SEED, ORDER_NAME, ORDERS
 
 IN_DISTRIBUTION = (3, 4, 5, 6, 7, 8, 9, 10)
@@ -130,13 +131,7 @@ def _outputs_are_written_and_load(stdout: str, out) -> None:
         width, height = png_size(out / name)
         assert width > 300 and height > 200, name
     assert "| 10 |" in (out / "table.md").read_text()
-    assert load_checkpoint(out / "attention").model.has_attention
-    translated = subprocess.run(
-        [sys.executable, "-m", "alignmt", "translate", str(out / "attention")],
-        input="hello\nabc\n",
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    assert translated.stdout.splitlines() == ["olleh", "cba"]
+    checkpoint = load_checkpoint(out / "attention")
+    assert checkpoint.model.has_attention
+    found = Translator.from_checkpoint(checkpoint).translate(["hello", "abc"], warn=False)
+    assert [best.text for [best] in found] == ["olleh", "cba"]

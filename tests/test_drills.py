@@ -73,5 +73,5 @@ def test_killing_one_of_two_torchrun_processes_loses_nothing(tmp_path):
 def test_a_signal_to_one_of_two_torchrun_processes_stops_both_and_resumes_as_if_uninterrupted(
     tmp_path,
 ):
-    result = drill_runs.signals(tmp_path, count=1, steps=100, nproc=2)
+    result = drill_runs.signals(tmp_path, count=1, steps=60, nproc=2)
     assert result == {"tried": 1, "held": 1, "failures": []}
