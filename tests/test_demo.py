@@ -6,11 +6,10 @@ import json
 import struct
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 
-from alignmt.analysis.task_scores import score_task
+from alignmt.analysis.task_scores import TaskScores, score_task
 from alignmt.checkpoint.format import snapshot_steps
 from alignmt.checkpoint.torch_io import load_checkpoint, load_snapshot
 from alignmt.decoding.translator import Translator
@@ -57,8 +56,8 @@ def test_the_demo_command_clears_its_bar_and_writes_what_it_prints(tmp_path):
     """`alignmt demo` as a user runs it, trained for 500 of its 2,000 steps: attention
     reaches >= 99% greedy exact match at every length 3-10 with its argmax on the
     anti-diagonal for >= 98% of positions, while vanilla's exact match at length 10 is far
-    below; and the table, plots, numbers and checkpoints it writes say so. (One run checked
-    three ways: the run is most of the suite's slowest minute.)"""
+    below; and the table, plots, numbers and checkpoints it writes say so. One test, not
+    three on a shared fixture, so that pytest-xdist never trains this run on both workers."""
     out = tmp_path / "demo"
     lengths = ",".join(map(str, (*IN_DISTRIBUTION, 15)))
     flags = ["--steps", str(STEPS), "--samples", str(SAMPLES), "--eval-lengths", lengths]
@@ -96,7 +95,7 @@ def _alignment_and_sharpening_hold(stdout: str, out, results: dict) -> None:
     )
     for name, order in ORDERS.items():
         assert snapshot_steps(out / name) == steps
-        scores = [SimpleNamespace(**s) for s in results["scores"][name]]
+        scores = [TaskScores(**s) for s in results["scores"][name]]  # as run_demo kept them
         in_range = [s for s in scores if s.length in IN_DISTRIBUTION]
         # one link per character on both sides: AER = 1 - the share that score_task counts
         aer = results["alignment_error_rate"][name]["aer"]
