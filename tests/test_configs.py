@@ -53,3 +53,12 @@ def test_a_config_whose_data_is_missing_says_where_it_looked(tmp_path, monkeypat
     cfg = load_config(f"{root}/configs/multi30k_en_de.yaml", [*TINY, f"out_dir={tmp_path}/r"])
     with pytest.raises(CorpusError, match=r"data.train: neither .*train\.en nor .*shared"):
         train(cfg, progress=False)
+
+
+def test_the_gpu_recipe_trains_the_cpu_recipes_model_on_the_same_data(in_repo):
+    cpu, gpu = (
+        load_config("configs/multi30k_en_de.yaml"),
+        load_config("configs/multi30k_en_de_gpu.yaml"),
+    )
+    assert gpu.model == cpu.model and gpu.data == cpu.data and gpu.search == cpu.search
+    assert gpu.train.device == "cuda" and gpu.train.cuda_graphs and gpu.train.batch_tokens

@@ -151,6 +151,9 @@ class TrainConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when available
     # bfloat16: run forward and backward under autocast (GPUs; weights and Adam stay float32)
     precision: Precision = "float32"
+    # CUDA: replay the decoder's unroll, forward and backward, from a CUDA graph per padded
+    # batch shape instead of launching its kernels one by one (see training/graphs.py)
+    cuda_graphs: bool = False
     threads: NonNegative = 0  # torch intra-op threads; 0 keeps torch's default
     # Micro-batches per update and process: N processes x accumulate K x batch B is one update
     # on N*K*B sentences, so one process with K = N follows an N-process run (exactly without

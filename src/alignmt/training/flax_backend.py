@@ -203,6 +203,11 @@ def train(cfg: Config, *, progress: bool | None, resume: bool, overwrite: bool) 
         raise ValueError(
             "train.guided_alignment is trained by the PyTorch backend only: use train.backend=torch"
         )
+    if cfg.train.cuda_graphs:
+        raise ValueError(
+            "train.cuda_graphs captures PyTorch's unroll; XLA compiles the Flax step whole "
+            "already: leave it false with train.backend=flax"
+        )
     world = _one_process(cfg)
     run_dir = Path(cfg.out_dir)
     resume = claim_folder(run_dir, world, resume, overwrite)

@@ -19,6 +19,7 @@ from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.prepare import Text
 from alignmt.training.batches import Progress, Step
 from alignmt.training.distributed import World, talking_to_peers, wrap
+from alignmt.training.graphs import GraphedObjective, check_graphs
 from alignmt.training.optim import guide_weight, sampling_at, train_step
 from alignmt.training.validate import validate
 
@@ -38,7 +39,11 @@ class TorchBackend:
     ) -> None:
         self.cfg, self.model, self.optimizer, self.text = cfg, model, optimizer, text
         self.world, self.device = world, device
-        self.objective = wrap(model, world)  # DDP copies rank 0's weights to every rank here
+        if cfg.train.cuda_graphs:
+            check_graphs(cfg, device, world.size)
+            self.objective = GraphedObjective(model)
+        else:
+            self.objective = wrap(model, world)  # DDP copies rank 0's weights to every rank here
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
