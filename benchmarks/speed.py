@@ -48,6 +48,7 @@ from alignmt.text.shortlist import Shortlist
 from alignmt.text.split import read_split
 from alignmt.training.batches import Progress, steps
 from alignmt.training.distributed import Objective, World
+from alignmt.training.graphs import GraphedObjective
 from alignmt.training.optim import make_optimizer, train_step
 from alignmt.training.run import text_shortlist
 from alignmt.training.start import seed_everything
@@ -103,9 +104,10 @@ class TrainSpeed:
 
 def measure_training(model, text, cfg: Config, device, *, warmup: int, interval: int) -> TrainSpeed:
     """Train cfg.train.steps steps; the median target tokens/s of the intervals after warm-up.
-    The forward passes run under autocast at cfg.train.precision (see `train_step`)."""
+    The forward passes run under autocast at cfg.train.precision (see `train_step`); with
+    cfg.train.cuda_graphs the decoder's unroll replays CUDA graphs (training/graphs.py)."""
     optimizer = make_optimizer(model, cfg.train)
-    objective = Objective(model)
+    objective = GraphedObjective(model) if cfg.train.cuda_graphs else Objective(model)
     updates = steps(text, cfg.data, cfg.train, cfg.seed, Progress(), World())
     rates, tgt_total, src_total = [], 0, 0
     tokens, start = 0, _now(device)
