@@ -31,7 +31,9 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from benchmarks.drill_common import outcome
@@ -157,6 +159,28 @@ def uninterrupted(cfg: Config) -> list[str]:
     return []
 
 
+class Reference(NamedTuple):
+    """An uninterrupted run that faulted runs of its config must end as, and the seconds it
+    took (a kill drill draws its moments within them)."""
+
+    cfg: Config
+    seconds: float
+
+
+def reference_run(workdir: Path, *, corpus: bool, nproc: int = 1, **keys) -> tuple[Reference, list]:
+    """Train the uninterrupted run of `corpus_config` or `reverse_config` with `keys` in
+    `workdir / "whole"` as the faulted runs will be trained (a process of its own, torchrun's
+    when `nproc` > 1): the reference and the problems met."""
+    cfg = (corpus_config if corpus else reverse_config)(workdir / "whole", **keys)
+    seconds, problems = run_to_end(cfg, nproc=nproc)
+    return Reference(cfg, seconds), problems
+
+
+def faulted(reference: Reference, folder: Path) -> Config:
+    """The reference's config, training into `folder / "run"` (its data is shared)."""
+    return replace(reference.cfg, out_dir=str(folder / "run"))
+
+
 def differences(run: Path, reference: Path, stopped: int = 0, log_every: int = 10) -> list[str]:
     """How the run in `run` ended otherwise than `reference`: its checkpoints bit for bit
     (weights, optimizer moments, generator states) and its metrics but for their clock. A
@@ -214,25 +238,28 @@ def kills(
     nproc: int = 1,
     steps: int | None = None,
     backend: str = "torch",
+    reference: Reference | None = None,
 ) -> dict:
     """SIGKILL training `count` times at random moments, resuming after each; with `nproc`
     processes under torchrun, one rank at a time. Each run is killed until one of its
     attempts reaches the end (a moment drawn after the end kills nothing), and compared
-    with an uninterrupted run; as many runs as it takes to make `count` kills."""
+    with an uninterrupted run (`reference`, trained here unless given; then `corpus` must
+    say which config it is, and `steps` and `backend` are its); as many runs as it takes
+    to make `count` kills."""
     rng = random.Random(seed)
-    make = corpus_config if corpus else reverse_config
     sentence = "the big cat" if corpus else "abcde"
-    keys = {"backend": backend} | ({"steps": steps} if steps else {})
-    reference = make(workdir / "whole", **keys)
-    seconds, problems = run_to_end(reference, nproc=nproc)
-    if problems:
-        return outcome([problems])
+    if reference is None:
+        keys = {"backend": backend} | ({"steps": steps} if steps else {})
+        reference, problems = reference_run(workdir, corpus=corpus, nproc=nproc, **keys)
+        if problems:
+            return outcome([problems])
     results: list[list[str]] = []
     runs = mid_write = 0
     while len(results) < count and runs < 4 * count:  # bounded, should moments fall past the end
-        cfg = make(workdir / f"killed{runs}", **keys)
-        found, torn = _kill_until_done(cfg, rng, seconds, (len(results), count), nproc, sentence)
-        ended = differences(Path(cfg.out_dir), Path(reference.out_dir))
+        cfg = faulted(reference, workdir / f"killed{runs}")
+        moments = (len(results), count)
+        found, torn = _kill_until_done(cfg, rng, reference.seconds, moments, nproc, sentence)
+        ended = differences(Path(cfg.out_dir), Path(reference.cfg.out_dir))
         results += [problems + ended for problems in found]  # a kill held if the run ended well
         runs, mid_write = runs + 1, mid_write + torn
     return outcome(results, runs=runs, during_writes=mid_write)
@@ -345,23 +372,29 @@ def signals(
     steps: int = 1000,
     backend: str = "torch",
     nproc: int = 1,
+    reference: Reference | None = None,
 ) -> dict:
     """SIGTERM and SIGINT in turn, once each into `count` runs, at random moments of
-    training; each run is then resumed to its end. With `nproc` processes under torchrun,
-    one rank is signalled."""
+    training; each run is then resumed to its end and compared with an uninterrupted run
+    (`reference`, trained here unless given; then `steps` and `backend` are its). With
+    `nproc` processes under torchrun, one rank is signalled."""
     rng = random.Random(seed)
-    keys = {"steps": steps, "save_every": 0, "backend": backend}
-    reference = reverse_config(workdir / "whole", **keys)
-    problems = run_to_end(reference, nproc=nproc)[1] if nproc > 1 else uninterrupted(reference)
-    if problems:
-        return outcome([problems])
-    seconds = _logged_span(Path(reference.out_dir))
+    if reference is None:
+        keys = {"steps": steps, "save_every": 0, "backend": backend}
+        if nproc > 1:
+            reference, problems = reference_run(workdir, corpus=False, nproc=nproc, **keys)
+        else:  # in this process: its time draws no moments
+            cfg = reverse_config(workdir / "whole", **keys)
+            reference, problems = Reference(cfg, 0.0), uninterrupted(cfg)
+        if problems:
+            return outcome([problems])
+    seconds = _logged_span(Path(reference.cfg.out_dir))
     results = []
     for trial in range(count):
         sent = (signal.SIGTERM, signal.SIGINT)[trial % 2]
-        cfg = reverse_config(workdir / f"signalled{trial}", **keys)
+        cfg = faulted(reference, workdir / f"signalled{trial}")
         problems, stopped = _signal_once(cfg, sent, rng, seconds, nproc)
-        ended = differences(Path(cfg.out_dir), Path(reference.out_dir), stopped)
+        ended = differences(Path(cfg.out_dir), Path(reference.cfg.out_dir), stopped)
         results.append(problems + (ended if stopped else []))
     return outcome(results)
 

@@ -64,14 +64,15 @@ def test_sigterm_and_sigint_stop_with_a_checkpoint_that_resumes_as_if_uninterrup
 
 
 @pytest.mark.slow
-def test_killing_one_of_two_torchrun_processes_loses_nothing(tmp_path):
-    result = drill_runs.kills(tmp_path, count=1, nproc=2, corpus=True, steps=40)
-    assert result["failures"] == [] and result["tried"] == result["held"] == 1
-
-
-@pytest.mark.slow
-def test_a_signal_to_one_of_two_torchrun_processes_stops_both_and_resumes_as_if_uninterrupted(
-    tmp_path,
-):
-    result = drill_runs.signals(tmp_path, count=1, steps=60, nproc=2)
-    assert result == {"tried": 1, "held": 1, "failures": []}
+def test_a_kill_and_a_signal_to_one_of_two_torchrun_processes_lose_nothing(tmp_path):
+    """Both torchrun drills against one uninterrupted two-process run of the corpus config
+    (validated every 20 steps): a rank killed, the run resumed to the end; a rank signalled,
+    both stopping at one step, resumed to the end; each bit for bit the reference."""
+    reference, problems = drill_runs.reference_run(
+        tmp_path, corpus=True, nproc=2, steps=60, save_every=0
+    )
+    assert problems == []
+    killed = drill_runs.kills(tmp_path, count=1, nproc=2, corpus=True, reference=reference)
+    assert killed["failures"] == [] and killed["tried"] == killed["held"] == 1
+    signalled = drill_runs.signals(tmp_path, count=1, nproc=2, reference=reference)
+    assert signalled == {"tried": 1, "held": 1, "failures": []}

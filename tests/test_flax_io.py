@@ -39,7 +39,7 @@ from tests.conftest import padded_batch
 from tests.test_flax_model import (  # the autouse fixture applies here too
     ARCH,
     MATRIX,
-    MATRIX_IDS,
+    MATRIX_CASES,
     _full_float32_products_and_one_torch_thread,  # noqa: F401
     as_jax,
     case_id,
@@ -57,7 +57,7 @@ def leaves(params: dict) -> dict[tuple[str, ...], np.ndarray]:
 # --- the name map ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arch,changes", MATRIX, ids=MATRIX_IDS)
+@pytest.mark.parametrize("arch,changes", MATRIX_CASES)
 def test_state_dict_to_flax_params_and_back_is_bit_exact(arch, changes):
     model, flax_model, variables = twins(arch, torch.float32, **changes)
     expected = {name: t.numpy() for name, t in model.state_dict().items()}
@@ -67,7 +67,7 @@ def test_state_dict_to_flax_params_and_back_is_bit_exact(arch, changes):
         assert back[name].dtype == tensor.dtype and np.array_equal(back[name], tensor), name
 
 
-@pytest.mark.parametrize("arch,changes", MATRIX, ids=MATRIX_IDS)
+@pytest.mark.parametrize("arch,changes", MATRIX_CASES)
 def test_each_tensor_has_one_flax_path_and_kernels_are_transposed(arch, changes):
     model, flax_model, variables = twins(arch, torch.float32, **changes)
     params = leaves(variables["params"])
@@ -89,7 +89,7 @@ def test_each_tensor_has_one_flax_path_and_kernels_are_transposed(arch, changes)
     assert all(flax_path(torch_name(path)) == path for path in params)
 
 
-@pytest.mark.parametrize("arch,changes", MATRIX, ids=MATRIX_IDS)
+@pytest.mark.parametrize("arch,changes", MATRIX_CASES)
 def test_init_builds_the_tree_that_a_pytorch_state_dict_maps_to(arch, changes):
     _, flax_model, variables = twins(arch, torch.float32, **changes)
     shapes = {path: (x.shape, x.dtype) for path, x in leaves(variables["params"]).items()}

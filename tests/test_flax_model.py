@@ -119,10 +119,11 @@ MATRIX_IDS = [case_id(*case) for case in MATRIX]
 
 # A cover of the matrix: each cell, direction and depth, every score, each decoder order
 # (vanilla with c at every step and at s_0 only), each readout, s_0 = 0 and tied embeddings.
-# The float64 test runs all of the matrix in the full suite and the cover under
-# -m "not slow" (op by op, the whole matrix costs a minute of CPU); the float32 test, whose
-# scan shares its step (`advance`) with decode_step, runs the cover (QUICK of it under
-# -m "not slow"); COMPILED adds five, jit-compiled.
+# The float64 test and test_flax_io's name-map tests run all of the matrix in the full suite
+# and the cover under -m "not slow" (op by op, the whole float64 matrix costs a minute of
+# CPU); the float32 test, whose scan shares its step (`advance`) with decode_step, runs the
+# cover (QUICK of it under -m "not slow"); COMPILED adds five, jit-compiled (two of them
+# under -m "not slow").
 COVER = [
     MATRIX[MATRIX_IDS.index(name)]
     for name in (
@@ -143,7 +144,7 @@ COVER = [
         "lstm-bi-L1-general-luong-emb_dim=8-tie_embeddings=True",
     )
 ]
-FLOAT64 = [
+MATRIX_CASES = [  # the matrix as test parameters: the cover fast, the rest slow
     pytest.param(*case, id=name, marks=() if case in COVER else pytest.mark.slow)
     for case, name in zip(MATRIX, MATRIX_IDS, strict=True)
 ]
@@ -166,7 +167,7 @@ def reference_encoding(encoder, src: torch.Tensor, src_len: torch.Tensor):
     return states, np.array(finals)
 
 
-@pytest.mark.parametrize("arch,changes", FLOAT64)
+@pytest.mark.parametrize("arch,changes", MATRIX_CASES)
 def test_encoder_and_two_decoder_steps_match_the_numpy_reference_in_float64(arch, changes, x64):
     model, flax_model, variables = twins(arch, **changes)
     src, src_len, _, _ = padded_batch()  # (3, 6), lengths 6, 2, 4
@@ -274,15 +275,18 @@ def test_float32_logits_and_attention_equal_pytorchs_on_the_same_weights(arch, c
 
 
 COMPILED = [
-    (ARCH["gru-bi-L2-additive-bahdanau"], {"readout": "maxout"}),
-    (ARCH["lstm-uni-L1-general-luong"], {}),
-    (ARCH["lstm-bi-L2-none-bahdanau"], {"readout": "tanh"}),
-    (ARCH["gru-bi-L2-additive-cgru"], {"readout": "tanh"}),
-    MATRIX[-1],
+    pytest.param(*case, id=case_id(*case), marks=marks)
+    for case, marks in [
+        ((ARCH["gru-bi-L2-additive-bahdanau"], {"readout": "maxout"}), ()),
+        ((ARCH["lstm-uni-L1-general-luong"], {}), pytest.mark.slow),
+        ((ARCH["lstm-bi-L2-none-bahdanau"], {"readout": "tanh"}), pytest.mark.slow),
+        ((ARCH["gru-bi-L2-additive-cgru"], {"readout": "tanh"}), pytest.mark.slow),
+        (MATRIX[-1], ()),
+    ]
 ]
 
 
-@pytest.mark.parametrize("arch,changes", COMPILED, ids=[case_id(*c) for c in COMPILED])
+@pytest.mark.parametrize("arch,changes", COMPILED)
 def test_jit_compiled_scans_give_pytorchs_logits_too(arch, changes):
     assert_float32_logits_equal_pytorchs(arch, changes, compiled=True)
 
