@@ -373,8 +373,9 @@ def signals(
     backend: str = "torch",
     nproc: int = 1,
     reference: Reference | None = None,
+    sent: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
 ) -> dict:
-    """SIGTERM and SIGINT in turn, once each into `count` runs, at random moments of
+    """The signals `sent` in turn, one into each of `count` runs, at random moments of
     training; each run is then resumed to its end and compared with an uninterrupted run
     (`reference`, trained here unless given; then `steps` and `backend` are its). With
     `nproc` processes under torchrun, one rank is signalled."""
@@ -391,9 +392,8 @@ def signals(
     seconds = _logged_span(Path(reference.cfg.out_dir))
     results = []
     for trial in range(count):
-        sent = (signal.SIGTERM, signal.SIGINT)[trial % 2]
         cfg = faulted(reference, workdir / f"signalled{trial}")
-        problems, stopped = _signal_once(cfg, sent, rng, seconds, nproc)
+        problems, stopped = _signal_once(cfg, sent[trial % len(sent)], rng, seconds, nproc)
         ended = differences(Path(cfg.out_dir), Path(reference.cfg.out_dir), stopped)
         results.append(problems + (ended if stopped else []))
     return outcome(results)
