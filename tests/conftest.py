@@ -105,6 +105,13 @@ def padded_batch(src_lens=(6, 2, 4), tgt_lens=(3, 5, 1), seed: int = 1):
     return src, torch.tensor(src_lens), tgt_in, torch.tensor(tgt_lens)
 
 
+def loss_targets(tgt_in: torch.Tensor, tgt_len: torch.Tensor) -> torch.Tensor:
+    """`padded_batch`'s decoder inputs as loss targets: y_1 .. y_n </s> (2), then padding."""
+    tgt_out = torch.cat([tgt_in[:, 1:], torch.zeros_like(tgt_in[:, :1])], dim=1)
+    tgt_out[torch.arange(len(tgt_len)), tgt_len - 1] = 2
+    return tgt_out
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slow end-to-end runs first: under `-n auto` pytest-xdist hands tests out in this
     order, and a two-minute run handed out last leaves the other workers idle until it ends."""

@@ -162,15 +162,12 @@ def test_a_server_on_the_gpu_answers_a_translate_request(toy_run):
 
 def _gpu_batches(seed: int = 0):
     """Three batches of the toy vocabulary's ids, two of one bucket and one of another."""
-    from tests.conftest import VOCAB, padded_batch
+    from tests.conftest import loss_targets, padded_batch
 
     shapes = [((6, 2, 4), (3, 5, 1)), ((5, 7, 3), (4, 2, 6)), ((9, 1, 3, 12, 5), (11, 2, 7, 4, 9))]
     for i, (src_lens, tgt_lens) in enumerate(shapes):
         src, src_len, tgt_in, tgt_len = padded_batch(src_lens, tgt_lens, seed=seed + i)
-        tgt_out = torch.cat([tgt_in[:, 1:], torch.zeros_like(tgt_in[:, :1])], dim=1)
-        tgt_out[torch.arange(len(tgt_len)), tgt_len - 1] = 2
-        assert int(tgt_out.max()) < VOCAB
-        yield [t.to(CUDA) for t in (src, src_len, tgt_in, tgt_out)]
+        yield [t.to(CUDA) for t in (src, src_len, tgt_in, loss_targets(tgt_in, tgt_len))]
 
 
 def _losses_and_grads(objective, batches) -> tuple[list[Tensor], dict[str, Tensor]]:

@@ -13,7 +13,7 @@ from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
 from alignmt.training import graphs
 from alignmt.training.graphs import GraphedObjective, check_graphs, padded_rows
 from alignmt.training.run import train
-from tests.conftest import ARCHITECTURES, arch_id, padded_batch, tiny_model
+from tests.conftest import ARCHITECTURES, arch_id, loss_targets, padded_batch, tiny_model
 
 
 def test_rows_are_padded_to_four_buckets_per_power_of_two():
@@ -41,8 +41,7 @@ def test_padding_to_the_bucket_changes_no_loss_and_no_gradient(arch, without_cap
     objective = GraphedObjective(model)
     for src_lens, tgt_lens, bucket in SHAPES:
         src, src_len, tgt_in, tgt_len = padded_batch(src_lens, tgt_lens)
-        tgt_out = torch.cat([tgt_in[:, 1:], torch.zeros_like(tgt_in[:, :1])], dim=1)
-        tgt_out[torch.arange(len(tgt_len)), tgt_len - 1] = 2  # </s>
+        tgt_out = loss_targets(tgt_in, tgt_len)
         model.zero_grad()
         want = model.loss(src, src_len, tgt_in, tgt_out, label_smoothing=0.1)
         want.backward()

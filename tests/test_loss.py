@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from alignmt.model.loss import linear_cross_entropy, sequence_loss
-from tests.conftest import padded_batch, tiny_model
+from tests.conftest import loss_targets, padded_batch, tiny_model
 
 
 def test_loss_is_the_mean_over_real_tokens_and_ignores_padding():
@@ -92,8 +92,7 @@ def test_padded_positions_neither_change_the_fused_loss_nor_receive_gradient():
 def test_model_loss_equals_the_loss_of_its_logits_with_the_same_gradients(arch):
     model = tiny_model(**arch).train()  # dropout is 0: train mode is deterministic here
     src, src_len, tgt_in, tgt_len = padded_batch()
-    tgt_out = torch.cat([tgt_in[:, 1:], torch.zeros_like(tgt_in[:, :1])], dim=1)
-    tgt_out[torch.arange(len(tgt_len)), tgt_len - 1] = 2  # y_1 .. y_n </s>, then padding
+    tgt_out = loss_targets(tgt_in, tgt_len)
     params = [p for p in model.parameters()]
     logits = model(src, src_len, tgt_in).logits
     expected = sequence_loss(logits, tgt_out, model.pad_id, 0.1)

@@ -162,15 +162,22 @@ class Seq2Seq(nn.Module):
         """
         memory, state = self.encode(src, src_len)
         unrolled = self.decoder.unroll(tgt_in, state, memory, sampling)  # (B, T_tgt, R)
-        proj = self.decoder.projection
-        loss = linear_cross_entropy(
-            unrolled.features, proj.weight, proj.bias, tgt_out, self.pad_id, label_smoothing
-        )
+        loss = self.output_loss(unrolled.features, tgt_out, label_smoothing)
         if guide is None or not guide_weight:
             return loss
         if unrolled.attention is None:
             raise ValueError("guided alignment trains attention, and this model has none")
         return loss + guide_weight * alignment_loss(unrolled.attention, guide, guide_cost)
+
+    def output_loss(
+        self, features: Tensor, tgt_out: Tensor, label_smoothing: float = 0.0
+    ) -> Tensor:
+        """The mean cross-entropy over real target tokens of the vocabulary projection of
+        `features` (B, T_tgt, R), an unroll's, fused with the projection (see loss.py)."""
+        proj = self.decoder.projection
+        return linear_cross_entropy(
+            features, proj.weight, proj.bias, tgt_out, self.pad_id, label_smoothing
+        )
 
     def decode_step(
         self, prev: Tensor, state: DecoderState, memory: Memory

@@ -25,7 +25,6 @@ from torch import Tensor, nn
 
 from alignmt.config import Config
 from alignmt.model.decoder import DecoderState, Memory
-from alignmt.model.loss import linear_cross_entropy
 from alignmt.model.seq2seq import Seq2Seq
 
 LENGTH_STEP = 8  # source and target lengths are padded up to a multiple of this
@@ -122,10 +121,7 @@ class GraphedObjective(nn.Module):
             cache_enabled=False,
         ):
             features = self._graph(tgt_in, memory, state, fields)(tgt_in, *fields)
-        proj = model.decoder.projection
-        return linear_cross_entropy(
-            features, proj.weight, proj.bias, tgt_out, model.pad_id, label_smoothing
-        )
+        return model.output_loss(features, tgt_out, label_smoothing)
 
     def _graph(self, tgt_in: Tensor, memory: Memory, state: DecoderState, fields: list[Tensor]):
         """The graphed unroll for this batch's shape, captured the first time it is seen."""
