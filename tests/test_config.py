@@ -19,15 +19,13 @@ from alignmt.config import (
     DataConfig,
     ModelConfig,
     TrainConfig,
-    _check_rules,
-    _merge,
-    _rules,
     apply_overrides,
     config_from_dict,
     config_to_dict,
     dump_config,
     load_config,
 )
+from alignmt.config_merge import check_rules, field_rules, merge
 
 CONFIGS = Path(__file__).parents[1] / "configs"
 
@@ -299,7 +297,7 @@ def test_each_field_refuses_and_accepts_what_it_did_when_rules_came_from_names(
 
 
 def test_max_len_is_at_least_1_though_min_len_is_checked_first():
-    assert AtLeast(1) in _rules(DataConfig)["max_len"]
+    assert AtLeast(1) in field_rules(DataConfig)["max_len"]
     with raises("command line: data.min_len: must not exceed data.max_len (0), got 1"):
         load_config(None, ["data.min_len=1", "data.max_len=0"])
 
@@ -307,7 +305,7 @@ def test_max_len_is_at_least_1_though_min_len_is_checked_first():
 def test_the_fields_with_rules_are_exactly_those_listed():
     def rules(key):
         *sections, name = key.split(".")
-        return _rules(type(reduce(getattr, sections, Config())))[name]
+        return field_rules(type(reduce(getattr, sections, Config())))[name]
 
     # the two whose rules read other fields: tested where those are (and in
     # test_scheduled_sampling.py)
@@ -334,15 +332,15 @@ class Ruled:
 
 
 def test_a_field_without_an_annotated_rule_gets_none_whatever_its_name():
-    assert set(_rules(Unruled).values()) == {()}
-    obj = _merge(Unruled(), {"warmup_steps": "0", "steps": "0", "lr": "-1"}, "test")
-    _check_rules(obj, "test")  # raises nothing
+    assert set(field_rules(Unruled).values()) == {()}
+    obj = merge(Unruled(), {"warmup_steps": "0", "steps": "0", "lr": "-1"}, "test")
+    check_rules(obj, "test")  # raises nothing
     assert (obj.warmup_steps, obj.steps, obj.lr) == (0, 0, -1.0)
 
 
 def test_a_rule_comes_from_the_annotation_whatever_the_name():
     with raises("test: anything: must be at least 1, got 0"):
-        _check_rules(_merge(Ruled(), {"anything": "0"}, "test"), "test")
+        check_rules(merge(Ruled(), {"anything": "0"}, "test"), "test")
 
 
 def test_a_broken_rule_in_a_file_names_the_file(write_yaml):

@@ -5,22 +5,23 @@ defaults < a YAML file (partial and nested: any subset of sections and keys) < c
 `key.path=value` overrides. Values are coerced from each field's declared type, never guessed,
 then checked against the rules that type carries (`config_rules`: `Count` is
 `Annotated[int, AtLeast(1)]`), never against the key's name. Unknown keys and bad values raise
-`ConfigError` naming the source and the dotted key, with a close-match hint. Imports no other
-alignmt module than its rules: `cli` builds a Config, `train` and `Seq2Seq.from_config` unpack
+`ConfigError` naming the source and the dotted key, with a close-match hint. How a mapping is
+coerced, merged and checked, for any dataclass tree, is `config_merge`'s; this module reads the
+files, turns overrides into mappings and says in what order they apply. Imports no other
+alignmt module than those two: `cli` builds a Config, `train` and `Seq2Seq.from_config` unpack
 it, and model code never sees one.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
-from difflib import get_close_matches
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 
+from alignmt.config_merge import ConfigError, check_rules, did_you_mean, dotted_keys, merge
 from alignmt.config_rules import (
     AtLeast,
     AtMost,
@@ -217,108 +218,8 @@ class Config:
     out_dir: str = "runs/reverse"  # run directory: checkpoints, resolved config, logs
 
 
-class ConfigError(ValueError):
-    """A config file, dict or override that does not fit the `Config` tree."""
-
-
 _CLI = "command line"
-_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
-
-
-def _types(cls: type) -> dict[str, Any]:
-    # The annotations are strings (postponed evaluation); get_type_hints resolves them, and
-    # without include_extras strips Annotated down to the type that values are coerced to.
-    hints = get_type_hints(cls)
-    return {f.name: hints[f.name] for f in fields(cls)}
-
-
-def _rules(cls: type) -> dict[str, tuple[Any, ...]]:
-    """Each field's rules: the metadata of its Annotated type, () for a plain one."""
-    hints = get_type_hints(cls, include_extras=True)
-    return {f.name: getattr(hints[f.name], "__metadata__", ()) for f in fields(cls)}
-
-
-def _dotted_keys(cls: type, prefix: str = "") -> list[str]:
-    keys = []
-    for name, tp in _types(cls).items():
-        keys += _dotted_keys(tp, f"{prefix}{name}.") if is_dataclass(tp) else [prefix + name]
-    return keys
-
-
-_KEYS = _dotted_keys(Config)
-
-
-def _hint(word: str, choices: Sequence[str]) -> str:
-    leaf = word.rsplit(".", 1)[-1].lower()
-    initials = "".join(part[:1] for part in leaf.split("_"))
-    # Abbreviated fields (lr) are too short for difflib to tie to their spelled-out names.
-    close = [c for c in choices if len(initials) > 1 and c.rsplit(".", 1)[-1] == initials]
-    close = close or get_close_matches(word.lower(), choices, n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-def _parse_number(text: str) -> int | float | str:
-    try:  # int() where it is exact: float() would round big integers
-        return int(text) if text.strip().lstrip("+-").isdigit() else float(text)
-    except ValueError:
-        return text  # rejected by the caller, which names the expected type
-
-
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    if get_origin(tp) is Literal:
-        if isinstance(value, str) and value in get_args(tp):
-            return value
-        choices, hint = ", ".join(get_args(tp)), _hint(str(value), get_args(tp))
-        raise ConfigError(f"{where}: {value!r} is not one of {choices}{hint}")
-    parsed = value
-    if isinstance(value, str) and tp is not str:
-        # Command-line values are all strings, and YAML 1.1 reads 5e-4 (no dot) as one too.
-        parsed = _BOOLS.get(value.lower(), value) if tp is bool else _parse_number(value)
-    if tp is float and type(parsed) is int:
-        parsed = float(parsed)
-    if tp is int and type(parsed) is float and parsed.is_integer():
-        parsed = int(parsed)  # 2000.0 and 1e4 name integers
-    # `type is`, not isinstance: True is no int here, and inf or nan is no learning rate.
-    if type(parsed) is tp and (tp is not float or math.isfinite(parsed)):
-        return parsed
-    expected = {bool: "true or false", int: "an integer", float: "a finite number"}
-    raise ConfigError(f"{where}: expected {expected.get(tp, 'a string')}, got {value!r}")
-
-
-def _merge(obj: Any, data: Any, source: str, prefix: str = "") -> Any:
-    """Returns a copy of dataclass `obj` with the keys in `data` coerced and replaced."""
-    data = {} if data is None else data  # a YAML section whose keys are all commented out
-    if not isinstance(data, Mapping):
-        where = f"{source}: {prefix[:-1]}" if prefix else source
-        raise ConfigError(f"{where}: expected a mapping of keys, got {data!r}")
-    types = _types(type(obj))
-    # Sections are mutable: copy them all, so that the result shares none with `obj`.
-    changes = {k: replace(getattr(obj, k)) for k, tp in types.items() if is_dataclass(tp)}
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        if key not in types:
-            raise ConfigError(f"{source}: unknown key {path!r}{_hint(path, _KEYS)}")
-        if is_dataclass(types[key]):
-            changes[key] = _merge(getattr(obj, key), value, source, path + ".")
-        else:
-            changes[key] = _coerce(value, types[key], f"{source}: {path}")
-    return replace(obj, **changes)
-
-
-def _check_rules(obj: Any, source: str, root: Any = None, prefix: str = "") -> None:
-    """Raises ConfigError for the first value, in field order, that breaks its field's rules."""
-    root = obj if root is None else root
-    for name, rules in _rules(type(obj)).items():
-        value, key = getattr(obj, name), prefix + name
-        if is_dataclass(value):
-            _check_rules(value, source, root, f"{key}.")
-            continue
-        if isinstance(value, float) and not math.isfinite(value):  # built in code, not coerced
-            problem = "must be a finite number"
-        else:
-            problem = next((p for rule in rules if (p := rule.problem(value, root))), None)
-        if problem:
-            raise ConfigError(f"{source}: {key}: {problem}, got {value!r}")
+_KEYS = dotted_keys(Config)
 
 
 def _read_yaml(path: Path) -> Any:
@@ -343,7 +244,7 @@ def _apply(cfg: Config, overrides: Sequence[str]) -> Config:
         nested: Any = value.strip()
         for part in reversed(key.strip().split(".")):
             nested = {part: nested}
-        cfg = _merge(cfg, nested, _CLI)  # one at a time, so a later override beats an earlier one
+        cfg = merge(cfg, nested, _CLI)  # one at a time, so a later override beats an earlier one
     return cfg
 
 
@@ -357,11 +258,11 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     Returns:
         The merged, coerced and range-checked Config.
     """
-    cfg = Config() if path is None else _merge(Config(), _read_yaml(Path(path)), str(path))
+    cfg = Config() if path is None else merge(Config(), _read_yaml(Path(path)), str(path))
     cfg = _apply(cfg, overrides)
     # Checked once, at the end: an override may repair what the file alone got wrong.
     sources = [str(path)] * (path is not None) + [_CLI] * bool(overrides)
-    _check_rules(cfg, " + ".join(sources) or "defaults")
+    check_rules(cfg, " + ".join(sources) or "defaults")
     return cfg
 
 
@@ -375,8 +276,8 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Config:
     Returns:
         The merged, coerced and range-checked Config.
     """
-    cfg = _merge(Config(), data, source)
-    _check_rules(cfg, source)
+    cfg = merge(Config(), data, source)
+    check_rules(cfg, source)
     return cfg
 
 
@@ -391,7 +292,7 @@ def apply_overrides(cfg: Config, overrides: Sequence[str]) -> Config:
         A Config that shares no section object with `cfg`.
     """
     out = _apply(cfg, overrides)
-    _check_rules(out, _CLI)
+    check_rules(out, _CLI)
     return out
 
 
@@ -415,7 +316,7 @@ def config_path(config: str | Path) -> Path:
     names = sorted(p.stem for p in SHIPPED.glob("*.yaml"))
     raise ConfigError(
         f"{config}: no such config file, nor a shipped config (those are {', '.join(names)})"
-        + _hint(path.stem, names)
+        + did_you_mean(path.stem, names)
     )
 
 
@@ -433,7 +334,9 @@ def with_fields(
     for name, value in values.items():
         keys = [key for key in _KEYS if key.rsplit(".", 1)[-1] == name]
         if not keys:
-            raise ConfigError(f"{source}: no config field is called {name!r}{_hint(name, _KEYS)}")
+            raise ConfigError(
+                f"{source}: no config field is called {name!r}{did_you_mean(name, _KEYS)}"
+            )
         if len(keys) > 1:
             raise ConfigError(
                 f"{source}: {name!r} is a field of several sections ({', '.join(keys)}): "
@@ -444,8 +347,8 @@ def with_fields(
         for section in sections:
             node = node.setdefault(section, {})
         node[leaf] = value
-    out = _merge(cfg, nested, source)
-    _check_rules(out, source)
+    out = merge(cfg, nested, source)
+    check_rules(out, source)
     return out
 
 

@@ -1,6 +1,6 @@
 """The rules a config field's type can carry, as `Annotated` metadata: `Count` is
 `Annotated[int, AtLeast(1)]`. Each rule's `problem(value, whole config)` says what is wrong
-with a value, or None; `config` checks every field against its rules after merging.
+with a value, or None; `config_merge` checks every field against its rules after merging.
 
 `check_model` holds the rules that tie model fields together, which every backend's model
 builder applies before it builds anything, so that both refuse the same with the same words.
