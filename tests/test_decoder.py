@@ -7,13 +7,9 @@ import pytest
 import torch
 
 from alignmt import reference as ref
+from alignmt.model.attention_decoder import BahdanauDecoder, ConditionalDecoder, LuongDecoder
 from alignmt.model.cell import StackedCell
-from alignmt.model.decoder import (
-    BahdanauDecoder,
-    ConditionalDecoder,
-    LuongDecoder,
-    VanillaDecoder,
-)
+from alignmt.model.decoder import VanillaDecoder
 from tests.conftest import ARCHITECTURES, arch_id, padded_batch, tiny_model
 from tests.test_attention import reference_scores
 

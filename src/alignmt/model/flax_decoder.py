@@ -1,5 +1,5 @@
-"""The decoders in Flax (Linen): decoder.py's four decoders in one module, with its parameter
-names and equations.
+"""The decoders in Flax (Linen): the four decoders of decoder.py and attention_decoder.py in
+one module, with their parameter names and equations.
 
 - "bahdanau" (Bahdanau et al. 2015, §3.1): s_{i-1} queries the encoder, c_i = sum_j alpha_ij
   h_j, s_i = RNN(s_{i-1}, [y_{i-1}; c_i]), logits from [s_i; c_i; y_{i-1}] (through a
@@ -117,7 +117,7 @@ class Decoder(nn.Module):
             self.order, self.enc_dim if self.feed_context else 0
         )
         # the conditional GRU's first transition is one layer; its second and the layers
-        # above it are rnn2 (decoder.ConditionalDecoder)
+        # above it are rnn2 (attention_decoder.ConditionalDecoder)
         layers = 1 if self.order == "cgru" else self.layers
         self.rnn = StackedCell(
             self.cell_kind, self.emb_dim, extra, self.hidden, layers, self.dropout

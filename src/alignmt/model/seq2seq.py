@@ -21,16 +21,9 @@ from torch import Tensor, nn
 
 from alignmt.config import ModelConfig
 from alignmt.config_rules import check_model
+from alignmt.model.attention_decoder import BahdanauDecoder, ConditionalDecoder, LuongDecoder
 from alignmt.model.cell import DecoderState
-from alignmt.model.decoder import (
-    BahdanauDecoder,
-    ConditionalDecoder,
-    DecoderOutput,
-    LuongDecoder,
-    Memory,
-    Sampling,
-    VanillaDecoder,
-)
+from alignmt.model.decoder import DecoderOutput, Memory, Sampling, VanillaDecoder
 from alignmt.model.encoder import Encoder
 from alignmt.model.loss import alignment_loss, linear_cross_entropy
 
