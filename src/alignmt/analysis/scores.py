@@ -191,10 +191,32 @@ def bleu_by_length(
     _check_lengths(src_lengths, hyps)
     if width < 1 or min_sentences < 1:
         raise ValueError(f"width and min_sentences must be >= 1; got {width}, {min_sentences}")
+    centres, bleus, counts = [], [], []
+    for first, last, members in _length_pools(src_lengths, width, min_sentences):
+        centres.append((first * width + (last + 1) * width - 1) / 2)
+        bleus.append(
+            _corpus_bleu([hyps[i] for i in members], [refs[i] for i in members], lowercase)[0]
+        )
+        counts.append(len(members))
+    return centres, bleus, counts
+
+
+def _length_pools(src_lengths: Sequence[int], width: int, min_sentences: int) -> list[list]:
+    """`bleu_by_length`'s points: bins of `width` tokens, pooled short to long until each
+    holds `min_sentences`, the long tail that never does merged into the point before it.
+
+    Args:
+        src_lengths: N source lengths in tokens.
+        width: bin width in tokens (>= 1).
+        min_sentences: fewest sentences behind a point (>= 1).
+
+    Returns:
+        [first bin, last bin, sentence indices] per point, short to long; no point when all
+        N sentences together are fewer than `min_sentences`.
+    """
     by_bin: dict[int, list[int]] = {}
     for i, n in enumerate(src_lengths):
         by_bin.setdefault(n // width, []).append(i)
-
     pools: list[list] = []  # [first bin, last bin, sentence indices], short to long
     for b in sorted(by_bin):
         if pools and len(pools[-1][2]) < min_sentences:
@@ -205,15 +227,7 @@ def bleu_by_length(
         _, last, members = pools.pop()
         if pools:
             pools[-1][1:] = [last, pools[-1][2] + members]
-
-    centres, bleus, counts = [], [], []
-    for first, last, members in pools:
-        centres.append((first * width + (last + 1) * width - 1) / 2)
-        bleus.append(
-            _corpus_bleu([hyps[i] for i in members], [refs[i] for i in members], lowercase)[0]
-        )
-        counts.append(len(members))
-    return centres, bleus, counts
+    return pools
 
 
 def sentence_bleu_d2l(pred: str, label: str, k: int = 2) -> float:
