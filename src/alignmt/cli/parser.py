@@ -24,7 +24,7 @@ from alignmt.cli.flags import (
     positive_list,
     share,
 )
-from alignmt.serve.limits import Limits
+from alignmt.answers.limits import Limits
 
 Commands = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -120,25 +120,7 @@ def _translate(commands: Commands) -> None:
         "pairs) between tokens, or with `--alignment words` between words: a subword model's "
         "pieces joined into the words they make",
     )
-    sample = translate.add_argument_group(
-        "sampling", "draw each output token from the model instead of searching"
-    )
-    sample.add_argument("--sample", action="store_true", help="sample instead of searching")
-    sample.add_argument(
-        "--temperature", type=above_zero, metavar="T", help="<1 sharpens, >1 flattens (default 1)"
-    )
-    sample.add_argument(
-        "--top-k", type=positive, metavar="K", help="draw among the K most probable tokens"
-    )
-    sample.add_argument(
-        "--top-p", type=share, metavar="P", help="draw among the fewest tokens holding P"
-    )
-    sample.add_argument(
-        "--samples", type=positive, metavar="N", help="outputs per line, tab-joined (default 1)"
-    )
-    sample.add_argument(
-        "--seed", type=int, metavar="S", help="the same seed, input and batch size draw alike"
-    )
+    _add_sampling_options(translate)
     translate.add_argument(
         "--constraints",
         metavar="FILE",
@@ -167,6 +149,29 @@ def _translate(commands: Commands) -> None:
         default="torch",
         help="decode with PyTorch, or with JAX/Flax (the [flax] extra; float32, compiled once "
         "per padded batch shape) (default torch)",
+    )
+
+
+def _add_sampling_options(translate: argparse.ArgumentParser) -> None:
+    """`alignmt translate`'s sampling group: draw each output token instead of searching."""
+    sample = translate.add_argument_group(
+        "sampling", "draw each output token from the model instead of searching"
+    )
+    sample.add_argument("--sample", action="store_true", help="sample instead of searching")
+    sample.add_argument(
+        "--temperature", type=above_zero, metavar="T", help="<1 sharpens, >1 flattens (default 1)"
+    )
+    sample.add_argument(
+        "--top-k", type=positive, metavar="K", help="draw among the K most probable tokens"
+    )
+    sample.add_argument(
+        "--top-p", type=share, metavar="P", help="draw among the fewest tokens holding P"
+    )
+    sample.add_argument(
+        "--samples", type=positive, metavar="N", help="outputs per line, tab-joined (default 1)"
+    )
+    sample.add_argument(
+        "--seed", type=int, metavar="S", help="the same seed, input and batch size draw alike"
     )
 
 
