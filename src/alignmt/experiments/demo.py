@@ -83,22 +83,7 @@ def run_demo(
     configs = demo_configs(cfg)
     aligned = in_distribution(eval_lengths, cfg)
     runs = {name: _train(c, progress) for name, c in configs.items()}
-    scores = {
-        name: [
-            score_task(
-                run.model,
-                run.src_vocab,
-                cfg.data.task,
-                length,
-                n=samples,
-                seed=EVAL_SEED,
-                max_len_ratio=cfg.search.max_len_ratio,
-                max_len_offset=cfg.search.max_len_offset,
-            )
-            for length in eval_lengths
-        ]
-        for name, run in runs.items()
-    }
+    scores = {name: _score(run, eval_lengths, samples, cfg) for name, run in runs.items()}
     alignment = {
         name: alignment_score(
             runs[name].model, runs[name].src_vocab, cfg.data.task, aligned, samples, EVAL_SEED
@@ -140,6 +125,25 @@ def _train(cfg: Config, progress: bool | None) -> TrainResult:
     if result.stopped_by:
         raise KeyboardInterrupt(f"{result.stopped_by}: {cfg.out_dir} kept step {result.step}")
     return result
+
+
+def _score(
+    run: TrainResult, eval_lengths: tuple[int, ...], samples: int, cfg: Config
+) -> list[TaskScores]:
+    """One run's scores on `samples` strings of each length, under the config's length limit."""
+    return [
+        score_task(
+            run.model,
+            run.src_vocab,
+            cfg.data.task,
+            length,
+            n=samples,
+            seed=EVAL_SEED,
+            max_len_ratio=cfg.search.max_len_ratio,
+            max_len_offset=cfg.search.max_len_offset,
+        )
+        for length in eval_lengths
+    ]
 
 
 def demo_configs(cfg: Config) -> dict[str, Config]:
