@@ -24,7 +24,7 @@ from alignmt.cli.flags import (
     positive_list,
     share,
 )
-from alignmt.answers.limits import Limits
+from alignmt.serve.limits import Limits
 
 Commands = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
