@@ -22,7 +22,8 @@ import torch
 
 from alignmt.analysis.scores import corpus_scores
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.constraints import Constraint
+from alignmt.decoding.constraint import Constraint
+from alignmt.decoding.door import open_translator
 from alignmt.decoding.translator import Translator
 from alignmt.text.split import read_split
 from alignmt.text.vocab import SPECIALS
@@ -69,7 +70,7 @@ def main() -> None:
     )
     refs = [p.tgt for p in pairs]
     search = replace(ckpt.config.search, beam_size=args.beam)
-    translator = Translator.from_checkpoint(ckpt, search)
+    translator = open_translator(ckpt, search=search)
     tokens = [translator.source_tokens(p.src) for p in pairs]
     n = len(tokens)
     plain, plain_s = timed(translator, tokens, None, args.batch, args.repeats)

@@ -17,8 +17,8 @@ import statistics
 
 from alignmt.analysis.scores import corpus_scores
 from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.decoding.door import open_translator
 from alignmt.decoding.rules import Sampling
-from alignmt.decoding.translator import Translator
 from alignmt.text.split import read_split
 
 SETTINGS = [
@@ -42,7 +42,7 @@ def main() -> None:
         data.test, src_lang=data.src_lang, tgt_lang=data.tgt_lang, swap=False, what="data.test"
     )
     src, ref = [p.src for p in pairs], [p.tgt for p in pairs]
-    translator = Translator.from_checkpoint(ckpt)
+    translator = open_translator(ckpt)
     bleu = lambda hyps, refs: corpus_scores(hyps, refs, lowercase=True).bleu  # noqa: E731
 
     print(f"{args.run_dir}: {len(src)} sentences of {data.test}\n")

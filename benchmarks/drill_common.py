@@ -27,7 +27,7 @@ WORK = {
     "load_checkpoint": "alignmt.checkpoint.torch_io",
     "train": "alignmt.training.run",
     "run_demo": "alignmt.experiments.demo",
-    "load_models": "alignmt.serve.registry",
+    "load_models": "alignmt.answers.registry",
 }
 
 

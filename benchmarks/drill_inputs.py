@@ -48,6 +48,7 @@ from benchmarks.drill_texts import (
 
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import DataConfig
+from alignmt.decoding.door import open_translator
 from alignmt.decoding.translator import Translator
 from alignmt.text.corpus import CorpusError, read_parallel, read_tsv
 from alignmt.text.prepare import Text, prepare_text
@@ -237,7 +238,7 @@ def translations(run_dir: Path, workdir: Path, lines: int, seed: int = 0) -> dic
     line by line (see the module docstring)."""
     rng, tally = random.Random(seed), Tally()
     ckpt = load_checkpoint(run_dir)
-    translator = Translator.from_checkpoint(ckpt)
+    translator = open_translator(ckpt)
     words = translator.src_vocab.itos[len(SPECIALS) :]
     fuzzed = fuzzed_input(rng, lines, words, ckpt.config.data.max_tokens)
     path = Path(workdir) / "translate_input.txt"

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from alignmt.serve.limits import Limits
+from alignmt.answers.limits import Limits
 
 SENTENCE = "the big dog sleeps now"
 LIMIT = Limits().max_body_bytes

@@ -43,7 +43,7 @@ from safetensors.torch import load_file
 from alignmt.checkpoint.rundir import RUN_FILES
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import Config, DataConfig, ModelConfig, SearchConfig, TrainConfig, dump_config
-from alignmt.decoding.translator import Translator
+from alignmt.decoding.door import open_translator
 from alignmt.training.run import train
 
 WORDS = dict(
@@ -214,7 +214,7 @@ def translates(run: Path, sentence: str) -> list[str]:
     if not any((run / name).is_file() for name in ("model.safetensors", "last.safetensors")):
         return []  # killed before its first checkpoint: resuming starts from step 0
     try:
-        translator = Translator.from_checkpoint(load_checkpoint(run))
+        translator = open_translator(load_checkpoint(run))
         [[best]] = translator.translate([sentence], warn=False)
         return [] if isinstance(best.text, str) else [f"{run}: no translation"]
     except Exception as err:  # any failure to use the folder is what the drill looks for

@@ -41,7 +41,7 @@ from benchmarks.drill_common import Tally
 from benchmarks.drill_requests import SENTENCE, Case, case, raw_request
 from benchmarks.load import free_port, local_server
 
-from alignmt.serve.limits import Limits
+from alignmt.answers.limits import Limits
 
 FUZZ_CLIENTS = 8
 ANSWER_BOUND_S = Limits().deadline + 10  # a 504 is due at the deadline

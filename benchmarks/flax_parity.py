@@ -15,14 +15,10 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from dataclasses import replace
 
 from alignmt.analysis.evaluation import read_test_set
-from alignmt.checkpoint.flax_io import load_flax
 from alignmt.checkpoint.format import load_header
-from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.flax_translator import FlaxTranslator
-from alignmt.decoding.translator import Translator
+from alignmt.decoding.door import open_translator
 from alignmt.text.corpus import read_lines
 
 
@@ -39,7 +35,6 @@ def main() -> None:
         lines, where = read_lines(args.src), args.src
     else:
         lines, where = read_test_set(cfg.data, args.run_dir, "--src")[0], cfg.data.test
-    torch_ckpt, flax_ckpt = load_checkpoint(args.run_dir), load_flax(args.run_dir)
     print(f"{args.run_dir}: {len(lines)} sentences of {where}\n")
     print("| search | identical | PyTorch s | Flax s (compilation included) |")
     print("| --- | ---: | ---: | ---: |")
@@ -47,10 +42,9 @@ def main() -> None:
     for beam in map(int, args.beams.split(",")):
         outputs = {}
         seconds = {}
-        search = replace(cfg.search, beam_size=beam)
         sides = {
-            "torch": Translator.from_checkpoint(torch_ckpt, search),
-            "flax": FlaxTranslator.from_checkpoint(flax_ckpt, search, device="cpu"),
+            "torch": open_translator(args.run_dir, device="cpu", beam_size=beam),
+            "flax": open_translator(args.run_dir, engine="flax", device="cpu", beam_size=beam),
         }
         for name, side in sides.items():
             start = time.perf_counter()

@@ -23,8 +23,8 @@ import torch
 from speed import matched_config
 
 from alignmt.checkpoint.flax_io import build_model, params_from_tensors
-from alignmt.decoding.flax_search import _apply, greedy_search
-from alignmt.decoding.search import decode
+from alignmt.decoding.flax_engine.search import apply_method, greedy_search
+from alignmt.decoding.torch_engine.search import decode
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.prepare import prepare_text
 from alignmt.training import flax_optim
@@ -112,8 +112,8 @@ def main() -> None:
         torch_greedy = median_ms(
             lambda: decode(model, src, src_len, max_len_ratio=0.0, max_len_offset=40), 3
         )
-    step = jax.jit(lambda p, prev, s, m: _apply(flax_model, p, "decode_step", prev, s, m))
-    f_memory, f_state = jax.jit(lambda p, s, n: _apply(flax_model, p, "encode", s, n))(
+    step = jax.jit(lambda p, prev, s, m: apply_method(flax_model, p, "decode_step", prev, s, m))
+    f_memory, f_state = jax.jit(lambda p, s, n: apply_method(flax_model, p, "encode", s, n))(
         params, arrays["src"], arrays["src_len"]
     )
     f_prev = jnp.full((ROWS,), flax_model.bos_id, jnp.int32)

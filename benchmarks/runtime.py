@@ -94,19 +94,14 @@ def _cell(args: argparse.Namespace) -> dict:
 
 
 def _translator(engine: str, weights: str, args: argparse.Namespace):
+    from alignmt.decoding.door import open_translator
+
     if engine == "onnx":
-        from alignmt.decoding.onnx_runtime import OnnxModel, OnnxTranslator
-
-        return OnnxTranslator(OnnxModel(args.exported, int8=weights == "int8"))
-    from dataclasses import replace
-
-    from alignmt.checkpoint.torch_io import load_checkpoint
-    from alignmt.decoding.translator import Translator
+        return open_translator(args.exported, weights=weights)
     from alignmt.model.allocator import keep_freed_memory
 
     keep_freed_memory()  # as `alignmt translate` does
-    ckpt = load_checkpoint(args.run)
-    return Translator.from_checkpoint(ckpt, replace(ckpt.config.search, weights=weights))
+    return open_translator(args.run, weights=weights)
 
 
 def _run_cell(

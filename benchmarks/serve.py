@@ -36,7 +36,7 @@ from benchmarks.load import LoadResult, local_server, run_load
 
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import DEVICES, PRECISIONS
-from alignmt.decoding.translator import Translator
+from alignmt.decoding.door import open_translator
 from alignmt.model.device import pick_device
 from alignmt.text.corpus import read_lines
 
@@ -105,7 +105,7 @@ def in_process(
     `precision`."""
     ckpt = load_checkpoint(run_dir, device=device)
     search = replace(ckpt.config.search, beam_size=1)
-    translator = Translator.from_checkpoint(ckpt, search, precision=precision)
+    translator = open_translator(ckpt, search=search, precision=precision)
     translator.translate(sentences[:64], warn=False)  # warm-up
     start = time.perf_counter()
     translator.translate(sentences, batch_size=64, warn=False)

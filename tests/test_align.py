@@ -19,7 +19,9 @@ from alignmt.analysis.task_scores import score_task
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
 from alignmt.config import load_config
-from alignmt.decoding.speed import Speed
+from alignmt.decoding.door import open_translator
+from alignmt.decoding.torch_engine.engine import TorchEngine
+from alignmt.decoding.torch_engine.speed import Speed
 from alignmt.decoding.translator import Translator
 from alignmt.model.batch import make_batch
 from alignmt.model.seq2seq import Seq2Seq
@@ -292,10 +294,12 @@ def test_word_links_join_the_pieces_of_a_word(monkeypatch):
     monkeypatch.setattr(
         "alignmt.analysis.align.attention_links", lambda *args, **kwargs: token_links
     )
+    engine = TorchEngine.__new__(TorchEngine)
+    engine.model, engine.precision = torch.nn.Linear(1, 1), "float32"  # a CPU "model"
+    engine.speed = Speed()
     translator = Translator.__new__(Translator)
     translator.src_vocab, translator.tgt_vocab = Vocab([]), Vocab([])
-    translator.model, translator.precision = torch.nn.Linear(1, 1), "float32"  # a CPU "model"
-    translator.speed = Speed()
+    translator.engine = engine
     assert word_links(translator, [source], [reference]) == [{(0, 0), (1, 1)}]
 
 
@@ -331,7 +335,7 @@ def test_evaluate_prints_precision_recall_and_aer_against_gold_links(toy_run, tm
     # 12 hypothesis links (one per reference word) against 9 sure ones
     assert aer == pytest.approx(100 - 100 * (recall * 9 / 100 + precision * 12 / 100) / 21, abs=0.1)
     ckpt = load_checkpoint(toy_run)  # the same numbers as the library's, from the same files
-    translator = Translator.from_checkpoint(ckpt)
+    translator = open_translator(ckpt)
     cut = [
         [sentence_words(tok, line) for line in read_lines(path)]
         for tok, path in ((ckpt.src_tokenizer, src), (ckpt.tgt_tokenizer, ref))

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from alignmt.answers.limits import Limits, RequestError
 from alignmt.serve.batcher import Batcher, deadline_check
-from alignmt.serve.limits import Limits, RequestError
 
 
 def run_async(coroutine):

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from alignmt.decoding.greedy import greedy_search
 from alignmt.decoding.rules import length_penalty, max_output_len
-from alignmt.decoding.search import beam_decode, beam_search, decode, search
-from alignmt.decoding.settings import Search
+from alignmt.decoding.torch_engine.greedy import greedy_search
+from alignmt.decoding.torch_engine.search import beam_decode, beam_search, decode, search
+from alignmt.decoding.torch_engine.settings import Search
 from tests.conftest import padded_batch, tiny_model
 from tests.test_search import BOS, EOS, X, Y, Z
 
@@ -71,7 +71,9 @@ def mock_beam(rules, max_len, **kwargs):
 def assert_spells_its_inputs(hyp):
     """The mock's attention rows are one-hot on each step's input: <s> then the tokens."""
     inputs = torch.tensor([BOS, *hyp.tokens[:-1]])
-    assert torch.equal(hyp.attention, torch.nn.functional.one_hot(inputs, 6).double())
+    assert torch.equal(
+        torch.as_tensor(hyp.attention), torch.nn.functional.one_hot(inputs, 6).double()
+    )
 
 
 def test_length_penalty_is_gnmts():
@@ -206,7 +208,7 @@ def test_finished_sentences_leave_the_batch_and_the_rest_decode_as_alone():
         assert [h.tokens for h in alone] == [h.tokens for h in batch[b]]
         assert [h.score for h in alone] == [h.score for h in batch[b]]
         for a, h in zip(alone, batch[b], strict=True):
-            assert torch.equal(a.attention, h.attention)
+            assert torch.equal(torch.as_tensor(a.attention), torch.as_tensor(h.attention))
             assert_spells_its_inputs(h)
 
 
@@ -241,7 +243,12 @@ def test_beam_of_one_is_greedy(case, alpha):
         if g.attention is None:
             assert b.attention is None
         else:
-            torch.testing.assert_close(b.attention[:, :n], g.attention, rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(
+                torch.as_tensor(b.attention)[:, :n],
+                torch.as_tensor(g.attention),
+                rtol=1e-12,
+                atol=1e-12,
+            )
 
 
 @pytest.mark.parametrize("case", MIXED, ids=mixed_id)
@@ -269,7 +276,9 @@ def test_each_hypothesis_is_its_teacher_forced_score_and_attention(case):
             if out.attention is None:
                 assert hyp.attention is None
             else:
-                torch.testing.assert_close(hyp.attention, out.attention[0])
+                torch.testing.assert_close(
+                    torch.as_tensor(hyp.attention), torch.as_tensor(out.attention)[0]
+                )
 
 
 def test_a_sentence_beam_decodes_the_same_alone_and_inside_a_padded_batch():
@@ -286,7 +295,7 @@ def assert_each_beams_as_alone(model, src, src_len, results, **search):
         assert [h.tokens for h in alone] == [h.tokens for h in results[b]]
         for a, h in zip(alone, results[b], strict=True):
             assert math.isclose(a.score, h.score, rel_tol=1e-9)
-            torch.testing.assert_close(a.attention, h.attention)
+            torch.testing.assert_close(torch.as_tensor(a.attention), torch.as_tensor(h.attention))
 
 
 def test_streamed_sentences_beam_decode_as_they_do_alone():

@@ -130,16 +130,14 @@ def test_translate_alignment_prints_the_apis_pharaoh_pairs_after_a_tab(
     toy_run, capsys, monkeypatch
 ):
     from alignmt.checkpoint.torch_io import load_checkpoint
-    from alignmt.decoding.translator import Translator
+    from alignmt.decoding.door import open_translator
 
     monkeypatch.setattr("sys.stdin", stdin("a dog runs\n\nthe big cat sleeps\n"))
     assert main(["translate", str(toy_run), "--beam", "1", "--alignment"]) == 0
     lines = [line.split("\t") for line in capsys.readouterr().out.split("\n")[:-1]]
     ckpt = load_checkpoint(toy_run)
     search = ckpt.config.search.__class__(**{**vars(ckpt.config.search), "beam_size": 1})
-    expected = Translator.from_checkpoint(ckpt, search).translate(
-        ["a dog runs", "the big cat sleeps"]
-    )
+    expected = open_translator(ckpt, search=search).translate(["a dog runs", "the big cat sleeps"])
     assert lines[1] == ["", ""]  # a blank line keeps its place
     for (text, alignment), [t] in zip([lines[0], lines[2]], expected, strict=True):
         assert (text, alignment) == (t.text, t.alignment)
@@ -154,7 +152,7 @@ def test_translate_alignment_prints_the_apis_pharaoh_pairs_after_a_tab(
 def test_serve_has_a_flag_for_every_limit(capsys):
     from dataclasses import fields
 
-    from alignmt.serve.limits import Limits
+    from alignmt.answers.limits import Limits
 
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
@@ -410,7 +408,10 @@ def test_translate_constraints_place_phrases_and_name_a_bad_line(
     monkeypatch.setattr("sys.stdin", stdin(text))
     assert main(["translate", str(toy_run), "--constraints", str(given)]) == 2
     assert "c.jsonl:1: not UTF-8" in capsys.readouterr().err
-    for flags, said in ((["--sample"], "cannot be sampled"), (["--backend", "flax"], "or --con")):
+    for flags, said in (
+        (["--sample"], "cannot be sampled"),
+        (["--backend", "flax"], "constrained search is not available with the flax"),
+    ):
         monkeypatch.setattr("sys.stdin", stdin(text))
         assert main(["translate", str(toy_run), "--constraints", str(given), *flags]) == 2
         assert said in capsys.readouterr().err

@@ -5,22 +5,21 @@ from __future__ import annotations
 import io
 import json
 import math
-from dataclasses import replace
 
 import pytest
 import torch
 
-from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
-from alignmt.decoding.translator import Translation, Translator
+from alignmt.decoding.door import open_translator
+from alignmt.decoding.results import Translation
+from alignmt.decoding.translator import Translator
 from alignmt.model.batch import source_batch
 
 LINES = ["the big dog sleeps now", "a cat", "the small red cat runs", "dog"]
 
 
 def translator(run, **search) -> Translator:
-    ckpt = load_checkpoint(run)
-    return Translator.from_checkpoint(ckpt, replace(ckpt.config.search, **search))
+    return open_translator(run, device="cpu", **search)
 
 
 def teacher_forced(t: Translator, src_tokens: list[str], out: Translation) -> list[float]:
@@ -29,7 +28,7 @@ def teacher_forced(t: Translator, src_tokens: list[str], out: Translation) -> li
     ids = t.tgt_vocab.encode(out.tokens)
     tgt_in = torch.tensor([[t.tgt_vocab.bos_id, *ids[:-1]]])
     with torch.no_grad():
-        logits = t.model(src, src_len, tgt_in).logits[0]  # (T, V)
+        logits = t.engine.model(src, src_len, tgt_in).logits[0]  # (T, V)
     probs = logits.double().softmax(dim=-1)
     return probs[torch.arange(len(ids)), ids].tolist()
 
@@ -70,6 +69,10 @@ def test_translate_jsonl_prints_each_tokens_probability(toy_run, monkeypatch, ca
         for got, hyp in zip(row, hyps, strict=True):
             assert got["tokens"] == hyp.tokens and got["alignment"] == hyp.alignment
             assert got["probabilities"] == pytest.approx(hyp.probabilities, abs=1e-5)
-    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"a cat\n")))
-    assert main(["translate", str(toy_run), "--jsonl", "--backend", "flax"]) == 2
-    assert "--backend torch" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("\n".join(LINES).encode())))
+    assert main(["translate", str(toy_run), "--jsonl", "--nbest", "2", "--backend", "flax"]) == 0
+    on_flax = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    for row, hyps in zip(on_flax, expected, strict=True):  # the flax engine's are the same
+        assert [h["tokens"] for h in row] == [h.tokens for h in hyps]
+        for got, hyp in zip(row, hyps, strict=True):
+            assert got["probabilities"] == pytest.approx(hyp.probabilities, abs=1e-5)

@@ -11,13 +11,15 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from alignmt.answers.registry import load_models
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.constraints import Constraint, Table
-from alignmt.decoding.search import beam_decode, beam_search, search
-from alignmt.decoding.settings import Search
+from alignmt.decoding.constraint import Constraint
+from alignmt.decoding.door import open_translator
+from alignmt.decoding.torch_engine.constraints import Table
+from alignmt.decoding.torch_engine.search import beam_decode, beam_search, search
+from alignmt.decoding.torch_engine.settings import Search
 from alignmt.decoding.translator import Translator
 from alignmt.serve.app import create_app
-from alignmt.serve.registry import load_models
 from tests.conftest import padded_batch, tiny_model
 from tests.test_beam import MIXED, markov_step, mixed_id
 from tests.test_search import BOS, EOS, X, Y, Z
@@ -160,6 +162,7 @@ def test_constrained_hypotheses_score_what_the_model_gives_them_and_batch_as_alo
 
 def test_a_phrase_of_subword_pieces_is_placed_piece_by_piece_and_reads_as_words():
     from alignmt.config import ModelConfig, SearchConfig
+    from alignmt.decoding.torch_engine.engine import TorchEngine
     from alignmt.model.seq2seq import Seq2Seq
     from alignmt.text.tokenize import SentencePieceTokenizer, SpaceTokenizer
     from alignmt.text.vocab import Vocab
@@ -172,11 +175,11 @@ def test_a_phrase_of_subword_pieces_is_placed_piece_by_piece_and_reads_as_words(
     torch.manual_seed(0)
     cfg = ModelConfig(emb_dim=8, enc_hidden=8, dec_hidden=16, attn_dim=8)
     model = Seq2Seq.from_config(cfg, src_vocab=len(src_vocab), tgt_vocab=len(tgt_vocab))
+    search = SearchConfig(beam_size=3)
+    vocabs = (src_vocab, tgt_vocab)
+    engine = TorchEngine(model, search=search, vocabs=vocabs)
     translator = Translator(
-        model,
-        tokenizers=(src_tokenizer, pieces),
-        vocabs=(src_vocab, tgt_vocab),
-        search=SearchConfig(beam_size=3),
+        engine, tokenizers=(src_tokenizer, pieces), vocabs=vocabs, search=search
     )
     wanted = translator.constraint(["Red cats"])
     assert len(wanted.include[0]) > 2  # the phrase is several pieces
@@ -197,7 +200,7 @@ def client(toy_run):
 
 @pytest.fixture(scope="module")
 def translator(toy_run):
-    return Translator.from_checkpoint(load_checkpoint(toy_run))
+    return open_translator(load_checkpoint(toy_run))
 
 
 def test_constrained_translations_hold_their_phrases_and_say_so(client, translator):

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from alignmt import reference as ref
-from alignmt.decoding.search import decode, search
-from alignmt.decoding.settings import Search
+from alignmt.decoding.torch_engine.search import decode, search
+from alignmt.decoding.torch_engine.settings import Search
 from tests.conftest import padded_batch, tiny_model
 from tests.test_beam import beam_search_over
 from tests.test_decoder import numpy, reference_step

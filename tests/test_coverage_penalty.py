@@ -10,9 +10,9 @@ import torch
 
 from alignmt.cli.parser import build_parser
 from alignmt.config import ConfigError, load_config
-from alignmt.decoding.beam import coverage_penalty
-from alignmt.decoding.search import beam_decode, beam_search, search
-from alignmt.decoding.settings import Search
+from alignmt.decoding.torch_engine.beam import coverage_penalty
+from alignmt.decoding.torch_engine.search import beam_decode, beam_search, search
+from alignmt.decoding.torch_engine.settings import Search
 from tests.conftest import padded_batch, tiny_model
 
 BOS, EOS, X, Y = 1, 2, 3, 4
@@ -85,7 +85,7 @@ def test_the_flag_and_the_config_key_take_a_weight_of_zero_or_more(capsys):
 
 def test_the_explorers_beam_tree_ranks_hypotheses_as_the_search_does():
     from alignmt.decoding.rules import max_output_len
-    from alignmt.decoding.trace import beam_trace
+    from alignmt.decoding.torch_engine.trace import beam_trace
 
     model = tiny_model(seed=6)
     src, src_len, _, _ = padded_batch(src_lens=(7,), tgt_lens=(1,))

@@ -12,7 +12,7 @@ import pytest
 from alignmt.analysis.task_scores import TaskScores, score_task
 from alignmt.checkpoint.format import snapshot_steps
 from alignmt.checkpoint.torch_io import load_checkpoint, load_snapshot
-from alignmt.decoding.translator import Translator
+from alignmt.decoding.door import open_translator
 from alignmt.experiments.demo import EVAL_SEED, ORDER_NAME, ORDERS
 
 IN_DISTRIBUTION = (3, 4, 5, 6, 7, 8, 9, 10)
@@ -132,5 +132,5 @@ def _outputs_are_written_and_load(stdout: str, out) -> None:
     assert "| 10 |" in (out / "table.md").read_text()
     checkpoint = load_checkpoint(out / "attention")
     assert checkpoint.model.has_attention
-    found = Translator.from_checkpoint(checkpoint).translate(["hello", "abc"], warn=False)
+    found = open_translator(checkpoint).translate(["hello", "abc"], warn=False)
     assert [best.text for [best] in found] == ["olleh", "cba"]

@@ -12,7 +12,7 @@ from benchmarks.drill_inputs import corpora, translations
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
 from alignmt.config import DataConfig
-from alignmt.decoding.translator import Translator
+from alignmt.decoding.door import open_translator
 from alignmt.text.corpus import CorpusError, input_lines, read_lines, read_parallel, read_tsv
 from alignmt.text.prepare import prepare_text
 from tests.conftest import write_file
@@ -137,7 +137,7 @@ def test_a_side_sentencepiece_cannot_learn_is_refused_naming_the_corpus(tmp_path
 
 def test_translate_writes_utf8_where_the_locale_cannot_hold_the_output(toy_run, monkeypatch):
     lines = ["the big cat sleeps", "", "a dog runs"]
-    translator = Translator.from_checkpoint(load_checkpoint(toy_run))
+    translator = open_translator(load_checkpoint(toy_run))
     expected = [hyps[0].text for hyps in translator.translate(lines, beam_size=1)]
     assert any(not text.isascii() for text in expected)  # "schläft", "läuft", "großer"
     stdout = io.TextIOWrapper(io.BytesIO(), encoding="ascii")  # as in an ASCII locale

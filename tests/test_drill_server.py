@@ -15,12 +15,13 @@ import pytest
 from benchmarks.drill_requests import Case, case
 from benchmarks.drill_server import send, server
 
+from alignmt.answers import inside
+from alignmt.answers.limits import Limits, RequestError
+from alignmt.answers.registry import ServedModel, load_models
+from alignmt.answers.schemas import BeamRequest, SnapshotsRequest, StepRequest, TranslateRequest
+from alignmt.answers.translate import translate_batch
 from alignmt.cli import main
-from alignmt.serve import decoding
 from alignmt.serve.batcher import Batcher
-from alignmt.serve.limits import Limits, RequestError
-from alignmt.serve.registry import ServedModel, load_models
-from alignmt.serve.schemas import BeamRequest, SnapshotsRequest, StepRequest, TranslateRequest
 
 
 @pytest.mark.slow  # a drill: a real server process under 300 requests
@@ -111,7 +112,7 @@ def test_served_models_stop_decoding_once_nobody_waits(toy_run):
     def run(payloads, check):
         time.sleep(1.5)  # the 1 s deadline passes; then the model is asked to decode
         try:
-            decoding.translate_batch(served, Limits(), [request], check)
+            translate_batch(served, Limits(), [request], check)
             outcome.append("finished")
         except RequestError as error:
             outcome.append(error.status)
@@ -143,17 +144,17 @@ class _Spy:
 @pytest.mark.parametrize(
     ("fn", "body", "decodes"),
     [
-        (decoding.translate_batch, [TranslateRequest(sentences=["a cat", "a dog"])], 1),
-        (decoding.step, StepRequest(sentence="a cat", beam_size=2), 1),
-        (decoding.beam, BeamRequest(sentence="a cat"), 1),
-        (decoding.snapshots, SnapshotsRequest(sentence="a cat"), 1 + 2 * 2),  # 2 snapshots
+        (translate_batch, [TranslateRequest(sentences=["a cat", "a dog"])], 1),
+        (inside.step, StepRequest(sentence="a cat", beam_size=2), 1),
+        (inside.beam, BeamRequest(sentence="a cat"), 1),
+        (inside.snapshots, SnapshotsRequest(sentence="a cat"), 1 + 2 * 2),  # 2 snapshots
     ],
 )
 def test_every_endpoints_decoding_hands_the_calls_check_to_each_search(toy_run, fn, body, decodes):
     run = load_models([toy_run])["run"]
     spy = _Spy(run.translator)
     info = run.info.model_copy(update={"snapshots": [100, 200]})
-    served = ServedModel(run.name, spy, info, run.folder)
+    served = ServedModel(run.name, spy, info)
     served.snapshot = lambda step: spy  # each snapshot searches as the model does
 
     def check():

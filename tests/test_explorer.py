@@ -15,12 +15,12 @@ import torch
 from benchmarks.load import free_port
 from fastapi.testclient import TestClient
 
+from alignmt.answers.page import precompute, self_contained
+from alignmt.answers.registry import load_models
 from alignmt.checkpoint.format import snapshot_steps
 from alignmt.checkpoint.torch_io import load_checkpoint, load_snapshot
 from alignmt.cli import main
 from alignmt.serve.app import create_app
-from alignmt.serve.page import precompute, self_contained
-from alignmt.serve.registry import load_models
 
 SENTENCE = "the big dog sleeps now"
 OTHER = "a small cat runs"

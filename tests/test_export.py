@@ -13,8 +13,8 @@ import torch
 
 from alignmt.checkpoint.format import parse_header
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.export import export_onnx
-from alignmt.decoding.onnx_format import ENCODER, FORMAT, MANIFEST, STEP
+from alignmt.decoding.onnx_engine.format import ENCODER, FORMAT, MANIFEST, STEP
+from alignmt.decoding.torch_engine.export import export_onnx
 from alignmt.model.batch import source_batch
 from tests.conftest import untrained_twin
 
@@ -133,19 +133,15 @@ SENTENCES = [
 @pytest.mark.parametrize("name", cases(RUNTIME, fast=1))
 @pytest.mark.parametrize(("beam", "nbest"), [(1, 1), (4, 3)], ids=["greedy", "beam 4"])
 def test_the_runtime_translates_as_pytorch_does(toy_run, tmp_path, name, beam, nbest):
-    from dataclasses import replace
-
-    from alignmt.decoding.onnx_runtime import OnnxModel, OnnxTranslator
-    from alignmt.decoding.translator import Translator
+    from alignmt.decoding.door import open_translator
 
     run = (
         toy_run if name == RUNTIME[0] else untrained_twin(toy_run, tmp_path / "run", **MODELS[name])
     )
-    ckpt = load_checkpoint(run)
-    search = replace(ckpt.config.search, beam_size=beam, length_penalty=0.6)
-    want = Translator.from_checkpoint(ckpt, search).translate(SENTENCES, nbest=nbest, batch_size=4)
-    export_onnx(ckpt, tmp_path / "onnx")
-    got = OnnxTranslator(OnnxModel(tmp_path / "onnx"), search).translate(
+    search = dict(beam_size=beam, length_penalty=0.6)
+    want = open_translator(run, **search).translate(SENTENCES, nbest=nbest, batch_size=4)
+    export_onnx(load_checkpoint(run), tmp_path / "onnx")
+    got = open_translator(tmp_path / "onnx", **search).translate(
         SENTENCES, nbest=nbest, batch_size=4
     )
     for hyps, expected in zip(got, want, strict=True):
@@ -155,14 +151,14 @@ def test_the_runtime_translates_as_pytorch_does(toy_run, tmp_path, name, beam, n
             assert h.score == pytest.approx(w.score, abs=1e-4)
             assert h.probabilities == pytest.approx(w.probabilities, abs=1e-4)
             if w.attention is not None:
-                np.testing.assert_allclose(h.attention, w.attention.numpy(), atol=1e-4)
+                np.testing.assert_allclose(h.attention, w.attention, atol=1e-4)
 
 
 def test_translate_reads_an_exported_folder_without_torch(toy_run, tmp_path):
     import subprocess
     import sys
 
-    from alignmt.decoding.translator import Translator
+    from alignmt.decoding.door import open_translator
 
     export_onnx(load_checkpoint(toy_run), tmp_path / "onnx")
     # torch and jax made unimportable: the command must not need them
@@ -178,10 +174,7 @@ def test_translate_reads_an_exported_folder_without_torch(toy_run, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     rows = [line.split("\t") for line in done.stdout.splitlines()]
-    search = load_checkpoint(toy_run).config.search
-    want = Translator.from_checkpoint(load_checkpoint(toy_run), search).translate(
-        ["a cat", "", "the big dog"], nbest=2, beam_size=3
-    )
+    want = open_translator(toy_run).translate(["a cat", "", "the big dog"], nbest=2, beam_size=3)
     assert rows[1] == ["", "", "", ""]
     for row, hyps in zip((rows[0], rows[2]), (want[0], want[2]), strict=True):
         assert row == [x for h in hyps for x in (h.text, h.alignment)]
@@ -213,7 +206,7 @@ def test_a_broken_exported_folder_is_named_not_traced(toy_run, tmp_path, capsys)
     (folder / MANIFEST).write_text(json.dumps(body))
     refused_flags = ["translate", str(folder), "--sample"]
     assert main(refused_flags) == 2
-    assert "not with --sample" in capsys.readouterr().err
+    assert "sampling is not available with the onnxruntime engine" in capsys.readouterr().err
     (folder / STEP).write_bytes(b"not a graph")
     refused(f"{folder / STEP}: not a readable ONNX graph")
     (folder / STEP).unlink()
@@ -231,7 +224,8 @@ def test_int8_copies_quantize_the_products_and_stay_close_to_float32(toy_run, tm
     import onnx
 
     from alignmt.cli import main
-    from alignmt.decoding.onnx_runtime import OnnxModel, OnnxTranslator
+    from alignmt.decoding.door import open_translator
+    from alignmt.decoding.onnx_engine.model import OnnxModel
 
     folder = tmp_path / "onnx"
     assert main(["export", str(toy_run), "--out", str(folder), "--int8"]) == 0
@@ -251,9 +245,9 @@ def test_int8_copies_quantize_the_products_and_stay_close_to_float32(toy_run, tm
     (want, *_), (got, *_) = (m.step(prev, *m.encode(src, src_len)) for m in (plain, int8))
     np.testing.assert_allclose(np.exp(got), np.exp(want), atol=0.02)
     assert not np.allclose(got, want, atol=1e-6)  # the copies are not float32
-    same = OnnxTranslator(int8).translate(SENTENCES, nbest=1)
-    assert [h[0].tokens for h in same] == [h[0].tokens for h in OnnxTranslator(plain).translate(
-        SENTENCES, nbest=1
+    same = open_translator(folder, weights="int8").translate(SENTENCES)
+    assert [h[0].tokens for h in same] == [h[0].tokens for h in open_translator(folder).translate(
+        SENTENCES
     )]  # fmt: skip
 
 
@@ -280,7 +274,7 @@ def test_without_onnx_runtime_the_command_names_the_extra(toy_run, tmp_path, mon
     from alignmt.cli import main
 
     export_onnx(load_checkpoint(toy_run), tmp_path / "onnx")
-    for module in ("alignmt.decoding.onnx_runtime", "alignmt.decoding.onnx_int8"):
+    for module in ("alignmt.decoding.onnx_engine.model", "alignmt.decoding.onnx_engine.int8"):
         monkeypatch.delitem(sys.modules, module, raising=False)  # so that they import anew
     for module in [m for m in sys.modules if m.split(".")[0] == "onnxruntime"]:
         monkeypatch.setitem(sys.modules, module, None)  # as if not installed

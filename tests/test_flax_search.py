@@ -24,9 +24,9 @@ from alignmt.checkpoint.flax_io import load_flax, params_from_tensors
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
 from alignmt.config import ModelConfig, SearchConfig
-from alignmt.decoding.flax_search import FlaxSearch, bucket
+from alignmt.decoding.flax_engine.search import FlaxSearch, bucket
 from alignmt.decoding.rules import max_output_len
-from alignmt.decoding.search import beam_decode, decode
+from alignmt.decoding.torch_engine.search import beam_decode, decode
 from alignmt.model.batch import source_batch
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq, check_config
 from alignmt.model.seq2seq import Seq2Seq
@@ -69,19 +69,20 @@ def _limits(search):
     return dict(max_len_ratio=search.max_len_ratio, max_len_offset=search.max_len_offset)
 
 
-def _torch_tokens(hyp):
-    """A FlaxHypothesis' ids as search.py's Hypothesis holds them: </s> included."""
-    return [*hyp.tokens, *[2] * hyp.ended]
+def _ended(hyp):
+    """Whether </s> ended the hypothesis, not the length limit."""
+    return hyp.tokens[-1:] == [2]
 
 
 def _assert_same(torch_hyps, flax_hyps):
     assert len(torch_hyps) == len(flax_hyps)
     for t, f in zip(torch_hyps, flax_hyps, strict=True):
-        assert _torch_tokens(f) == t.tokens
+        assert f.tokens == t.tokens
         assert f.score == pytest.approx(t.score, abs=1e-4)
+        assert f.token_scores == pytest.approx(t.token_scores, abs=1e-4)
         assert (f.attention is None) == (t.attention is None)
         if f.attention is not None:
-            np.testing.assert_allclose(f.attention, t.attention.numpy(), atol=1e-5)
+            np.testing.assert_allclose(f.attention, t.attention, atol=1e-5)
 
 
 def test_greedy_output_is_pytorchs_for_every_sentence_of_a_batch(toy, greedy):
@@ -93,7 +94,7 @@ def test_greedy_output_is_pytorchs_for_every_sentence_of_a_batch(toy, greedy):
     assert [len(hyps) for hyps in out] == [1] * len(LINES)
     for t, [f] in zip(expected, out, strict=True):
         _assert_same([t], [f])
-    assert all(hyps[0].ended for hyps in out)  # the toy run has learnt to stop
+    assert all(_ended(hyps[0]) for hyps in out)  # the toy run has learnt to stop
     assert search.shapes == [(16, 8)]
 
 
@@ -128,10 +129,10 @@ def test_the_length_limit_and_the_length_penalty_match_pytorchs_on_an_untrained_
     out = FlaxSearch(FlaxSeq2Seq(cfg, 13, 13), params, search, nbest=2)(ids)
     for t, f in zip(expected, out, strict=True):
         _assert_same(t, f)
-    assert sum(not h.ended for hyps in out for h in hyps) >= 5
+    assert sum(not _ended(h) for hyps in out for h in hyps) >= 5
     limits = max_output_len(lens, 0.5, 2)
     for hyps, n in zip(out, limits, strict=True):
-        assert all(len(_torch_tokens(h)) <= n for h in hyps)
+        assert all(len(h.tokens) <= n for h in hyps)
 
 
 def test_batch_composition_and_padding_never_change_a_sentence_output(toy, greedy):
@@ -142,7 +143,7 @@ def test_batch_composition_and_padding_never_change_a_sentence_output(toy, greed
     reordered = search(ids[::-1])[::-1]  # other neighbours in each batch
     padded = search([long, *ids[:3]])[1:]  # three rows and a long source: padded to (4, 32)
     for f, [t] in zip(reordered + padded, alone + alone[:3], strict=True):
-        assert f[0].tokens == t.tokens and f[0].ended == t.ended
+        assert f[0].tokens == t.tokens
         assert f[0].score == pytest.approx(t.score, abs=1e-5)
         np.testing.assert_allclose(f[0].attention, t.attention, atol=1e-6)
     assert search.shapes == [(4, 8), (4, 32)]
@@ -183,24 +184,24 @@ def test_translate_backend_flax_prints_what_backend_torch_prints(
     assert "line 4: 'zebra'" in warned[0]
     monkeypatch.setattr("sys.stdin", stdin("a dog\n"))
     assert main(["translate", str(toy_run), "--backend", "flax", "--precision", "bfloat16"]) == 2
-    assert "decodes in float32" in capsys.readouterr().err
+    assert "bfloat16 is not available with the flax engine" in capsys.readouterr().err
 
 
 def test_flax_decoding_imports_no_torch():
     code = (
-        "import sys, alignmt.decoding.flax_search, alignmt.decoding.flax_translator, "
+        "import sys, alignmt.decoding.flax_engine.search, alignmt.decoding.flax_engine.engine, "
         "alignmt.cli.translate; assert 'torch' not in sys.modules, 'torch imported'"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
 
 
-def test_the_flax_translator_refuses_a_coverage_penalty_and_names_the_backend_that_has_it(toy):
-    from alignmt.decoding.flax_translator import FlaxTranslator
+def test_the_flax_engine_refuses_a_coverage_penalty_and_names_the_backend_that_has_it(toy_run):
+    from alignmt.decoding.door import open_translator
 
-    _, flax, greedy, _ = toy
-    with pytest.raises(ValueError, match="no coverage penalty: use --backend torch"):
-        FlaxTranslator.from_checkpoint(flax, replace(greedy, coverage_penalty=0.2), device="cpu")
+    refused = "the coverage penalty is not available with the flax engine: use the torch engine"
+    with pytest.raises(ValueError, match=refused):
+        open_translator(toy_run, engine="flax", device="cpu", coverage_penalty=0.2)
 
 
 def test_the_flax_model_refuses_coverage_and_names_the_backend_that_has_it():

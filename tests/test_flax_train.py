@@ -30,11 +30,12 @@ from alignmt.text.prepare import prepare_text
 from alignmt.text.tasks import ALPHABET
 from alignmt.text.vocab import Vocab
 from alignmt.training import flax_optim
-from alignmt.training.distributed import Objective
+from alignmt.training.distributed import Objective, World
 from alignmt.training.flax_backend import FlaxBackend
 from alignmt.training.loop import TrainingError
 from alignmt.training.optim import make_optimizer, train_step
 from alignmt.training.run import train
+from alignmt.training.torch_backend import TorchBackend
 from alignmt.training.validate import validate
 from tests.conftest import Killed, toy_corpus_config
 
@@ -142,7 +143,15 @@ def test_flax_validation_measures_what_pytorchs_measures_on_the_same_weights(toy
     ckpt = load_checkpoint(toy_run)
     cfg = ckpt.config
     text = prepare_text(cfg.data, cfg.seed)
-    expected = validate(ckpt.model, text, cfg)
+    torch_backend = TorchBackend(
+        cfg=cfg,
+        model=ckpt.model,
+        optimizer=make_optimizer(ckpt.model, cfg.train),
+        text=text,
+        world=World(),
+        device=torch.device("cpu"),
+    )
+    expected = validate(torch_backend, text, cfg)
     params = params_from_tensors(
         {k: v.numpy() for k, v in ckpt.model.state_dict().items()}, cfg.model
     )
@@ -156,7 +165,7 @@ def test_flax_validation_measures_what_pytorchs_measures_on_the_same_weights(toy
         key=jax.random.key(0),
         text=text,
     )
-    measured = backend.validate()
+    measured = validate(backend, text, cfg)
     assert expected["bleu"] > 10  # the run translates: greedy search has choices to get right
     assert measured["bleu"] == pytest.approx(expected["bleu"], abs=1e-9)
     assert measured["valid_loss"] == pytest.approx(expected["valid_loss"], rel=1e-5)

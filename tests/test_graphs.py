@@ -88,8 +88,9 @@ def test_a_cpu_run_with_graphs_stops_before_training(tmp_path):
 
 def test_a_flax_run_with_graphs_is_refused(tmp_path):
     pytest.importorskip("jax")
-    from alignmt.training.flax_backend import train as train_flax
+    from alignmt.training.run import train
 
     cfg = replace(graph_config(backend="flax"), out_dir=str(tmp_path / "run"))
     with pytest.raises(ValueError, match="XLA compiles the Flax step whole already"):
-        train_flax(cfg, progress=False, resume=False, overwrite=False)
+        train(cfg, progress=False)
+    assert not (tmp_path / "run").exists()  # refused before the run claimed its folder

@@ -10,10 +10,10 @@ import torch
 from torch import nn
 
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding import packed
-from alignmt.decoding.int8 import int8_linear, quantize
-from alignmt.decoding.packed import int8_linears, packed_linears
-from alignmt.decoding.translator import Translator
+from alignmt.decoding.door import open_translator
+from alignmt.decoding.torch_engine import packed
+from alignmt.decoding.torch_engine.int8 import int8_linear, quantize
+from alignmt.decoding.torch_engine.packed import int8_linears, packed_linears
 from tests.conftest import held_out_toy_lines
 
 
@@ -98,7 +98,7 @@ def test_int8_decoding_stays_within_tolerance_of_float32(toy_run, tmp_path):
     for weights in ("float32", "int8"):
         for beam in (1, 3):
             search = replace(ckpt.config.search, weights=weights, beam_size=beam)
-            translator = Translator.from_checkpoint(ckpt, search)
+            translator = open_translator(ckpt, search=search)
             outputs[weights, beam] = [t[0].text for t in translator.translate(lines)]
     for beam in (1, 3):
         same = sum(
@@ -123,13 +123,13 @@ def test_int8_is_refused_off_the_float32_cpu(toy_run):
     ckpt = load_checkpoint(toy_run)
     search = replace(ckpt.config.search, weights="int8")
     with pytest.raises(ValueError, match=r"int8 .* bfloat16"):
-        Translator.from_checkpoint(ckpt, search, precision="bfloat16")
+        open_translator(ckpt, search=search, precision="bfloat16")
 
 
 @pytest.mark.parametrize(("cpu", "warned"), [("AVX2", True), ("AVX512", False)])
 def test_int8_warns_where_the_cpu_has_no_fast_int8_gemm(toy_run, monkeypatch, caplog, cpu, warned):
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: cpu)
     ckpt = load_checkpoint(toy_run)
-    Translator.from_checkpoint(ckpt, replace(ckpt.config.search, weights="int8"))
+    open_translator(ckpt, search=replace(ckpt.config.search, weights="int8"))
     said = [r.getMessage() for r in caplog.records if "no fast kernel" in r.getMessage()]
     assert len(said) == warned and (not said or f"for this CPU ({cpu})" in said[0])

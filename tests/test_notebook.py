@@ -114,13 +114,13 @@ def test_evaluate_scores_a_test_set_and_the_attention_against_gold_links(toy_run
 def test_evaluate_searches_with_the_beam_and_coverage_penalty_asked(toy_run, monkeypatch):
     run = alignmt.load(toy_run)
     searched = []
-    from_checkpoint = notebook.Translator.from_checkpoint
+    real = notebook.open_translator
 
-    def spy(ckpt, search=None, **kwargs):
+    def spy(path, search=None, **kwargs):
         searched.append(search)
-        return from_checkpoint(ckpt, search, **kwargs)
+        return real(path, search=search, **kwargs)
 
-    monkeypatch.setattr(notebook.Translator, "from_checkpoint", spy)
+    monkeypatch.setattr(notebook, "open_translator", spy)
     run.evaluate(["the big dog"], ["der große hund ."], beam=3, coverage_penalty=0.4)
     run.evaluate(["the big dog"], ["der große hund ."], coverage_penalty=0.2)
     asked = [(s.beam_size, s.coverage_penalty) for s in searched[-2:]]

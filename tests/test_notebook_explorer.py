@@ -12,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 import alignmt
+from alignmt.answers.page import STATIC
+from alignmt.answers.registry import load_models
 from alignmt.serve.app import create_app
-from alignmt.serve.page import STATIC
-from alignmt.serve.registry import load_models
 
 SENTENCE = "the big dog sleeps now"
 OTHER = "a small cat runs"

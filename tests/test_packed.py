@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 from alignmt.config import ModelConfig
-from alignmt.decoding import packed
-from alignmt.decoding.packed import mkl_packing_available, packed_linears
-from alignmt.decoding.search import beam_decode, decode
+from alignmt.decoding.torch_engine import packed
+from alignmt.decoding.torch_engine.packed import mkl_packing_available, packed_linears
+from alignmt.decoding.torch_engine.search import beam_decode, decode
 from alignmt.model.seq2seq import Seq2Seq
 from tests.conftest import VOCAB, padded_batch, tiny_model
 

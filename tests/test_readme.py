@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from alignmt.cli import main
 from alignmt.config import apply_overrides, load_config
 from alignmt.training import run as training
 
@@ -55,6 +56,7 @@ def run_folders(toy_run, tmp_path_factory) -> Path:
     (folder / "test.en").write_text("".join(line + "\n" for line in src))
     (folder / "test.de").write_text("der großer hund .\nein kleiner katze läuft jetzt .\n")
     (folder / "test.align").write_text("0-0 1-1 2-2\n0-0 1-1 2-2 3-3 4-4\n")
+    main(["export", str(toy_run), "--out", str(folder / "m30k_onnx"), "--int8"])
     return folder
 
 
@@ -74,4 +76,4 @@ def test_the_python_examples_run(page, run_folders, monkeypatch):
         for block in python_blocks(page):
             exec(compile(block, str(ROOT / page), "exec"), namespace)
     if page == "docs/how-to/python.md":
-        assert "torch.Size([" in printed.getvalue()  # hyp.attention.shape
+        assert re.search(r"^\(\d+, \d+\)$", printed.getvalue(), re.M)  # hyp.attention.shape

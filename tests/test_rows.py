@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from alignmt.decoding.rows import Pending, Taken, refill, select_rows
+from alignmt.decoding.torch_engine.rows import Pending, Taken, refill, select_rows
 
 BOS = 1
 

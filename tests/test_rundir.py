@@ -101,7 +101,7 @@ def test_a_damaged_metrics_line_before_the_last_is_named(tmp_path):
 def test_the_clock_kept_at_a_checkpoint_counts_the_validation_before_it(tmp_path, monkeypatch):
     import importlib
 
-    module = importlib.import_module("alignmt.training.torch_backend")
+    module = importlib.import_module("alignmt.training.loop")
     real = module.validate
 
     def slow_validate(*args, **kwargs):

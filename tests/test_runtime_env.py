@@ -14,7 +14,7 @@ import pytest
 from benchmarks.load import free_port, local_server
 
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.translator import Translator
+from alignmt.decoding.door import open_translator
 
 SENTENCES = ["a cat", "the big dog sleeps now", "small red dog"]
 
@@ -45,9 +45,7 @@ def exported(toy_run, tmp_path_factory):
 @pytest.fixture(scope="module")
 def expected(toy_run) -> list:
     """PyTorch's beam-3 2-best of SENTENCES."""
-    return Translator.from_checkpoint(load_checkpoint(toy_run)).translate(
-        SENTENCES, nbest=2, beam_size=3
-    )
+    return open_translator(load_checkpoint(toy_run)).translate(SENTENCES, nbest=2, beam_size=3)
 
 
 def test_the_environment_has_neither_torch_nor_jax(runtime_python):

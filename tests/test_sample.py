@@ -4,28 +4,26 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import replace
 
 import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.answers.limits import Limits
+from alignmt.answers.registry import load_models
 from alignmt.cli import main
+from alignmt.decoding.door import open_translator
 from alignmt.decoding.rules import Sampling
-from alignmt.decoding.sample import reshaped, sampler
+from alignmt.decoding.torch_engine.sample import reshaped, sampler
 from alignmt.decoding.translator import Translator
 from alignmt.serve.app import create_app
-from alignmt.serve.limits import Limits
-from alignmt.serve.registry import load_models
 from tests.test_confidence import LINES, teacher_forced
 
 PROBS = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
 
 
 def translator(run, **search) -> Translator:
-    ckpt = load_checkpoint(run)
-    return Translator.from_checkpoint(ckpt, replace(ckpt.config.search, **search))
+    return open_translator(run, device="cpu", **search)
 
 
 def kept(sampling: Sampling) -> list[bool]:

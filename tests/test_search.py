@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from alignmt.decoding.greedy import greedy_search
 from alignmt.decoding.rules import max_output_len
-from alignmt.decoding.search import beam_search, decode, search
-from alignmt.decoding.settings import Search
+from alignmt.decoding.torch_engine.greedy import greedy_search
+from alignmt.decoding.torch_engine.search import beam_search, decode, search
+from alignmt.decoding.torch_engine.settings import Search
 from tests.conftest import padded_batch, tiny_model
 
 BOS, EOS = 1, 2
@@ -91,7 +92,9 @@ def test_streamed_sentences_decode_as_they_do_alone():
         (alone,) = decode(model, src[b : b + 1, :n], src_len[b : b + 1])
         assert streamed[b].tokens == alone.tokens
         assert math.isclose(streamed[b].score, alone.score, rel_tol=1e-9)
-        torch.testing.assert_close(streamed[b].attention, alone.attention)
+        torch.testing.assert_close(
+            torch.as_tensor(streamed[b].attention), torch.as_tensor(alone.attention)
+        )
 
 
 def test_greedy_search_of_no_sentence_returns_empty_outputs():
@@ -142,7 +145,9 @@ def test_greedy_output_is_the_argmax_of_the_teacher_forced_model_fed_its_own_out
         assert out.logits[0].argmax(-1).tolist() == hyp.tokens
         expected = log_probs.gather(1, torch.tensor(hyp.tokens)[:, None]).sum().item()
         assert math.isclose(hyp.score, expected, rel_tol=1e-9)
-        torch.testing.assert_close(hyp.attention, out.attention[0])
+        torch.testing.assert_close(
+            torch.as_tensor(hyp.attention), torch.as_tensor(out.attention)[0]
+        )
         assert len(hyp.tokens) <= n + 3
 
 
@@ -156,7 +161,9 @@ def test_a_sentence_decodes_the_same_alone_and_inside_a_padded_batch():
         (alone,) = decode(model, src[b : b + 1, :n], src_len[b : b + 1])
         assert alone.tokens == batch[b].tokens
         assert math.isclose(alone.score, batch[b].score, rel_tol=1e-5)
-        torch.testing.assert_close(alone.attention, batch[b].attention)
+        torch.testing.assert_close(
+            torch.as_tensor(alone.attention), torch.as_tensor(batch[b].attention)
+        )
 
 
 def test_vanilla_hypotheses_carry_no_attention():
@@ -199,7 +206,7 @@ def test_bfloat16_logits_are_scored_and_ranked_in_float32():
     for (best, *_), tokens in zip(beams, script, strict=True):
         assert best.tokens == tokens
         assert math.isclose(best.score, len(tokens) * per_token, rel_tol=1e-6)
-        assert best.attention.dtype == torch.float32
+        assert best.attention.dtype == np.float32
 
 
 AUTOCAST_ARCHS = [
@@ -222,6 +229,8 @@ def test_models_decode_under_bfloat16_autocast_into_float32_results(arch):
     for hyp in [*(g[0] for g in greedy), *(b[0] for b in beams)]:
         assert math.isfinite(hyp.score)
         if model.has_attention:
-            assert hyp.attention.dtype == torch.float32
+            assert hyp.attention.dtype == np.float32
             ones = torch.ones(len(hyp.tokens))
-            torch.testing.assert_close(hyp.attention.sum(-1), ones, atol=1e-2, rtol=0)
+            torch.testing.assert_close(
+                torch.as_tensor(hyp.attention).sum(-1), ones, atol=1e-2, rtol=0
+            )

@@ -10,6 +10,7 @@ import logging
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 import torch
 from benchmarks.load import free_port
@@ -17,13 +18,13 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from starlette.requests import Request
 
+from alignmt.answers.limits import Limits, RequestError
+from alignmt.answers.registry import load_models
+from alignmt.answers.schemas import StepRequest, TranslateRequest
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.translator import Translator
+from alignmt.decoding.door import open_translator
 from alignmt.serve import routes
 from alignmt.serve.app import create_app
-from alignmt.serve.limits import Limits, RequestError
-from alignmt.serve.registry import load_models
-from alignmt.serve.schemas import StepRequest, TranslateRequest
 from tests.conftest import SHARED, needs_shared_data, untrained_twin
 
 SENTENCE = "the big dog sleeps now"
@@ -43,7 +44,7 @@ def client(served):
 
 @pytest.fixture(scope="module")
 def translator(toy_run):
-    return Translator.from_checkpoint(load_checkpoint(toy_run))
+    return open_translator(load_checkpoint(toy_run))
 
 
 def post(client, path, body):
@@ -83,7 +84,7 @@ def test_translate_answers_what_the_translator_computes(client, translator):
         for h, t in zip(got["hypotheses"], hyps, strict=True):
             assert (h["text"], h["tokens"], h["alignment"]) == (t.text, t.tokens, t.alignment)
             assert math.isclose(h["score"], t.score, rel_tol=1e-6)
-            assert torch.allclose(torch.tensor(h["attention"]), t.attention, atol=1e-5)
+            np.testing.assert_allclose(h["attention"], t.attention, atol=1e-5)
             assert h["probabilities"] == pytest.approx(t.probabilities, abs=1e-5)
     # The alignment is each output token's argmax source position, </s> aside on both sides.
     hyp = body["translations"][0]["hypotheses"][0]

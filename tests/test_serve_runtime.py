@@ -11,11 +11,11 @@ import sys
 import pytest
 from fastapi.testclient import TestClient
 
+from alignmt.answers.limits import Limits
+from alignmt.answers.registry import load_models
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.export import export_onnx
+from alignmt.decoding.torch_engine.export import export_onnx
 from alignmt.serve.app import create_app
-from alignmt.serve.limits import Limits
-from alignmt.serve.registry import load_models
 
 SENTENCES = ["the big dog sleeps now", "a cat", "dog", "the small red cat runs"]
 ASK = {"sentences": SENTENCES, "beam_size": 3, "nbest": 2, "attention": True}
@@ -85,13 +85,16 @@ def test_what_only_pytorch_does_is_refused_naming_the_exported_model(clients, pa
     response = clients[1].post(path, json=body)
     assert response.status_code == 422, response.text
     error = response.json()["error"]
-    assert error["field"] == field and "exported model (ONNX Runtime)" in error["message"]
+    assert (
+        error["field"] == field and "not available with the onnxruntime engine" in error["message"]
+    )
+    assert "translate or serve the run folder it was exported from" in error["message"]
 
 
 def test_an_exported_folder_is_not_served_on_a_gpu_or_in_an_ensemble(toy_run, exported):
-    with pytest.raises(ValueError, match=r"served alone on the CPU.*not as --device"):
+    with pytest.raises(ValueError, match=r"a GPU is not available with the onnxruntime engine"):
         load_models([exported], device="cuda")
-    with pytest.raises(ValueError, match="not as an ensemble"):
+    with pytest.raises(ValueError, match="an ensemble is not available with the onnxruntime"):
         load_models([f"{exported}+{toy_run}"])
 
 
@@ -100,8 +103,8 @@ import json, sys
 sys.modules["torch"] = sys.modules["jax"] = None  # neither can be imported
 from fastapi.testclient import TestClient
 from alignmt.serve.app import create_app
-from alignmt.serve.limits import Limits
-from alignmt.serve.registry import load_models
+from alignmt.answers.limits import Limits
+from alignmt.answers.registry import load_models
 folder, ask = sys.argv[1], json.loads(sys.argv[2])
 with TestClient(create_app(load_models([folder], weights=sys.argv[3]), Limits())) as client:
     models = client.get("/v1/models").json()["models"]

@@ -17,10 +17,10 @@ from contextlib import contextmanager
 
 import pytest
 
+from alignmt.answers.limits import Limits
+from alignmt.answers.registry import load_models
 from alignmt.serve.app import create_app
 from alignmt.serve.guard import READ_BY, RequestGuard
-from alignmt.serve.limits import Limits
-from alignmt.serve.registry import load_models
 from alignmt.serve.server import build_server
 
 DEADLINE = 1.0

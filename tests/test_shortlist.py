@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 import torch
 
+from alignmt.answers.registry import load_models
 from alignmt.checkpoint.shortlist_io import SHORTLIST, load_shortlist, save_shortlist
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
-from alignmt.decoding.ensemble import Ensemble
-from alignmt.decoding.search import search
-from alignmt.decoding.settings import Search
-from alignmt.decoding.shortlist import allowed_words
-from alignmt.decoding.speed import Speed
-from alignmt.decoding.translator import Translator
+from alignmt.decoding.door import open_translator
+from alignmt.decoding.torch_engine.ensemble import Ensemble
+from alignmt.decoding.torch_engine.search import search
+from alignmt.decoding.torch_engine.settings import Search
+from alignmt.decoding.torch_engine.shortlist import allowed_words
+from alignmt.decoding.torch_engine.speed import Speed
 from alignmt.model.batch import source_batch
-from alignmt.serve.registry import load_models
 from alignmt.text.cache import TokenArrays
 from alignmt.text.prepare import prepare_text
 from alignmt.text.shortlist import Shortlist, build_shortlist
@@ -144,13 +144,9 @@ def test_the_toy_run_translates_as_well_over_a_narrow_shortlist(toy_run, tmp_pat
     narrow = build_shortlist(text.train, sizes, always=(EOS, full_stop), per_word=1, frequent=0)
     save_shortlist(tmp_path, narrow)
     lines = held_out_toy_lines(tmp_path, n=40, seed=9)
-    plain = Translator.from_checkpoint(ckpt)
-    listed = Translator(
-        ckpt.model,
-        tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer),
-        vocabs=(ckpt.src_vocab, ckpt.tgt_vocab),
-        search=replace(ckpt.config.search, shortlist=1, beam_size=1),
-        shortlist=load_shortlist(tmp_path),
+    plain = open_translator(ckpt)
+    listed = open_translator(
+        replace(ckpt, shortlist=load_shortlist(tmp_path)), shortlist=1, beam_size=1
     )
     expected = [t[0].text for t in plain.translate(lines, beam_size=1)]
     assert [t[0].text for t in listed.translate(lines)] == expected
@@ -183,12 +179,12 @@ def test_the_cli_builds_a_shortlist_and_translates_with_it(toy_run, tmp_path, ca
 def test_bad_shortlists_are_refused_by_name(toy_run, tmp_path):
     ckpt = load_checkpoint(toy_run)
     with pytest.raises(ValueError, match=r"no shortlist\.safetensors.*alignmt shortlist"):
-        Translator.from_checkpoint(replace(ckpt, shortlist=None), replace_search(ckpt, 5))
+        open_translator(replace(ckpt, shortlist=None), search=replace_search(ckpt, 5))
     with pytest.raises(ValueError, match="depth 100 cannot give 101"):
-        Translator.from_checkpoint(ckpt, replace_search(ckpt, 101))
+        open_translator(ckpt, search=replace_search(ckpt, 101))
     small = Shortlist(ckpt.shortlist.table[:3], ckpt.shortlist.frequent)
     with pytest.raises(ValueError, match="does not fit its vocabularies"):
-        Translator.from_checkpoint(replace(ckpt, shortlist=small), replace_search(ckpt, 5))
+        open_translator(replace(ckpt, shortlist=small), search=replace_search(ckpt, 5))
     write_file(tmp_path / SHORTLIST, b"\x00" * 40)
     with pytest.raises(ValueError, match=f"{SHORTLIST}: not a readable shortlist"):
         load_shortlist(tmp_path)
@@ -201,11 +197,11 @@ def replace_search(ckpt, k: int):
 
 def test_a_server_decodes_with_the_speed_options_it_was_given(toy_run):
     served = load_models([toy_run], weights="int8", shortlist=5)["run"]
-    speed = served.translator.speed
+    speed = served.translator.engine.speed
     assert speed.int8 and speed.shortlist.depth == 5
     assert served.translator.translate(["a red dog"])[0][0].tokens[-1] == "</s>"
     assert (served.info.weights, served.info.shortlist) == ("int8", 5)  # /v1/models says so
-    plain = load_models([toy_run])["run"].translator.speed
+    plain = load_models([toy_run])["run"].translator.engine.speed
     assert not plain.int8 and plain.shortlist is None  # the run's config: neither
 
 

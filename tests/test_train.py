@@ -76,7 +76,7 @@ def test_a_clock_that_runs_out_during_an_evaluation_makes_that_step_the_last(tmp
     loop_module = importlib.import_module("alignmt.training.loop")
     backend = importlib.import_module("alignmt.training.torch_backend")
     clock = [0.0]  # one second per update, 25 seconds per validation
-    real_step, real_validate = backend.train_step, backend.validate
+    real_step, real_validate = backend.train_step, loop_module.validate
 
     def one_second_step(*args):
         clock[0] += 1.0
@@ -88,7 +88,7 @@ def test_a_clock_that_runs_out_during_an_evaluation_makes_that_step_the_last(tmp
 
     monkeypatch.setattr(loop_module.time, "perf_counter", lambda: clock[0])
     monkeypatch.setattr(backend, "train_step", one_second_step)
-    monkeypatch.setattr(backend, "validate", slow_validate)
+    monkeypatch.setattr(loop_module, "validate", slow_validate)
     cfg = toy_corpus_config(tmp_path, steps=1000, minutes=0.5, eval_every=10)
     result = train(cfg, progress=False)
     # at step 10 (10 s) the evaluation is due and ends at 35 s, past the 30-s budget

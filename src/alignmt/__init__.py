@@ -2,18 +2,20 @@
 to train, translate with, evaluate and look inside.
 
 The names below are resolved on first use (PEP 562), so `import alignmt` loads neither
-torch nor matplotlib, and `alignmt.Translator` loads the decoding layer but not training.
+torch nor matplotlib, and `alignmt.open_translator` loads the decoding layer but not
+training, and a framework only when a model needs it.
 The layers, each importing only those before it:
 
     config, reference   typed configs; the float64 NumPy equations every model is held to
     text                corpora, tokenizers, vocabularies, the token cache, synthetic tasks
     checkpoint          the run-folder format, atomic writes, then the torch loader/saver
     model               attention, encoder, decoder, Seq2Seq, the loss, batches as tensors
-    decoding            search (greedy, sampling, beam) behind one door, tracing, Translator
+    decoding            one Translator over engines (PyTorch, Flax, ONNX Runtime); the door
     analysis            BLEU/chrF, length buckets, alignments and AER, plots, task scores
     training            the loop, optimiser, micro-batches, torchrun/DDP, validation, run log
     experiments         runs that train and then analyse: the reversal demo
-    serve               the HTTP API and the explorer (never imports training)
+    answers             what every host answers: the API's questions, models and explorer page
+    serve               the HTTP API (never imports training)
     notebook            a run folder as one handle (`alignmt.train`, `alignmt.load`)
     cli                 one module per command
 """
@@ -37,13 +39,15 @@ _EXPORTS = {
     "load_checkpoint": "alignmt.checkpoint.torch_io",
     "save_checkpoint": "alignmt.checkpoint.torch_io",
     "Seq2Seq": "alignmt.model.seq2seq",
-    "Hypothesis": "alignmt.decoding.steps",
-    "Search": "alignmt.decoding.settings",
-    "search": "alignmt.decoding.search",
-    "beam_decode": "alignmt.decoding.search",  # search() over one padded batch, short names
-    "decode": "alignmt.decoding.search",
-    "Translation": "alignmt.decoding.translator",
+    "Hypothesis": "alignmt.decoding.results",
+    "Search": "alignmt.decoding.torch_engine.settings",
+    "search": "alignmt.decoding.torch_engine.search",
+    # search() over one padded batch, short names
+    "beam_decode": "alignmt.decoding.torch_engine.search",
+    "decode": "alignmt.decoding.torch_engine.search",
+    "Translation": "alignmt.decoding.results",
     "Translator": "alignmt.decoding.translator",
+    "open_translator": "alignmt.decoding.door",  # any model folder on any engine
     "corpus_scores": "alignmt.analysis.scores",
     "Run": "alignmt.notebook.run",  # a run folder as one handle: train, load, translate, ...
     "load": "alignmt.notebook.run",
@@ -70,6 +74,7 @@ __all__ = [  # the names of _EXPORTS, spelt out so that tools read them
     "load_checkpoint",
     "load_config",
     "load_header",
+    "open_translator",
     "save_checkpoint",
     "search",
     "train",
@@ -80,10 +85,11 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing of this runs
     from alignmt.checkpoint.format import Header, load_header
     from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint, save_checkpoint
     from alignmt.config import Config, ModelConfig, load_config
-    from alignmt.decoding.search import beam_decode, decode, search
-    from alignmt.decoding.settings import Search
-    from alignmt.decoding.steps import Hypothesis
-    from alignmt.decoding.translator import Translation, Translator
+    from alignmt.decoding.door import open_translator
+    from alignmt.decoding.results import Hypothesis, Translation
+    from alignmt.decoding.torch_engine.search import beam_decode, decode, search
+    from alignmt.decoding.torch_engine.settings import Search
+    from alignmt.decoding.translator import Translator
     from alignmt.model.seq2seq import Seq2Seq
     from alignmt.notebook.run import Run, load, train
     from alignmt.text.vocab import Vocab

@@ -10,7 +10,8 @@ W maps x to W @ x, so a matrix is (out, in). RNN cells follow PyTorch's gate ord
 (GRU: r, z, n; LSTM: i, f, g, o) so that their weights can be compared one to one.
 
 Sources: Bahdanau et al. 2015 (eq. 5-6 and App. A), Luong et al. 2015 (eq. 5-8),
-Sennrich et al. 2017 (the conditional GRU, §2.3),
+Sennrich et al. 2017 (the conditional GRU, §2.3), Wu et al. 2016 (beam search's length
+penalty, eq. 14),
 Vaswani et al. 2017 (eq. 1), Cho et al. 2014 (the vanilla encoder-decoder), Tu et al. 2016
 (coverage, eq. 9).
 """
@@ -252,6 +253,59 @@ def vanilla_step(y_emb, hs, cs, context, layers, out: ReadoutWeights):
     fixed = [] if context is None else [context]
     hs, cs = run_layers(np.concatenate([y_emb, *fixed]), hs, cs, layers)
     return readout(np.concatenate([hs[-1], *fixed, y_emb]), out), hs, cs
+
+
+# --- beam search over one sentence -----------------------------------------------------------
+
+
+def beam_search(
+    log_probs: Callable[[tuple[int, ...]], Array],
+    *,
+    eos: int,
+    beam_size: int,
+    max_len: int,
+    nbest: int = 1,
+    alpha: float = 0.0,
+) -> list[tuple[list[int], float]]:
+    """Beam search as every engine's search defines it, for reading: `log_probs(prefix)` is
+    the model's next-token distribution (V,) after the output `prefix`.
+
+    Each step extends each of the K live outputs by every token and keeps the 2K best
+    extensions by summed log-probability. Of these, one among the K best ends an output if
+    it is </s> (or, at the length limit, whatever it is), ranked by score / lp with
+    lp = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14); the K best that are not </s>
+    live on. The search stops once K outputs have ended, at the limit, or once the nbest-th
+    best ended output ranks at least as high as the best live one could ever reach (its
+    score only falls as it grows, divided by lp now or at the limit).
+
+    Returns:
+        The nbest best ended outputs, best first: (tokens, summed log-probability).
+    """
+    lp = lambda length: ((5 + length) / 6) ** alpha  # noqa: E731
+    live: list[tuple[tuple[int, ...], float]] = [((), 0.0)]
+    ended: list[tuple[float, list[int], float]] = []
+    for length in range(1, max_len + 1):
+        extensions = [
+            (score + float(p), (*prefix, token))
+            for prefix, score in live
+            for token, p in enumerate(np.asarray(log_probs(prefix), dtype=np.float64))
+        ]
+        extensions.sort(key=lambda e: -e[0])  # stable: earlier beams, then lower ids, first
+        live = []
+        for rank, (score, tokens) in enumerate(extensions[: 2 * beam_size]):
+            if rank < beam_size and (tokens[-1] == eos or length == max_len):
+                ended.append((score / lp(length), list(tokens), score))
+            elif tokens[-1] != eos and len(live) < beam_size:
+                live.append((tokens, score))
+        ended.sort(key=lambda e: -e[0])
+        if len(ended) >= beam_size or length == max_len:
+            break
+        best_live = max(score for _, score in live)
+        if len(ended) >= nbest and all(
+            ended[nbest - 1][0] >= best_live / lp(at) for at in (length, max_len)
+        ):
+            break
+    return [(tokens, score) for _, tokens, score in ended[:nbest]]
 
 
 # --- a worked example, small enough to follow by hand ---------------------------------------

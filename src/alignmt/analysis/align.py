@@ -157,9 +157,10 @@ def word_links(
         (translator.src_vocab.encode(s.tokens), translator.tgt_vocab.encode(r.tokens))
         for s, r in zip(sources, references, strict=True)
     ]
-    with translator.numerics():
+    translator.engine.require(["teacher-forced attention"])
+    with translator.engine.numerics():
         found = attention_links(
-            translator.model,
+            translator.engine.model,
             pairs,
             translator.src_vocab,
             translator.tgt_vocab,

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 from alignmt.analysis.scores import Evaluation, score_translations
 from alignmt.config import DataConfig
-from alignmt.decoding.translator import Translation, Translator
+from alignmt.decoding.results import Translation
+from alignmt.decoding.translator import Translator
 from alignmt.text.split import read_split
 from alignmt.text.tokenize import MosesTokenizer
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from alignmt.analysis.align import AlignmentScore, alignment_error_rate
-from alignmt.decoding.search import decode
+from alignmt.decoding.torch_engine.search import decode
 from alignmt.model.batch import Batch, make_batch
 from alignmt.model.decoder import DecoderOutput
 from alignmt.model.seq2seq import Seq2Seq

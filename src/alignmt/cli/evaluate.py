@@ -17,10 +17,11 @@ from alignmt.analysis.evaluation import read_test_set, translate_and_score
 from alignmt.analysis.plot import attention_heatmap, bleu_by_length_plot, bucket_bars, save_png
 from alignmt.analysis.scores import Evaluation, sentence_bleu_d2l
 from alignmt.analysis.tables import format_bucket_table, format_gap_table, format_scores_table
-from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.checkpoint.format import load_header
 from alignmt.cli.translate import translator_for
-from alignmt.decoding.translator import Translation, Translator
-from alignmt.model.device import pick_device
+from alignmt.decoding.door import open_translator
+from alignmt.decoding.results import Translation
+from alignmt.decoding.translator import Translator
 from alignmt.text.corpus import CorpusError, read_lines
 from alignmt.text.links import Link, import_eflomal, read_alignments, sentence_words
 from alignmt.text.vocab import EOS
@@ -28,7 +29,7 @@ from alignmt.text.vocab import EOS
 
 def load_test_set(args: argparse.Namespace, run_dir: str) -> tuple[list[str], list[str], str]:
     """(sources, references, source language) from --src/--ref or the run's data.test."""
-    cfg = load_checkpoint(run_dir).config
+    cfg = load_header(run_dir).config
     if bool(args.src) != bool(args.ref):
         raise ValueError("--src and --ref go together")
     if args.src:
@@ -91,8 +92,8 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
             import_eflomal()
         except ImportError as error:
             raise ValueError(str(error)) from None
-    ckpt = load_checkpoint(run_dir, device=pick_device(args.device))
-    translator = Translator.from_checkpoint(ckpt, precision=args.precision)
+    translator = open_translator(run_dir, device=args.device, precision=args.precision)
+    config = translator.origin.header.config
     src, ref, _ = load_test_set(args, run_dir)
     sources = [sentence_words(translator.src_tokenizer, line) for line in src]
     references = [sentence_words(translator.tgt_tokenizer, line) for line in ref]
@@ -100,7 +101,7 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
     golds: dict[str, tuple[list[set[Link]], list[set[Link]]]] = {}
     if args.gold_alignments:
         lengths = [(len(s.words), len(r.words)) for s, r in zip(sources, references, strict=True)]
-        pairs_from = f"{args.src} + {args.ref}" if args.src else ckpt.config.data.test
+        pairs_from = f"{args.src} + {args.ref}" if args.src else config.data.test
         golds[args.gold_alignments] = read_alignments(
             args.gold_alignments,
             lengths=lengths,
@@ -110,7 +111,7 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
     if args.reference_aligner:
         start = time.perf_counter()
         links = eflomal_reference_links(
-            ckpt.config.data,
+            config.data,
             translator,
             [s.words for s in sources],
             [r.words for r in references],

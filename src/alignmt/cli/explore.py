@@ -8,9 +8,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from alignmt.answers.page import precompute, self_contained
+from alignmt.answers.registry import load_models
 from alignmt.model.device import pick_device
-from alignmt.serve.page import precompute, self_contained
-from alignmt.serve.registry import load_models
 from alignmt.text.corpus import read_lines
 
 

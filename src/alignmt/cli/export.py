@@ -1,4 +1,5 @@
-"""`alignmt export RUN_DIR --out DIR`: the model as ONNX graphs (see decoding/export.py)."""
+"""`alignmt export RUN_DIR --out DIR`: the model as ONNX graphs (see
+decoding/torch_engine/export.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ def run(args: argparse.Namespace) -> int:
     import onnx  # noqa: F401
 
     from alignmt.checkpoint.torch_io import load_checkpoint
-    from alignmt.decoding.export import export_onnx
+    from alignmt.decoding.torch_engine.export import export_onnx
 
     if args.int8:
-        from alignmt.decoding.onnx_int8 import write_int8
+        from alignmt.decoding.onnx_engine.int8 import write_int8
     manifest = export_onnx(load_checkpoint(args.run_dir), args.out)
     fields = ", ".join(manifest.state)
     print(

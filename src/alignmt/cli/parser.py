@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
+from alignmt.answers.limits import Limits
 from alignmt.cli.flags import (
     REPLACE_UNK,
     above_zero,
@@ -24,7 +25,6 @@ from alignmt.cli.flags import (
     positive_list,
     share,
 )
-from alignmt.serve.limits import Limits
 
 Commands = "argparse._SubParsersAction[argparse.ArgumentParser]"
 

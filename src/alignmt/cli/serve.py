@@ -7,9 +7,9 @@ import argparse
 import logging
 from dataclasses import fields
 
+from alignmt.answers.limits import Limits
+from alignmt.answers.registry import load_models
 from alignmt.serve.app import create_app
-from alignmt.serve.limits import Limits
-from alignmt.serve.registry import load_models
 from alignmt.serve.server import run_server
 
 

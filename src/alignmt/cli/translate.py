@@ -6,37 +6,23 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
-from alignmt.decoding.onnx_format import is_exported
 from alignmt.decoding.words import word_alignment
 from alignmt.text.constraints import read_constraints
 from alignmt.text.corpus import input_lines
 
 if TYPE_CHECKING:
-    from alignmt.config import SearchConfig
-    from alignmt.decoding.constraints import Constraint
-    from alignmt.decoding.flax_translator import FlaxTranslator
-    from alignmt.decoding.onnx_runtime import OnnxTranslator
-    from alignmt.decoding.translator import Translation, Translator
+    from alignmt.decoding.constraint import Constraint
+    from alignmt.decoding.results import Translation
+    from alignmt.decoding.translator import Translator
     from alignmt.text.tokenize import Tokenizer
 
 
 def run(args: argparse.Namespace) -> int:
     sampling = sampling_for(args)  # its flags are checked before any work
-    if any(is_exported(d) for d in args.run_dirs):
-        translator = runtime_translator_for(args)
-    elif args.backend == "torch":
-        translator = translator_for(args.run_dirs, args)
-    elif args.jsonl or args.sample or args.constraints or len(args.run_dirs) > 1:
-        raise ValueError(
-            "--backend flax decodes one run, without --jsonl (token probabilities), --sample "
-            "or --constraints: use --backend torch for those and for ensembles"
-        )
-    else:
-        translator = flax_translator_for(args.run_dirs[0], args)
+    translator = translator_for(args.run_dirs, args)
     if not args.sample and not 1 <= args.nbest <= translator.search.beam_size:
         raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
     tokens = [translator.source_tokens(line) for line in input_lines(sys.stdin.buffer)]
@@ -75,6 +61,7 @@ def constraints_for(
         return None
     if args.sample:
         raise ValueError("--constraints constrain beam search: they cannot be sampled")
+    translator.engine.require(["constrained search"])  # before reading the file
     phrases = read_constraints(args.constraints)
     if len(phrases) != lines:
         raise ValueError(
@@ -147,82 +134,19 @@ def check_lengths(tokens: list[list[str]], limit: int) -> None:
 
 
 def translator_for(runs: str | list[str], args: argparse.Namespace) -> Translator:
-    """The model of a run (or the ensemble of several) on --device at --precision,
-    searching with --beam and --replace-unk (the first run's search otherwise)."""
-    # imported here, so that --backend flax loads no torch
-    from alignmt.checkpoint.torch_io import load_checkpoint
-    from alignmt.decoding.translator import Translator
-    from alignmt.model.device import pick_device
+    """The model of a run, an exported folder or (several runs) an ensemble, on --backend,
+    --device and --precision, searching as the first stored its search, with --beam,
+    --replace-unk, --coverage-penalty, --weights and --shortlist applied."""
+    from alignmt.decoding.door import open_translator
 
-    runs = [runs] if isinstance(runs, str) else runs
-    ckpts = [load_checkpoint(run, device=pick_device(args.device)) for run in runs]
-    search = search_for(ckpts[0].config.search, args)
-    if len(ckpts) > 1:
-        return Translator.ensemble(ckpts, runs, search, precision=args.precision)
-    return Translator.from_checkpoint(ckpts[0], search, precision=args.precision)
-
-
-def runtime_translator_for(args: argparse.Namespace) -> OnnxTranslator:
-    """The exported model (`alignmt export`) of the one folder given, on ONNX Runtime and
-    NumPy: no torch is imported. It searches as the run did, with --beam and --replace-unk;
-    --weights int8 runs the graphs' int8 copies (`alignmt export --int8`)."""
-    asked = [
-        flag
-        for flag, given in (
-            ("several folders (an ensemble)", len(args.run_dirs) > 1),
-            ("--sample", args.sample),
-            ("--constraints", args.constraints),
-            ("--backend flax", args.backend != "torch"),
-            ("--coverage-penalty", args.coverage_penalty),
-            ("--shortlist", args.shortlist),
-            ("--precision", args.precision != "float32"),
-            ("--device", args.device not in ("auto", "cpu")),
-        )
-        if given
-    ]
-    if asked:
-        raise ValueError(
-            f"an exported model translates one folder on the CPU, greedy or with a beam, "
-            f"float32 or (--weights int8) int8; not with {', '.join(asked)}: translate the run "
-            f"folder for those"
-        )
-    from alignmt.decoding.onnx_runtime import OnnxModel, OnnxTranslator
-
-    model = OnnxModel(args.run_dirs[0], int8=args.weights == "int8")
-    return OnnxTranslator(model, search_for(model.header.config.search, args))
-
-
-def flax_translator_for(run: str, args: argparse.Namespace) -> FlaxTranslator:
-    """The model of `run` in JAX/Flax on --device, searching as `translator_for`'s does."""
-    try:
-        from alignmt.checkpoint.flax_io import load_flax
-        from alignmt.decoding.flax_translator import FlaxTranslator
-    except ImportError as missing:
-        raise ValueError(f"--backend flax needs the [flax] extra ({missing})") from None
-    if args.precision != "float32":
-        raise ValueError(f"--backend flax decodes in float32, not --precision {args.precision}")
-    ckpt = load_flax(run)
-    search = search_for(ckpt.config.search, args)
-    return FlaxTranslator.from_checkpoint(ckpt, search, device=args.device)
-
-
-def search_for(search: SearchConfig, args: argparse.Namespace) -> SearchConfig:
-    """A run's search with --beam, --replace-unk, --coverage-penalty, --weights and
-    --shortlist applied."""
-    search = search if args.beam is None else replace(search, beam_size=args.beam)
-    if args.coverage_penalty is not None:
-        search = replace(search, coverage_penalty=args.coverage_penalty)
-    search = with_speed(search, args)
-    search = replace(search, replace_unk=search.replace_unk or args.replace_unk)
-    if search.beam_size < 1:
-        raise ValueError(f"--beam must be at least 1, got {search.beam_size}")
-    return search
-
-
-def with_speed(search: SearchConfig, args: argparse.Namespace) -> SearchConfig:
-    """`search` with --weights and --shortlist applied, where given."""
-    if args.weights is not None:
-        search = replace(search, weights=args.weights)
-    if args.shortlist is not None:
-        search = replace(search, shortlist=args.shortlist)
-    return search
+    return open_translator(
+        runs,
+        engine="auto" if getattr(args, "backend", "torch") == "torch" else args.backend,
+        device=args.device,
+        precision=args.precision,
+        beam_size=args.beam,
+        coverage_penalty=args.coverage_penalty,
+        weights=args.weights,
+        shortlist=args.shortlist,
+        replace_unk=args.replace_unk or None,
+    )

@@ -1,7 +1,7 @@
 """The rules every search follows, whatever runs it: how long an output may grow, how ended
-hypotheses are ranked, and when a sentence's beam can stop. PyTorch's search (search.py,
-beam.py), the Flax search (flax_search.py) and any runtime without either framework read
-them from here, so the frameworks cannot drift apart.
+hypotheses are ranked, and when a sentence's beam can stop. Every engine's search (in
+torch_engine/, flax_engine/ and onnx_engine/) reads them from here, so the frameworks
+cannot drift apart.
 
 Nothing here imports torch or JAX. The functions take Python numbers, NumPy arrays, or a
 framework's arrays where they only use arithmetic and comparison operators, which every

@@ -1,5 +1,5 @@
-"""What both translators (PyTorch's and Flax's) make of a search's output in words, on plain
-arrays: the hard alignment (of tokens, or of words), <unk> replacement, the warning
+"""What the translator makes of a search's output in words, whichever engine searched, on
+plain arrays: the hard alignment (of tokens, or of words), <unk> replacement, the warning
 about unknown source words, and the target ids of a constraint's phrase."""
 
 from __future__ import annotations

@@ -10,12 +10,11 @@ Returns values and prints nothing, as the rest of the package.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from alignmt.analysis.scores import sentence_bleu_d2l
-from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.translator import Translator
+from alignmt.decoding.door import open_translator
 from alignmt.text.vocab import EOS
 
 # The book's sentences and references, as its preprocessing leaves them.
@@ -42,8 +41,7 @@ class BookTranslation:
 def greedy_translate(run_dir: str | Path, *, device: str = "cpu") -> Translate:
     """The PyTorch model of `run_dir`, translating greedily within its config's length limit
     (`configs/d2l_fra_eng.yaml`: 9 tokens, the book's num_steps)."""
-    ckpt = load_checkpoint(run_dir, device=device)
-    translator = Translator.from_checkpoint(ckpt, replace(ckpt.config.search, beam_size=1))
+    translator = open_translator(run_dir, device=device, beam_size=1)
 
     def translate(lines: Sequence[str]) -> list[list[str]]:
         outputs = translator.translate(list(lines), warn=False)

@@ -36,7 +36,7 @@ from alignmt.analysis.task_scores import TaskScores, alignment_score, score_task
 from alignmt.checkpoint.format import SNAPSHOTS, snapshot_steps
 from alignmt.checkpoint.torch_io import load_snapshot
 from alignmt.config import Config
-from alignmt.decoding.search import decode
+from alignmt.decoding.torch_engine.search import decode
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.tasks import ALPHABET
 from alignmt.text.vocab import EOS, Vocab
@@ -377,7 +377,7 @@ def heatmap_panel(model: Seq2Seq, vocab: Vocab, word: str, cfg: Config):
     )
     output = vocab.decode(hyp.tokens, strip_special=False)
     title = f"{word} -> {''.join(t for t in output if t != EOS)}"
-    return hyp.attention.numpy(), [*word, EOS], output, title
+    return hyp.attention, [*word, EOS], output, title
 
 
 def _device(model: Seq2Seq) -> torch.device:

@@ -4,8 +4,8 @@
 Owns the choice, not the moves: callers put models and tensors on the device they get here.
 Precision is autocast's (weights stay float32; matmuls and RNNs run in bfloat16), never a
 conversion of the weights, so one checkpoint serves every precision. Search casts logits
-back to float32 before ranking (`alignmt.decoding.search`), and MKL's packed weights stay out
-of autocast (`alignmt.decoding.packed`).
+back to float32 before ranking (`alignmt.decoding.torch_engine.search`), and MKL's packed
+weights stay out of autocast (`alignmt.decoding.torch_engine.packed`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The explorer in a notebook: an anywidget whose JavaScript is the explorer's own module
-(serve/static/explorer.js, the same file `alignmt serve` and `alignmt explore` use). It asks
+(answers/static/explorer.js, the same file `alignmt serve` and `alignmt explore` use). It asks
 the kernel, never a server: each question goes as a widget message and is answered by the
 functions behind the HTTP API. The sentence, the models shown, the first panel's step, its
 output and its forced prefix are traits kept in sync with Python, both ways.
@@ -21,9 +21,9 @@ from typing import Any
 import anywidget
 import traitlets
 
-from alignmt.serve import page
-from alignmt.serve.limits import Limits
-from alignmt.serve.registry import ServedModel
+from alignmt.answers import page
+from alignmt.answers.limits import Limits
+from alignmt.answers.registry import ServedModel
 
 log = logging.getLogger(__name__)
 

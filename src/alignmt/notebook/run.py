@@ -18,11 +18,12 @@ from alignmt.analysis.align import alignment_error_rate, word_links
 from alignmt.analysis.coverage import coverage_rates
 from alignmt.analysis.evaluation import read_test_set, translate_and_score
 from alignmt.analysis.plot import attention_heatmap, loss_curves
-from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint
+from alignmt.answers.registry import ServedModel, model_info
+from alignmt.checkpoint.format import Header
 from alignmt.config import Config, apply_overrides, config_path, load_config, with_fields
+from alignmt.decoding.door import open_translator
 from alignmt.decoding.translator import Translator
 from alignmt.notebook.views import Report, Translations
-from alignmt.serve.registry import ServedModel, model_info
 from alignmt.text.constraints import parse_phrases
 from alignmt.text.corpus import CorpusError, read_lines
 from alignmt.text.links import read_alignments, sentence_words
@@ -41,16 +42,17 @@ class Run:
     trained: training.TrainResult | None = None  # set where this process trained it
 
     @cached_property
-    def checkpoint(self) -> Checkpoint:
-        return load_checkpoint(self.run_dir)
-
-    @cached_property
     def translator(self) -> Translator:
-        return Translator.from_checkpoint(self.checkpoint)
+        return open_translator(self.run_dir)
+
+    @property
+    def header(self) -> Header:
+        """The run's config, vocabularies, tokenizers and training step."""
+        return self.translator.origin.header
 
     @property
     def config(self) -> Config:
-        return self.checkpoint.config
+        return self.header.config
 
     def translate(
         self,
@@ -109,7 +111,7 @@ class Run:
                 search = replace(search, beam_size=beam)
             if coverage_penalty is not None:
                 search = replace(search, coverage_penalty=coverage_penalty)
-            translator = Translator.from_checkpoint(self.checkpoint, search=search)
+            translator = open_translator(self.run_dir, search=search)
         name = self.run_dir.name
         lang = self.config.data.src_lang
         evaluation, best = translate_and_score(
@@ -185,8 +187,7 @@ class Run:
     def served(self, name: str | None = None) -> ServedModel:
         """This run as the server holds a model, named `name` (None: its folder's name)."""
         name = name or self.run_dir.name
-        info = model_info(name, self.checkpoint, self.run_dir)
-        return ServedModel(name, self.translator, info, self.run_dir)
+        return ServedModel(name, self.translator, model_info(name, self.translator))
 
     def _test_set(self, src: Any, ref: Any) -> tuple[list[str], list[str]]:
         if (src is None) != (ref is None):
@@ -199,14 +200,14 @@ class Run:
         return sources, references
 
     def _repr_html_(self) -> str:
-        ckpt = self.checkpoint
+        header = self.header
         m = self.config.model
         return (
-            f"<p><b>{html.escape(str(self.run_dir))}</b>: step {ckpt.step:,}, "
+            f"<p><b>{html.escape(str(self.run_dir))}</b>: step {header.step:,}, "
             f"{m.rnn.upper()} {'bi' if m.bidirectional else 'uni'}directional encoder, "
             f"attention {m.attention} ({m.order}), "
-            f"{sum(p.numel() for p in ckpt.model.parameters()):,} parameters, "
-            f"vocabularies {len(ckpt.src_vocab):,} / {len(ckpt.tgt_vocab):,}</p>"
+            f"{self.translator.engine.parameters:,} parameters, "
+            f"vocabularies {len(header.src_vocab):,} / {len(header.tgt_vocab):,}</p>"
         )
 
 
@@ -252,7 +253,7 @@ def train(
 def load(run_dir: str | Path) -> Run:
     """A trained run folder (`model.safetensors`, or `last.safetensors` mid-training)."""
     run = Run(Path(run_dir))
-    run.checkpoint  # noqa: B018 (loaded now, so that a bad folder is said here)
+    run.translator  # noqa: B018 (loaded now, so that a bad folder is said here)
     _inline_figures()
     return run
 

@@ -11,7 +11,7 @@ from alignmt.analysis.align import AlignmentScore
 from alignmt.analysis.coverage import COVERED, CoverageRates
 from alignmt.analysis.scores import Evaluation
 from alignmt.analysis.tables import format_bucket_table, format_scores_table
-from alignmt.decoding.translator import Translation
+from alignmt.decoding.results import Translation
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

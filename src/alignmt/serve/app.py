@@ -19,12 +19,13 @@ from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from alignmt.serve import page, routes
+from alignmt.answers import page
+from alignmt.answers.limits import Limits, RequestError, cut
+from alignmt.answers.registry import ServedModel
+from alignmt.answers.schemas import REFUSED
+from alignmt.serve import routes
 from alignmt.serve.batcher import Batcher
 from alignmt.serve.guard import RequestGuard, json_error
-from alignmt.serve.limits import Limits, RequestError, cut
-from alignmt.serve.registry import ServedModel
-from alignmt.serve.schemas import REFUSED
 
 log = logging.getLogger("alignmt.serve")
 

@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from alignmt.serve.limits import Limits, RequestError, over_limit
+from alignmt.answers.limits import Limits, RequestError, over_limit
+from alignmt.decoding.engine import Check
 
-# Called between decoder steps; raises the call's 504 once no client waits for it.
-Check = Callable[[], None]
 # payloads of jobs with one key, and the call's check -> one result (or the exception to
 # raise) per payload
 RunFn = Callable[[list[Any], Check], list[Any]]

@@ -22,7 +22,7 @@ from typing import Any
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from alignmt.serve.limits import Limits, RequestError, over_limit, read_timeout
+from alignmt.answers.limits import Limits, RequestError, over_limit, read_timeout
 
 log = logging.getLogger("alignmt.serve")
 

@@ -5,7 +5,7 @@ thread.
 A route refuses what it can before any decoding: validation (schemas.py) first, then the
 model's name, the model's default beam and the request's `check_limits`. The rest (source
 tokens, vocabulary, attention) needs the model's tokenizer and goes with the request to the
-decoding thread (batcher.py, decoding.py).
+decoding thread (batcher.py; answers/translate.py, answers/inside.py).
 """
 
 from __future__ import annotations
@@ -17,11 +17,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import FileResponse, Response
 
-from alignmt.serve import decoding, page
-from alignmt.serve.batcher import Batcher, Check
-from alignmt.serve.limits import Limits, RequestError
-from alignmt.serve.registry import ServedModel, one_model, served
-from alignmt.serve.schemas import (
+from alignmt.answers import inside, page
+from alignmt.answers.limits import Limits, RequestError
+from alignmt.answers.registry import ServedModel, one_model, served
+from alignmt.answers.schemas import (
     BeamRequest,
     BeamResponse,
     ErrorResponse,
@@ -34,6 +33,9 @@ from alignmt.serve.schemas import (
     TranslateRequest,
     TranslateResponse,
 )
+from alignmt.answers.translate import translate_batch
+from alignmt.decoding.engine import Check
+from alignmt.serve.batcher import Batcher
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": what}
@@ -104,7 +106,7 @@ async def translate(
     request.state.sentences = len(body.sentences)
     body = body.with_default_beam(model.translator.search.beam_size)
     body.check_limits(limits)
-    run = partial(decoding.translate_batch, model, limits)
+    run = partial(translate_batch, model, limits)
     # a sampled request decodes alone, so that its seed alone decides its draws
     key = None if body.sample else (model.name, "translate", body.beam_size, body.nbest)
     return _json(await batcher.submit(key, run, body, body.drawn))
@@ -123,7 +125,7 @@ async def step(
     model = one_model(models, body.model, "/v1/step")
     request.state.sentences = 1
     body.check_limits(limits)
-    return await _alone(batcher, decoding.step, model, limits, body)
+    return await _alone(batcher, inside.step, model, limits, body)
 
 
 @router.post("/v1/beam", response_model=BeamResponse, responses=ERRORS)
@@ -139,7 +141,7 @@ async def beam(
     request.state.sentences = 1
     body = body.with_default_beam(model.translator.search.beam_size)
     body.check_limits(limits)
-    return await _alone(batcher, decoding.beam, model, limits, body)
+    return await _alone(batcher, inside.beam, model, limits, body)
 
 
 @router.post("/v1/snapshots", response_model=SnapshotsResponse, responses=ERRORS)
@@ -155,7 +157,7 @@ async def snapshots(
     model = one_model(models, body.model, "/v1/snapshots")
     request.state.sentences = 1
     body.check_limits(limits)
-    return await _alone(batcher, decoding.snapshots, model, limits, body)
+    return await _alone(batcher, inside.snapshots, model, limits, body)
 
 
 async def _alone(

@@ -29,8 +29,8 @@ import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from alignmt.answers.limits import Limits, RequestError, read_timeout
 from alignmt.serve.guard import READ_BY
-from alignmt.serve.limits import Limits, RequestError, read_timeout
 
 log = logging.getLogger("alignmt.serve")
 STARTUP_FAILURE = 3  # uvicorn.run's exit status when the server did not start

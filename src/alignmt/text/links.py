@@ -8,7 +8,7 @@ characters for the synthetic tasks). For a SentencePiece model a word is a run o
 one that starts with "▁" up to the next, the words of the (normalised) sentence split at
 whitespace, and a word pair is linked if any of their pieces are. Scoring links against
 attention is `alignmt.analysis.align`'s; training attention towards them is
-`alignmt.training.guided`'s.
+`alignmt.text.guide`'s (the links as token links) and `alignmt.model.loss`'s.
 """
 
 from __future__ import annotations

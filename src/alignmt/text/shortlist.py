@@ -1,7 +1,7 @@
 """A lexical shortlist: for each source token, the target tokens it most likely translates
 to, and the target tokens frequent enough to be allowed in every sentence (Jean et al. 2015;
 L'Hostis et al. 2016; Marian's lexical shortlist). At decoding time the output layer scores
-only the union of a sentence's lists (decoding/shortlist.py).
+only the union of a sentence's lists (decoding/torch_engine/shortlist.py).
 
 The lists come from co-occurrence in the training pairs, ranked by the Dice coefficient
 2 c(s, t) / (c(s) + c(t)), where c counts the pairs a token (or both) occurs in. Dice needs

@@ -4,9 +4,9 @@ with the same model, loss, schedule, clipping and Adam as the PyTorch backend, j
 steps, the clock, evaluation and checkpoint cadence, early stopping, signals, snapshots, the
 run log and the skipping of non-finite updates are the loop's.
 
-Validation is JAX's too: the teacher-forced loss, and BLEU of the greedy translations of
-`FlaxTranslator` (each validation compiles its search afresh, as the weights it searches
-with are new).
+Validation is JAX's too: the teacher-forced loss, and the greedy translations of the flax
+engine, which `validate.validate` scores as it scores PyTorch's (each validation compiles
+its search afresh, as the weights it searches with are new).
 
 The checkpoint holds the weights in PyTorch's names and layouts (`checkpoint.flax_io`), so
 every command reads a Flax-trained run; `last.safetensors` adds optax's Adam state and the
@@ -18,7 +18,9 @@ from __future__ import annotations
 import logging
 import os
 import random
-from dataclasses import asdict, replace
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +29,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from alignmt.analysis.scores import corpus_scores
 from alignmt.checkpoint.flax_io import Params, build_model, load_flax_train_state, save_flax
-from alignmt.checkpoint.format import LAST, as_tuples, check_same_model
-from alignmt.checkpoint.rundir import write_text
+from alignmt.checkpoint.format import as_tuples, check_same_model
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.config import Config, dump_config
-from alignmt.decoding.flax_translator import FlaxTranslator
+from alignmt.config import Config, SearchConfig
+from alignmt.decoding.flax_engine.engine import FlaxEngine
+from alignmt.model.flax_device import jax_device
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq, sequence_loss
+from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.prepare import Text
 from alignmt.training.batches import Progress, Step
 from alignmt.training.distributed import World
@@ -47,9 +49,7 @@ from alignmt.training.flax_optim import (
     padded,
     teacher_forced,
 )
-from alignmt.training.loop import Loop, TrainResult
 from alignmt.training.optim import teacher_rate
-from alignmt.training.start import claim_folder, prepare_in_turn, seed_everything
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class FlaxBackend:
         self.updates = Updates(
             model, tx, cfg.train.label_smoothing, cfg.train.sampling_pick if sampled else None
         )
-        self.valid_loss = jax.jit(_valid_loss(model))
+        self.valid_loss_of = jax.jit(_valid_loss(model))
         self.lr = cfg.train.lr
 
     def set_lr(self, lr: float) -> None:
@@ -100,28 +100,20 @@ class FlaxBackend:
     def mean_loss(self, losses: list[jax.Array]) -> float | None:
         return float(sum(losses)) / len(losses) if losses else None
 
-    def validate(self, batch_size: int = 64) -> dict[str, float]:
-        """Validation loss (teacher-forced, no smoothing) and BLEU of greedy translations,
-        as `validate.validate` measures them in PyTorch."""
-        text, vocabs = self.text, (self.text.src_vocab, self.text.tgt_vocab)
-        total, tokens = 0.0, 0
-        for start in range(0, len(text.valid_ids), batch_size):
-            pairs = text.valid_ids[start : start + batch_size]
-            real = sum(len(tgt) + 1 for _, tgt in pairs)  # + </s>
-            total += float(self.valid_loss(self.params, teacher_forced(pairs, vocabs))) * real
-            tokens += real
-        translator = FlaxTranslator(
-            self.model,
-            self.params,
-            tokenizers=text.tokenizers,
-            vocabs=vocabs,
-            search=replace(self.cfg.search, beam_size=1),
-        )
-        found = translator.translate([p.src for p in text.valid], warn=False)
-        hyps = [translations[0].text for translations in found]
-        refs = [p.tgt for p in text.valid]
-        bleu = corpus_scores(hyps, refs, lowercase=self.cfg.data.lowercase).bleu
-        return {"valid_loss": total / tokens, "bleu": bleu}
+    def valid_loss(self, pairs: list[tuple[list[int], list[int]]]) -> tuple[float, int]:
+        vocabs = (self.text.src_vocab, self.text.tgt_vocab)
+        real = sum(len(tgt) + 1 for _, tgt in pairs)  # + </s>
+        return float(self.valid_loss_of(self.params, teacher_forced(pairs, vocabs))), real
+
+    def engine(self, search: SearchConfig) -> FlaxEngine:
+        """The current parameters on the flax engine: a new engine, whose search compiles
+        afresh, as the weights it searches with are new."""
+        return FlaxEngine(self.model, self.params)
+
+    def trained_model(self, run_dir: Path) -> Seq2Seq:
+        """The run's best (or last) weights as a PyTorch Seq2Seq, read back from its folder."""
+        log.info("flax: compiled the update for %d batch shapes", len(self.updates.shapes))
+        return load_checkpoint(run_dir).model
 
     def rng_state(self) -> dict[str, Any]:
         return {}  # the dropout key is a tensor of the train state; Python's is saved there
@@ -195,10 +187,9 @@ def restore(path: Path, tx: optax.GradientTransformation, cfg: Config, text: Tex
     return params, jax.tree_util.tree_unflatten(tree, opt), key, values["progress"]
 
 
-def train(cfg: Config, *, progress: bool | None, resume: bool, overwrite: bool) -> TrainResult:
-    """`run.train` for `train.backend=flax`: one process, on JAX's default device (or the
-    CPU with train.device=cpu). Returns a `TrainResult` whose `model` is the trained weights
-    in a PyTorch Seq2Seq, as every command reads them."""
+def one_process(cfg: Config) -> World:
+    """The one process Flax trains in, once the config is one it trains: refused, naming
+    why, before the run claims its folder."""
     if cfg.train.guided_alignment:
         raise ValueError(
             "train.guided_alignment is trained by the PyTorch backend only: use train.backend=torch"
@@ -208,34 +199,6 @@ def train(cfg: Config, *, progress: bool | None, resume: bool, overwrite: bool) 
             "train.cuda_graphs captures PyTorch's unroll; XLA compiles the Flax step whole "
             "already: leave it false with train.backend=flax"
         )
-    world = _one_process(cfg)
-    run_dir = Path(cfg.out_dir)
-    resume = claim_folder(run_dir, world, resume, overwrite)
-    seed_everything(cfg.seed)
-    text = prepare_in_turn(cfg, world, progress)
-    model = build_model(cfg.model, text.src_vocab, text.tgt_vocab)
-    tx = make_optimizer(cfg.train)
-    state = Progress(task_rng=random.Random(cfg.seed).getstate(), accumulate=cfg.train.accumulate)
-    with jax.default_device(_device(cfg.train.device)):
-        if resume:
-            params, opt_state, key, saved = restore(run_dir / LAST, tx, cfg, text)
-            state = Progress(**{**saved, "accumulate": cfg.train.accumulate})
-            log.info("resuming %s at step %d", run_dir, state.step)
-        else:
-            params = init_params(model, cfg.seed)
-            opt_state, key = tx.init(params), jax.random.key(cfg.seed + 1)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_text(run_dir / "config.yaml", dump_config(cfg))
-        backend = FlaxBackend(
-            cfg=cfg, model=model, tx=tx, params=params, opt_state=opt_state, key=key, text=text
-        )
-        loop = Loop(cfg=cfg, backend=backend, text=text, state=state, run_dir=run_dir, world=world)
-        seconds = loop.run(progress)
-    log.info("flax: compiled the update for %d batch shapes", len(backend.updates.shapes))
-    return loop.result(load_checkpoint(run_dir).model, seconds)
-
-
-def _one_process(cfg: Config) -> World:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ValueError("train.backend=flax trains in one process; run it without torchrun")
     if cfg.train.precision != "float32":
@@ -245,12 +208,25 @@ def _one_process(cfg: Config) -> World:
     return World()
 
 
-def _device(name: str) -> jax.Device:
-    """train.device for JAX: auto is JAX's default (a GPU when its plugin sees one)."""
-    if name == "auto":
-        return jax.devices()[0]
-    platform = "gpu" if name == "cuda" else "cpu"
-    try:
-        return jax.devices(platform)[0]
-    except RuntimeError as err:
-        raise ValueError(f"train.device={name}: JAX sees no {platform} ({err})") from None
+@contextmanager
+def begin(
+    cfg: Config, text: Text, world: World, last: Path | None
+) -> Iterator[tuple[FlaxBackend, Progress]]:
+    """New parameters on JAX's device for train.device (by default JAX's default), or those
+    of the run whose last checkpoint is `last`, restored; inside, that device is JAX's
+    default, so that the loop's arrays go there too."""
+    model = build_model(cfg.model, text.src_vocab, text.tgt_vocab)
+    tx = make_optimizer(cfg.train)
+    state = Progress(task_rng=random.Random(cfg.seed).getstate(), accumulate=cfg.train.accumulate)
+    with jax.default_device(jax_device(cfg.train.device, flag="train.device")):
+        if last is not None:
+            params, opt_state, key, saved = restore(last, tx, cfg, text)
+            state = Progress(**{**saved, "accumulate": cfg.train.accumulate})
+            log.info("resuming %s at step %d", last.parent, state.step)
+        else:
+            params = init_params(model, cfg.seed)
+            opt_state, key = tx.init(params), jax.random.key(cfg.seed + 1)
+        backend = FlaxBackend(
+            cfg=cfg, model=model, tx=tx, params=params, opt_state=opt_state, key=key, text=text
+        )
+        yield backend, state

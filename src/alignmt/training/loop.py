@@ -23,6 +23,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -30,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from tqdm.auto import tqdm  # a widget in a notebook, text in a terminal
 
 from alignmt.checkpoint.format import LAST, WEIGHTS, snapshot_path, snapshot_steps
-from alignmt.config import Config
+from alignmt.config import Config, SearchConfig
+from alignmt.decoding.engine import Engine
 from alignmt.text.guide import TokenLinks
 from alignmt.text.prepare import Text
 from alignmt.text.vocab import Vocab
@@ -38,6 +41,7 @@ from alignmt.training.batches import Progress, Step, steps
 from alignmt.training.distributed import Interrupts, World
 from alignmt.training.optim import lr_factor
 from alignmt.training.runlog import RunLog
+from alignmt.training.validate import validate
 
 if TYPE_CHECKING:
     from alignmt.model.seq2seq import Seq2Seq
@@ -68,11 +72,19 @@ class Backend(Protocol[Loss]):
         """The mean of an interval's applied updates' `losses` over every process's tokens
         (None for none); every process calls it, as every process skipped the same."""
 
-    def validate(self) -> dict[str, float]:
-        """valid_loss (teacher-forced) and bleu (greedy) of the current weights."""
+    def valid_loss(self, pairs: list[tuple[list[int], list[int]]]) -> tuple[float, int]:
+        """The teacher-forced loss per target token of held-out (source, target) id pairs,
+        without dropout or smoothing, and how many target tokens it averages over."""
+
+    def engine(self, search: SearchConfig) -> Engine:
+        """The current weights as a decoding engine (`validate` translates with it)."""
 
     def rng_state(self) -> dict[str, Any]:
         """This process's generator states, which rank 0 saves for every process."""
+
+    def trained_model(self, run_dir: Path) -> Seq2Seq:
+        """The run's model once training has ended (the best by validation where it kept
+        one), as a PyTorch Seq2Seq in eval mode, as every command reads it."""
 
     def save_weights(self, path: Path, step: int) -> None:
         """A model-only checkpoint of the current weights at `path`."""
@@ -80,6 +92,13 @@ class Backend(Protocol[Loss]):
     def save_state(self, path: Path, progress: Progress, rngs: list[dict[str, Any]]) -> None:
         """A resumable checkpoint: weights, optimiser state, `progress` and the generator
         states of every process (`rngs`, in rank order)."""
+
+
+# (cfg, text, world, the last checkpoint to resume from or None) -> a context in which the
+# backend's model, optimiser and device are set up, yielding it and the run's progress
+Begin = Callable[
+    [Config, Text, World, "Path | None"], AbstractContextManager[tuple[Backend, Progress]]
+]
 
 
 @dataclass
@@ -309,7 +328,7 @@ class Loop:
         return stop
 
     def _evaluate(self) -> bool:
-        record = self.backend.validate()
+        record = validate(self.backend, self.text, self.cfg)
         record["step"] = self.state.step
         record["seconds"] = round(self._elapsed(), 3)
         self.log.evaluation(record)

@@ -1,8 +1,9 @@
 """A training run: `train(cfg)` fits a Seq2Seq and writes a run directory.
 
-It claims the folder and prepares the data (`start`), builds the model and optimizer,
-restores a resumed run's state, and hands a `torch_backend.TorchBackend` to `loop.Loop`;
-with `train.backend=flax` all of that is `flax_backend.train`'s.
+Every run starts the same way, whichever its backend: it claims the folder and prepares
+the data (`start`), has the backend begin (torch_backend.py or flax_backend.py: the model
+and optimizer, new or restored from a resumed run) and hands it to `loop.Loop`, which
+validates with `validate`; at the end it builds the shortlist of the training pairs.
 
 A run directory holds `model.safetensors` (the best model, or the last without validation),
 `last.safetensors` (the last model plus everything needed to resume: optimizer moments, RNG
@@ -18,33 +19,24 @@ same weights (and snapshots) as an uninterrupted one.
 from __future__ import annotations
 
 import logging
-import random
 from functools import partial
 from pathlib import Path
 
 import torch
 
-from alignmt.checkpoint.format import LAST, WEIGHTS, check_same_model
+from alignmt.checkpoint.format import LAST
 from alignmt.checkpoint.rundir import write_text
 from alignmt.checkpoint.shortlist_io import save_shortlist
-from alignmt.checkpoint.torch_io import (
-    load_checkpoint,
-    load_weights,
-    restore_train_state,
-    set_rng_states,
-)
+from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import Config, dump_config
-from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.cache import cache_root
 from alignmt.text.guide import TokenLinks, eflomal_training_links, pharaoh_training_links
 from alignmt.text.prepare import Text, prepare_text
 from alignmt.text.shortlist import Shortlist, build_shortlist
-from alignmt.training.batches import Progress
-from alignmt.training.distributed import World, check_resume, join, leave
-from alignmt.training.loop import Loop, TrainResult
-from alignmt.training.optim import make_optimizer
+from alignmt.training import torch_backend
+from alignmt.training.distributed import World, join, leave
+from alignmt.training.loop import Begin, Loop, TrainResult
 from alignmt.training.start import claim_folder, prepare_in_turn, seed_everything
-from alignmt.training.torch_backend import TorchBackend
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +63,15 @@ def train(
     if cfg.train.backend == "flax":  # imported here: JAX is an optional extra
         from alignmt.training import flax_backend
 
-        return flax_backend.train(cfg, progress=progress, resume=resume, overwrite=overwrite)
+        world = flax_backend.one_process(cfg)  # refuses what Flax does not train, first
+        return _train(cfg, world, flax_backend.begin, progress, resume, overwrite)
     world, device = join(cfg.train.device, cfg.train.wait_minutes)
     threads = torch.get_num_threads()
     try:
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
-        return _train(cfg, world, device, progress, resume, overwrite)
+        begin = partial(torch_backend.begin, device=device)
+        return _train(cfg, world, begin, progress, resume, overwrite)
     finally:
         torch.set_num_threads(threads)  # the count is process-wide: give the caller theirs back
         leave(world)
@@ -86,11 +80,14 @@ def train(
 def _train(
     cfg: Config,
     world: World,
-    device: torch.device,
+    begin: Begin,
     progress: bool | None,
     resume: bool,
     overwrite: bool,
 ) -> TrainResult:
+    """Every run, whichever its backend: claim the folder, seed, prepare the data and the
+    guided-alignment links, `begin` the backend (a new model, or the resumed one), write the
+    config, run the loop, and build the shortlist of the training pairs."""
     if not world.main:  # one voice: the others speak only of problems
         logging.getLogger("alignmt").setLevel(logging.WARNING)
     run_dir = Path(cfg.out_dir)
@@ -98,35 +95,23 @@ def _train(
     seed_everything(cfg.seed)
     text = prepare_in_turn(cfg, world, progress)
     links = guided_links(cfg, text, world)
-    model = Seq2Seq.from_config(
-        cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
-    ).to(device)
-    optimizer = make_optimizer(model, cfg.train)
-    state = Progress(
-        task_rng=random.Random(cfg.seed).getstate(),
-        world_size=world.size,
-        accumulate=cfg.train.accumulate,
-    )
-    if world.rank:
-        torch.manual_seed(cfg.seed + world.rank)  # its own dropout masks; weights come from 0
-    if resume:
-        state = resume_state(run_dir, model, optimizer, world, cfg, text, device)
-    if world.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        write_text(run_dir / "config.yaml", dump_config(cfg))
-    backend = TorchBackend(
-        cfg=cfg, model=model, optimizer=optimizer, text=text, world=world, device=device
-    )
-    loop = Loop(
-        cfg=cfg, backend=backend, text=text, state=state, run_dir=run_dir, world=world, links=links
-    )
-    seconds = loop.run(progress)
+    with begin(cfg, text, world, run_dir / LAST if resume else None) as (backend, state):
+        if world.main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            write_text(run_dir / "config.yaml", dump_config(cfg))
+        loop = Loop(
+            cfg=cfg,
+            backend=backend,
+            text=text,
+            state=state,
+            run_dir=run_dir,
+            world=world,
+            links=links,
+        )
+        seconds = loop.run(progress)
     if world.main and len(text.train):
         save_shortlist(run_dir, text_shortlist(text))
-    best = run_dir / WEIGHTS
-    if best.is_file() and text.valid:
-        model.load_state_dict(load_weights(best))
-    return loop.result(model.eval(), seconds)
+    return loop.result(backend.trained_model(run_dir), seconds)
 
 
 def text_shortlist(text: Text) -> Shortlist:
@@ -190,21 +175,3 @@ def guided_links(cfg: Config, text: Text, world: World) -> TokenLinks | None:
         if links is None:  # the other ranks read what rank 0 cached
             links = learn()
     return links
-
-
-def resume_state(
-    run_dir: Path,
-    model: Seq2Seq,
-    optimizer: torch.optim.Optimizer,
-    world: World,
-    cfg: Config,
-    text: Text,
-    device: torch.device,
-) -> Progress:
-    check_same_model(run_dir / LAST, cfg, text.src_vocab, text.tgt_vocab)
-    saved, rngs = restore_train_state(run_dir / LAST, model, optimizer)
-    check_resume(saved, world, cfg.train.accumulate, str(run_dir))
-    if world.rank < len(rngs):
-        set_rng_states(rngs[world.rank], device)
-    log.info("resuming %s at step %d", run_dir, saved["step"])
-    return Progress(**{**saved, "world_size": world.size, "accumulate": cfg.train.accumulate})

@@ -1,7 +1,7 @@
 """What every training run does before its loop, whichever its backend: claim the run
 folder (a new run, `--resume` or `--overwrite`, decided alike on every process), seed
 Python's and torch's generators, and prepare the data (in turn, when processes share a
-token cache). `run` and `flax_backend` both start this way.
+token cache). `run._train`, the one start of both backends, does these first.
 """
 
 from __future__ import annotations

@@ -1,27 +1,42 @@
 """Training in PyTorch (`train.backend=torch`, the default): the `loop.Backend` that updates
 a `Seq2Seq` with `optim.train_step`, inside DistributedDataParallel when torchrun starts
-several processes, validates it with `validate` and writes its checkpoints with
+several processes, measures it for `validate` and writes its checkpoints with
 `checkpoint.torch_io`. Deciding what happens when (and skipping what is not finite) is the
 loop's.
 """
 
 from __future__ import annotations
 
+import logging
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from alignmt.checkpoint.torch_io import capture_train_state, rng_states, save_checkpoint
-from alignmt.config import Config
+from alignmt.checkpoint.format import WEIGHTS, check_same_model
+from alignmt.checkpoint.torch_io import (
+    capture_train_state,
+    load_weights,
+    restore_train_state,
+    rng_states,
+    save_checkpoint,
+    set_rng_states,
+)
+from alignmt.config import Config, SearchConfig
+from alignmt.decoding.torch_engine.engine import TorchEngine
+from alignmt.model.batch import make_batch
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.prepare import Text
 from alignmt.training.batches import Progress, Step
-from alignmt.training.distributed import World, talking_to_peers, wrap
+from alignmt.training.distributed import World, check_resume, talking_to_peers, wrap
 from alignmt.training.graphs import GraphedObjective, check_graphs
-from alignmt.training.optim import guide_weight, sampling_at, train_step
-from alignmt.training.validate import validate
+from alignmt.training.optim import guide_weight, make_optimizer, sampling_at, train_step
+
+log = logging.getLogger(__name__)
 
 
 class TorchBackend:
@@ -70,8 +85,18 @@ class TorchBackend:
         total = self.world.sum(torch.stack(losses).sum() if losses else torch.zeros(()))
         return total / len(losses) if losses else None
 
-    def validate(self) -> dict[str, float]:
-        return validate(self.model, self.text, self.cfg)
+    @torch.no_grad()
+    def valid_loss(self, pairs: list[tuple[list[int], list[int]]]) -> tuple[float, int]:
+        self.model.eval()
+        batch = make_batch(pairs, self.text.src_vocab, self.text.tgt_vocab).to(self.device)
+        loss = self.model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out)
+        return float(loss), batch.num_tgt_tokens
+
+    def engine(self, search: SearchConfig) -> TorchEngine:
+        vocabs = (self.text.src_vocab, self.text.tgt_vocab)
+        return TorchEngine(
+            self.model, search=search, vocabs=vocabs, precision=self.cfg.train.precision
+        )
 
     def rng_state(self) -> dict[str, Tensor]:
         return rng_states(self.device)
@@ -95,3 +120,55 @@ class TorchBackend:
             tokenizers=text.tokenizers,
             train_state=train_state,
         )
+
+    def trained_model(self, run_dir: Path) -> Seq2Seq:
+        """The model, with the best weights validation kept (model.safetensors) put back."""
+        best = run_dir / WEIGHTS
+        if best.is_file() and self.text.valid:
+            self.model.load_state_dict(load_weights(best))
+        return self.model.eval()
+
+
+@contextmanager
+def begin(
+    cfg: Config, text: Text, world: World, last: Path | None, *, device: torch.device
+) -> Iterator[tuple[TorchBackend, Progress]]:
+    """A new model and optimizer on `device`, or those of the run whose last checkpoint is
+    `last`, restored; the backend over them, and the run's progress."""
+    model = Seq2Seq.from_config(
+        cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
+    ).to(device)
+    optimizer = make_optimizer(model, cfg.train)
+    state = Progress(
+        task_rng=random.Random(cfg.seed).getstate(),
+        world_size=world.size,
+        accumulate=cfg.train.accumulate,
+    )
+    if world.rank:
+        torch.manual_seed(cfg.seed + world.rank)  # its own dropout masks; weights come from 0
+    if last is not None:
+        state = resume_state(last, model, optimizer, world, cfg, text, device)
+    backend = TorchBackend(
+        cfg=cfg, model=model, optimizer=optimizer, text=text, world=world, device=device
+    )
+    yield backend, state
+
+
+def resume_state(
+    last: Path,
+    model: Seq2Seq,
+    optimizer: torch.optim.Optimizer,
+    world: World,
+    cfg: Config,
+    text: Text,
+    device: torch.device,
+) -> Progress:
+    """The progress of the run whose last checkpoint is `last`, with its weights, optimizer
+    state and this process's generator states restored."""
+    check_same_model(last, cfg, text.src_vocab, text.tgt_vocab)
+    saved, rngs = restore_train_state(last, model, optimizer)
+    check_resume(saved, world, cfg.train.accumulate, str(last.parent))
+    if world.rank < len(rngs):
+        set_rng_states(rngs[world.rank], device)
+    log.info("resuming %s at step %d", last.parent, saved["step"])
+    return Progress(**{**saved, "world_size": world.size, "accumulate": cfg.train.accumulate})

@@ -15,9 +15,9 @@ import torch
 from torch import Tensor, nn
 
 from alignmt.config import Precision, SearchConfig
-from alignmt.decoding.packed import int8_linears, packed_linears
-from alignmt.decoding.shortlist import Shortlisted
-from alignmt.decoding.steps import StepFn
+from alignmt.decoding.torch_engine.packed import int8_linears, packed_linears
+from alignmt.decoding.torch_engine.shortlist import Shortlisted
+from alignmt.decoding.torch_engine.steps import StepFn
 from alignmt.text.shortlist import Shortlist
 from alignmt.text.vocab import Vocab
 

@@ -1,5 +1,6 @@
 """What an exported model's folder holds and how its graphs' inputs and outputs are named:
-read by the exporter (export.py, with torch) and the runtime (onnx_runtime.py, without).
+read by the exporter (torch_engine/export.py, with torch) and the onnxruntime engine
+(onnx_engine/model.py, without).
 Nothing here imports torch or ONNX Runtime."""
 
 from __future__ import annotations

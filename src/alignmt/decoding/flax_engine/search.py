@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from alignmt.config import SearchConfig
+from alignmt.decoding.results import Hypothesis
 from alignmt.decoding.rules import cannot_improve, check_search_args, length_penalty, max_output_len
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 
@@ -29,21 +30,13 @@ Params = Any  # FlaxSeq2Seq's parameter tree
 MIN_SRC = 8  # the narrowest source bucket: shorter sources share one compiled shape
 
 
-class FlaxHypothesis(NamedTuple):
-    """One output of a sentence."""
-
-    tokens: list[int]  # output ids, </s> excluded
-    ended: bool  # True: </s> ended it; False: the length limit did
-    score: float  # summed log-probability, </s>'s included
-    attention: np.ndarray | None  # (len(tokens) + ended, src_len) each step's alpha; None: vanilla
-
-
 class Output(NamedTuple):
     """A batch's n best hypotheses per sentence (n = 1 for greedy); L = max_len."""
 
     tokens: Array  # (B, n, L) int32, </s> included; positions past `length` are to be cut
     length: Array  # (B, n) int32 output length, </s> included when produced
     score: Array  # (B, n) float32 summed log-probabilities
+    token_scores: Array  # (B, n, L) float32 each token's log-probability
     found: Array  # (B, n) bool: False for a padding row, or where fewer than n outputs exist
     attention: Array | None  # (B, n, L, T_src) each step's alpha; None without attention
 
@@ -58,6 +51,7 @@ class Greedy(NamedTuple):
     length: Array  # (B,) int32 tokens output, </s> included
     score: Array  # (B,) float32 summed log-probabilities
     tokens: Array  # (L, B) int32 each step's choice
+    token_scores: Array  # (L, B) float32 each step's log-probability (0 once stopped)
     attention: Array | None  # (L, B, T_src) each step's alpha
 
 
@@ -75,6 +69,7 @@ class Beam(NamedTuple):
     best_score: Array  # (B, n) float32 their summed log-probabilities
     best_end: Array  # (B, n) int32 where they end: step * 2K + slot
     tokens: Array  # (L, B, 2K) int32 every step's candidates' last tokens
+    sums: Array  # (L, B, 2K) float32 their summed log-probabilities
     parents: Array  # (L, B, 2K) int32 the live beam (0..K-1) each candidate extends
     attention: Array | None  # (L, B, K, T_src) each live beam's alpha at each step
 
@@ -84,7 +79,7 @@ def bucket(n: int, floor: int = 1) -> int:
     return max(floor, 1 << max(n - 1, 0).bit_length())
 
 
-def _apply(model: FlaxSeq2Seq, params: Params, method: str, *args: Any) -> Any:
+def apply_method(model: FlaxSeq2Seq, params: Params, method: str, *args: Any) -> Any:
     """`model.encode` or `model.decode_step` (`method`) on `args`, with float32 `params`."""
     return model.apply({"params": params}, *args, method=method)
 
@@ -116,7 +111,7 @@ def greedy_search(
         limit: (B,) int32 each sentence's length limit (`max_output_len`); 0: padding.
         max_len: static: at least limit.max(), the length of the output arrays.
     """
-    memory, state = _apply(model, params, "encode", src, src_len)
+    memory, state = apply_method(model, params, "encode", src, src_len)
     batch, eos = src.shape[0], model.eos_id
     carry = Greedy(
         step=jnp.int32(0),
@@ -126,31 +121,36 @@ def greedy_search(
         length=jnp.zeros((batch,), jnp.int32),
         score=jnp.zeros((batch,), jnp.float32),
         tokens=jnp.full((max_len, batch), eos, jnp.int32),
+        token_scores=jnp.zeros((max_len, batch), jnp.float32),
         attention=jnp.zeros((max_len, *src.shape)) if model.has_attention else None,
     )
 
     def body(g: Greedy) -> Greedy:
-        logits, state, alpha = _apply(model, params, "decode_step", g.prev, g.state, memory)
+        logits, state, alpha = apply_method(model, params, "decode_step", g.prev, g.state, memory)
         top = logits.max(axis=-1, keepdims=True)  # (B, 1): log_softmax's argmax is the logits'
         live = ~g.done  # stopped rows run on, but their outputs no longer change
         token = jnp.where(live, logits.argmax(axis=-1).astype(jnp.int32), eos)
         length = jnp.where(live, g.step + 1, g.length)
-        log_prob = -_log_sum_exp_from(logits, top)[:, 0]  # top - logsumexp(logits)
+        log_prob = jnp.where(live, -_log_sum_exp_from(logits, top)[:, 0], 0.0)  # top - lse
         return Greedy(
             step=g.step + 1,
             prev=token,
             state=state,
             done=g.done | (token == eos) | (length >= limit),
             length=length,
-            score=g.score + jnp.where(live, log_prob, 0.0),
+            score=g.score + log_prob,
             tokens=g.tokens.at[g.step].set(token),
+            token_scores=g.token_scores.at[g.step].set(log_prob),
             attention=None if alpha is None else g.attention.at[g.step].set(alpha),
         )
 
     g = jax.lax.while_loop(partial(_running, max_len), body, carry)
     attention = None if g.attention is None else g.attention.transpose(1, 0, 2)[:, None]
     found = (limit > 0)[:, None]
-    return Output(g.tokens.T[:, None], g.length[:, None], g.score[:, None], found, attention)
+    scores = g.token_scores.T[:, None]
+    return Output(
+        g.tokens.T[:, None], g.length[:, None], g.score[:, None], scores, found, attention
+    )
 
 
 def beam_search(
@@ -177,7 +177,7 @@ def beam_search(
         alpha: the length penalty's exponent; 0 ranks by summed log-probability.
         beam_size, nbest: static: K >= 1, and hypotheses per sentence, 1 <= nbest <= K.
     """
-    memory, state = _apply(model, params, "encode", src, src_len)
+    memory, state = apply_method(model, params, "encode", src, src_len)
     beam = _first_beam(model, state, limit, src.shape[1], beam_size, max_len, nbest)
     body = partial(_beam_step, model, params, _repeat(memory, beam_size), limit, alpha)
     return _backtrack(jax.lax.while_loop(partial(_running, max_len), body, beam))
@@ -199,6 +199,7 @@ def _first_beam(
         best_score=jnp.zeros((batch, nbest)),
         best_end=jnp.zeros((batch, nbest), jnp.int32),
         tokens=jnp.zeros((max_len, batch, 2 * k), jnp.int32),
+        sums=jnp.zeros((max_len, batch, 2 * k), jnp.float32),
         parents=jnp.zeros((max_len, batch, 2 * k), jnp.int32),
         attention=jnp.zeros((max_len, batch, k, t_src)) if model.has_attention else None,
     )
@@ -210,7 +211,7 @@ def _beam_step(
     """One step of every sentence's beams: the loop body of `beam_search`."""
     batch, k = beam.scores.shape
     prev = beam.prev.reshape(-1)
-    logits, state, weights = _apply(model, params, "decode_step", prev, beam.state, memory)
+    logits, state, weights = apply_method(model, params, "decode_step", prev, beam.state, memory)
     logits = logits.reshape(batch, k, -1)
     cand, parents, tokens, rank = _candidates(beam.scores, logits, model.eos_id)
     length = beam.step + 1  # the candidates' length
@@ -236,6 +237,7 @@ def _beam_step(
         best_score=best_score,
         best_end=best_end,
         tokens=beam.tokens.at[beam.step].set(tokens),
+        sums=beam.sums.at[beam.step].set(cand),
         parents=beam.parents.at[beam.step].set(parents),
         attention=None
         if weights is None
@@ -280,17 +282,22 @@ def _backtrack(beam: Beam) -> Output:
     last, slot = jnp.divmod(beam.best_end, beam.tokens.shape[2])  # (B, n) each
 
     def back(slot: Array, step: tuple) -> tuple[Array, tuple]:
-        t, tokens, parents, attention = step  # (), (B, 2K), (B, 2K), (B, K, T_src) | None
+        t, tokens, sums, parents, attention = step  # (), (B, 2K) x 3, (B, K, T_src) | None
         token = jnp.take_along_axis(tokens, slot, axis=1)  # (B, n)
+        summed = jnp.take_along_axis(sums, slot, axis=1)
         parent = jnp.take_along_axis(parents, slot, axis=1)
         alpha = None if attention is None else jnp.take_along_axis(attention, parent[..., None], 1)
-        return jnp.where(t <= last, parent, slot), (token, alpha)  # past its end: stay
+        return jnp.where(t <= last, parent, slot), (token, summed, alpha)  # past its end: stay
 
-    steps = (jnp.arange(beam.tokens.shape[0]), beam.tokens, beam.parents, beam.attention)
-    _, (tokens, alpha) = jax.lax.scan(back, slot, steps, reverse=True)  # (L, B, n, ...)
-    attention = None if alpha is None else alpha.transpose(1, 2, 0, 3)
+    steps = (jnp.arange(beam.tokens.shape[0]), beam.tokens, beam.sums, beam.parents)
+    _, (tokens, sums, alpha) = jax.lax.scan(back, slot, (*steps, beam.attention), reverse=True)
+    attention = None if alpha is None else alpha.transpose(1, 2, 0, 3)  # (B, n, L, T_src)
+    sums = sums.transpose(1, 2, 0)  # (B, n, L) along each path
+    # a token's log-probability: its candidate's summed score less its parent's
+    token_scores = jnp.diff(sums, axis=2, prepend=jnp.zeros_like(sums[..., :1]))
     found = beam.best > -jnp.inf  # False: fewer than n outputs have a nonzero probability
-    return Output(tokens.transpose(1, 2, 0), last + 1, beam.best_score, found, attention)
+    tokens = tokens.transpose(1, 2, 0)
+    return Output(tokens, last + 1, beam.best_score, token_scores, found, attention)
 
 
 class FlaxSearch:
@@ -325,11 +332,11 @@ class FlaxSearch:
         """How many times the search has been traced and compiled."""
         return len(self.shapes)
 
-    def __call__(self, sources: Sequence[Sequence[int]]) -> list[list[FlaxHypothesis]]:
+    def __call__(self, sources: Sequence[Sequence[int]]) -> list[list[Hypothesis]]:
         """Search each source (ids ending in </s>); returns each sentence's nbest
         hypotheses, best first (fewer only where fewer have a nonzero probability)."""
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-        out: list[list[FlaxHypothesis]] = [[] for _ in sources]
+        out: list[list[Hypothesis]] = [[] for _ in sources]
         for start in range(0, len(order), self.batch_size):
             rows = order[start : start + self.batch_size]
             for i, hyps in zip(rows, self._batch([sources[i] for i in rows]), strict=True):
@@ -343,7 +350,7 @@ class FlaxSearch:
             return greedy_search(*args, max_len=max_len)
         return beam_search(*args, alpha, beam_size=beam_size, max_len=max_len, nbest=nbest)
 
-    def _batch(self, sources: list[Sequence[int]]) -> list[list[FlaxHypothesis]]:
+    def _batch(self, sources: list[Sequence[int]]) -> list[list[Hypothesis]]:
         """One batch padded to its bucket, searched."""
         src, src_len = pad_batch(sources, min(bucket(len(sources)), self.batch_size), self.model)
         limit = max_output_len(src_len, *self.limits).astype(np.int32)
@@ -353,7 +360,7 @@ class FlaxSearch:
         with jax.default_matmul_precision("highest"):
             args = (self.params, src, src_len, limit, np.float32(self.alpha))
             out = self._search(*args, max_len=max_len, **self.static)
-        return _hypotheses(jax.device_get(out), src_len[: len(sources)], self.model.eos_id)
+        return _hypotheses(jax.device_get(out), src_len[: len(sources)])
 
 
 def pad_batch(sources: Sequence[Sequence[int]], rows: int, model: FlaxSeq2Seq) -> tuple:
@@ -369,16 +376,17 @@ def pad_batch(sources: Sequence[Sequence[int]], rows: int, model: FlaxSeq2Seq) -
     return src, src_len
 
 
-def _hypotheses(out: Output, src_len: np.ndarray, eos_id: int) -> list[list[FlaxHypothesis]]:
+def _hypotheses(out: Output, src_len: np.ndarray) -> list[list[Hypothesis]]:
     """The found hypotheses of the first len(src_len) rows, cut to their lengths."""
     result = []
     for b, n_src in enumerate(src_len.tolist()):
         hyps = []
         for j in np.flatnonzero(out.found[b]):
             n = int(out.length[b, j])
-            ids = out.tokens[b, j, :n].tolist()
-            ended = bool(ids) and ids[-1] == eos_id
             alpha = None if out.attention is None else np.array(out.attention[b, j, :n, :n_src])
-            hyps.append(FlaxHypothesis(ids[: n - ended], ended, float(out.score[b, j]), alpha))
+            scores = out.token_scores[b, j, :n].tolist()
+            hyps.append(
+                Hypothesis(out.tokens[b, j, :n].tolist(), float(out.score[b, j]), alpha, scores)
+            )
         result.append(hyps)
     return result

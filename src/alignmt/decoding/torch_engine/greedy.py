@@ -13,9 +13,9 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from alignmt.decoding.rows import Encoded, Pending, pad_dim1, refill
-from alignmt.decoding.settings import Search
-from alignmt.decoding.steps import StepFn, full_precision, log_sum_exp_from
+from alignmt.decoding.torch_engine.rows import Encoded, Pending, pad_dim1, refill
+from alignmt.decoding.torch_engine.settings import Search
+from alignmt.decoding.torch_engine.steps import StepFn, full_precision, log_sum_exp_from
 
 
 class Token(NamedTuple):

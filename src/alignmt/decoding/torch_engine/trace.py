@@ -6,40 +6,28 @@ prefix of the output ("what would it say after this?") and put all of a step's a
 on one source position ("what would it say had it looked here?"). `beam_trace` keeps
 every candidate beam search weighed, with its parent, so that the search can be drawn as
 a tree. Both work on token ids over `Seq2Seq.decode_step`, the step function that search
-runs, so what they show is what `decode` and `beam_decode` compute; words are
-translate.py's.
+runs, so what they show is what `decode` and `beam_decode` compute; words are the
+translator's (decoding/translator.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import Tensor
 
-from alignmt.decoding.beam import BeamStep
-from alignmt.decoding.constraints import Constraint, Table
-from alignmt.decoding.packed import packed_linears
-from alignmt.decoding.search import beam_steps
-from alignmt.decoding.settings import Check, Search
-from alignmt.decoding.steps import StepFn, full_precision
+from alignmt.decoding.constraint import Constraint
+from alignmt.decoding.results import BeamNode, BeamStatus, BeamTrace, DecoderStep
+from alignmt.decoding.torch_engine.beam import BeamStep
+from alignmt.decoding.torch_engine.constraints import Table
+from alignmt.decoding.torch_engine.packed import packed_linears
+from alignmt.decoding.torch_engine.search import beam_steps
+from alignmt.decoding.torch_engine.settings import Check, Search
+from alignmt.decoding.torch_engine.steps import StepFn, full_precision
 from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import Memory
 from alignmt.model.seq2seq import Seq2Seq
-
-
-@dataclass
-class DecoderStep:
-    """One output position of `step_through`."""
-
-    token: int  # the token taken
-    log_prob: float  # its log-probability
-    forced: bool  # True where the caller's prefix chose it
-    attention: Tensor | None  # (T_src,) alpha (one-hot where overridden); None: vanilla
-    top_tokens: list[int]  # the top_k most probable tokens at this step, best first
-    top_log_probs: list[float]  # their log-probabilities
 
 
 @torch.no_grad()
@@ -128,7 +116,7 @@ def _walk(
                 token=token,
                 log_prob=float(log_probs[token]),
                 forced=position < forced,
-                attention=None if alpha is None else alpha[0].cpu(),
+                attention=None if alpha is None else alpha[0].cpu().numpy(),
                 top_tokens=top.indices.tolist(),
                 top_log_probs=top.values.tolist(),
             )
@@ -183,43 +171,6 @@ def _beam_best(
     history = _sentence_steps(model, forced_step, state, memory, max_len, how)
     trace = _trace(history, how.beam_size)
     return trace.tokens(trace.finished[0]) if trace.finished else prefix
-
-
-BeamStatus = Literal["live", "finished", "pruned", "stopped"]
-
-
-@dataclass
-class BeamNode:
-    """One candidate that beam search weighed: a hypothesis one token longer than its parent."""
-
-    step: int  # the output position of its last token
-    slot: int  # its place among the step's 2K candidates: the K live ones first
-    parent: int | None  # the index (in `BeamTrace.nodes`) of the hypothesis it extends
-    token: int
-    score: float  # summed log-probability
-    status: BeamStatus  # live: extended at the next step; finished: ended (</s> or the
-    # length limit); pruned: not among the K kept; stopped: live when the search stopped
-    final_score: float | None  # score / length penalty, by which finished ones are ranked
-    attention: Tensor | None  # (T_src,) alpha of the step that chose its token
-
-
-@dataclass
-class BeamTrace:
-    nodes: list[BeamNode]  # step by step, each step's in slot order
-    finished: list[int]  # the finished nodes, best first by final_score
-
-    def path(self, node: int) -> list[int]:
-        """The nodes of the hypothesis that ends at `node`, from its first token on."""
-        out = []
-        at: int | None = node
-        while at is not None:
-            out.append(at)
-            at = self.nodes[at].parent
-        return out[::-1]
-
-    def tokens(self, node: int) -> list[int]:
-        """The output of the hypothesis that ends at `node`."""
-        return [self.nodes[i].token for i in self.path(node)]
 
 
 @torch.no_grad()
@@ -315,7 +266,7 @@ def _step_nodes(
             status = "stopped" if last else "live"
         else:
             status = "pruned"
-        attention = None if entry.attention is None else entry.attention[0, parent].cpu()
+        attention = None if entry.attention is None else entry.attention[0, parent].cpu().numpy()
         node = BeamNode(
             step=t,
             slot=slot,

@@ -5,7 +5,7 @@ no network.
 
 The explorer asks the same questions wherever it runs (see static/explorer.js): of the
 server's routes, of a notebook's kernel (`answer`, for the widget), or of a JSON block in the
-written page (`precompute`). All three answer with the functions in decoding.py.
+written page (`precompute`). All three answer with the functions in inside.py.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from alignmt.serve import decoding
-from alignmt.serve.limits import Limits, RequestError
-from alignmt.serve.registry import ServedModel, one_model
-from alignmt.serve.schemas import BeamRequest, SnapshotsRequest, StepRequest
+from alignmt.answers import inside
+from alignmt.answers.limits import Limits, RequestError
+from alignmt.answers.registry import ServedModel, one_model
+from alignmt.answers.schemas import BeamRequest, SnapshotsRequest, StepRequest
 
 STATIC = Path(__file__).with_name("static")
 PAGE = STATIC / "explorer.html"
@@ -29,9 +29,9 @@ _STYLE_TAG = '<link rel="stylesheet" href="static/explorer.css">'
 _SCRIPT_TAG = '<script type="module" src="static/explorer.js"></script>'
 # What the explorer may ask: the request each question is, and the function that answers it.
 QUESTIONS: dict[str, tuple[type[Any], Callable[..., bytes]]] = {
-    "step": (StepRequest, decoding.step),
-    "beam": (BeamRequest, decoding.beam),
-    "snapshots": (SnapshotsRequest, decoding.snapshots),
+    "step": (StepRequest, inside.step),
+    "beam": (BeamRequest, inside.beam),
+    "snapshots": (SnapshotsRequest, inside.snapshots),
 }
 
 
@@ -106,7 +106,7 @@ def _answers(
     step = answer(models, limits, "step", {**ask, "top_k": top_k})
     beam = answer(models, limits, "beam", {**ask, "beam_size": beam_size})
     snapshots = None
-    if served.info.snapshots and served.translator.model.has_attention:
+    if served.info.snapshots and served.translator.has_attention:
         snapshots = answer(models, limits, "snapshots", ask)
     return {"step": step, "beam": beam, "snapshots": snapshots}
 

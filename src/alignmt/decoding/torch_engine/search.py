@@ -18,13 +18,14 @@ asked. `decode` and `beam_decode` are short names for users with one padded batc
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import replace
 from functools import partial
 
 import torch
 from torch import Tensor
 
-from alignmt.decoding.beam import (
+from alignmt.decoding.results import Hypothesis
+from alignmt.decoding.rules import cannot_improve, length_penalty, max_output_len
+from alignmt.decoding.torch_engine.beam import (
     BeamStep,
     Covering,
     advance,
@@ -34,13 +35,12 @@ from alignmt.decoding.beam import (
     parent_rows,
     start_beams,
 )
-from alignmt.decoding.constraints import MISSING
-from alignmt.decoding.greedy import greedy_search
-from alignmt.decoding.rows import Encoded, Pending, refill, select_rows
-from alignmt.decoding.rules import cannot_improve, length_penalty, max_output_len
-from alignmt.decoding.settings import Search
-from alignmt.decoding.speed import Join, fast_step
-from alignmt.decoding.steps import Hypothesis, StepFn, full_precision
+from alignmt.decoding.torch_engine.constraints import MISSING
+from alignmt.decoding.torch_engine.greedy import greedy_search
+from alignmt.decoding.torch_engine.rows import Encoded, Pending, refill, select_rows
+from alignmt.decoding.torch_engine.settings import Search
+from alignmt.decoding.torch_engine.speed import Join, fast_step
+from alignmt.decoding.torch_engine.steps import StepFn, as_array, full_precision
 from alignmt.model.seq2seq import Seq2Seq
 
 Source = tuple[Tensor, Tensor]  # src (B, T_src) int64 ending in </s> and padded, src_len (B,)
@@ -70,17 +70,10 @@ def search(model: Seq2Seq, batches: Sequence[Source], how: Search) -> list[list[
     with fast_step(model, how.speed, how.rows) as (step, join):
         encoded = _encoded(model, batches, how, join)
         if how.greedy:
-            found = _greedy_hypotheses(greedy_search(step, encoded, how, **ids))
-        else:  # beam_search's two lines, one call fewer between a request and the decoder
-            history, count = beam_steps(step, encoded, how, **ids)
-            found = backtrack(history, count, how.nbest) if history else []
-    return [
-        [
-            replace(h, attention=None if h.attention is None else h.attention[:, :n].cpu())
-            for h in hyps
-        ]
-        for hyps, n in zip(found, src_lens, strict=True)
-    ]
+            return _greedy_hypotheses(greedy_search(step, encoded, how, **ids), src_lens)
+        # beam_search's two lines, one call fewer between a request and the decoder
+        history, count = beam_steps(step, encoded, how, **ids)
+        return backtrack(history, count, how.nbest, src_lens) if history else []
 
 
 @torch.no_grad()
@@ -110,8 +103,9 @@ def beam_decode(
     return search(model, [(src, src_len)], how)
 
 
-def _greedy_hypotheses(out: tuple) -> list[list[Hypothesis]]:
-    """`greedy_search`'s tensors as one `Hypothesis` per sentence."""
+def _greedy_hypotheses(out: tuple, src_lens: list[int]) -> list[list[Hypothesis]]:
+    """`greedy_search`'s tensors as one `Hypothesis` per sentence, its attention cut to its
+    source length."""
     tokens, lengths, scores, token_scores, attention = out
     rows, scores, token_scores = tokens.tolist(), scores.tolist(), token_scores.tolist()
     return [
@@ -119,7 +113,7 @@ def _greedy_hypotheses(out: tuple) -> list[list[Hypothesis]]:
             Hypothesis(
                 tokens=rows[b][:n],
                 score=scores[b],
-                attention=None if attention is None else attention[b, :n],
+                attention=None if attention is None else as_array(attention[b, :n], src_lens[b]),
                 token_scores=token_scores[b][:n],
             )
         ]

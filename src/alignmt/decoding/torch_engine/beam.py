@@ -9,15 +9,16 @@ its `coverage_penalty` when asked, for which `Covering` keeps each row's summed 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-from alignmt.decoding.constraints import Table
-from alignmt.decoding.rows import Taken, pad_dim1, select_rows
-from alignmt.decoding.steps import Hypothesis, log_sum_exp_from
+from alignmt.decoding.results import Hypothesis
+from alignmt.decoding.torch_engine.constraints import Table
+from alignmt.decoding.torch_engine.rows import Taken, pad_dim1, select_rows
+from alignmt.decoding.torch_engine.steps import as_array, log_sum_exp_from
 
 
 class BeamStep(NamedTuple):
@@ -206,13 +207,17 @@ def parent_rows(parents: Tensor) -> Tensor:
     return (sentences * parents.size(1) + parents).flatten()
 
 
-def backtrack(history: list[BeamStep], batch: int, nbest: int) -> list[list[Hypothesis]]:
+def backtrack(
+    history: list[BeamStep], batch: int, nbest: int, src_lens: Sequence[int] | None = None
+) -> list[list[Hypothesis]]:
     """Each sentence's nbest best ended hypotheses, traced back through the parents.
 
     Args:
         history: every step of the search, in order.
         batch: B, how many sentences were searched.
         nbest: how many hypotheses per sentence.
+        src_lens: each sentence's source length, to cut its attention to; None: the padded
+            source's.
 
     Returns:
         `beam_search`'s output: each sentence's hypotheses, best first.
@@ -235,7 +240,9 @@ def backtrack(history: list[BeamStep], batch: int, nbest: int) -> list[list[Hypo
             Hypothesis(
                 tokens=trace[i][n][: lengths[i][n]],
                 score=scores[i][n],
-                attention=None if weights is None else weights[i, n, : lengths[i][n]],
+                attention=None
+                if weights is None
+                else as_array(weights[i, n, : lengths[i][n]], src_lens and src_lens[i]),
                 token_scores=token_scores[i][n][: lengths[i][n]],
             )
             for n in range(nbest)

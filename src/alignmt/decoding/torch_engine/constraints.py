@@ -27,41 +27,17 @@ with new sentences move it as they move everything else.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from alignmt.decoding.constraint import Constraint
+
 # How far below every hypothesis that met its constraints one that did not ranks, per
 # constraint token missing, when the length limit ends it. Summed log-probabilities of
 # outputs that fit in a limit are far smaller than this.
 MISSING = 1e4
-
-
-@dataclass(frozen=True)
-class Constraint:
-    """One sentence's constraints, as target token ids."""
-
-    include: tuple[tuple[int, ...], ...] = ()  # phrases the output must contain
-    exclude: tuple[tuple[int, ...], ...] = ()  # phrases it must not
-
-    def __post_init__(self) -> None:
-        if any(not phrase for phrase in (*self.include, *self.exclude)):
-            raise ValueError("a constraint phrase has no tokens")
-
-    def met(self, tokens: Sequence[int]) -> list[bool]:
-        """Whether each include phrase appears in `tokens`, in order and unbroken."""
-        return [_contains(tokens, phrase) for phrase in self.include]
-
-    def broken(self, tokens: Sequence[int]) -> list[bool]:
-        """Whether each exclude phrase appears in `tokens`."""
-        return [_contains(tokens, phrase) for phrase in self.exclude]
-
-
-def _contains(tokens: Sequence[int], phrase: Sequence[int]) -> bool:
-    n = len(phrase)
-    return any(tuple(tokens[i : i + n]) == tuple(phrase) for i in range(len(tokens) - n + 1))
 
 
 class Table(NamedTuple):

@@ -1,5 +1,5 @@
 """What greedy and beam search share below their loops: the step function they run, what
-they make of one step's output, and the hypothesis they return.
+they make of one step's output, and their outputs as NumPy.
 
 A step's logits become log-probabilities only where search needs them, from the largest
 logit that search finds anyway (`log_sum_exp_from`); under autocast they are first brought
@@ -9,9 +9,9 @@ to float32 (`full_precision`), so that summed scores rank as they do without it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -22,12 +22,12 @@ StepFn = Callable[[Tensor, Any, Any], tuple[Tensor, Any, "Tensor | None"]]
 Pick = Callable[[Tensor], tuple[Tensor, Tensor]]
 
 
-@dataclass
-class Hypothesis:
-    tokens: list[int]  # output ids; ends with eos_id unless the length limit stopped it
-    score: float  # sum of the tokens' log-probabilities
-    attention: Tensor | None  # (len(tokens), src_len) alpha of each output token; None: vanilla
-    token_scores: list[float]  # each token's log-probability given those before it
+def as_array(attention: Tensor | None, src_len: int | None = None) -> np.ndarray | None:
+    """One hypothesis' attention (steps, T_src), cut to its source length (None: as it is),
+    as a NumPy array on the CPU; None for vanilla."""
+    if attention is None:
+        return None
+    return (attention if src_len is None else attention[:, :src_len]).cpu().numpy()
 
 
 def full_precision(tensor: Tensor | None) -> Tensor | None:

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from alignmt.checkpoint.torch_io import Checkpoint
-from alignmt.decoding.steps import full_precision
+from alignmt.decoding.torch_engine.steps import full_precision
 from alignmt.model.seq2seq import Seq2Seq
 
 Layout = list[tuple[Any, int]]  # each member's state (or memory) type and field count

@@ -5,17 +5,14 @@ greedy and beam search read their part of. `Search.from_config` builds it from t
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from alignmt.config import SearchConfig
-from alignmt.decoding.constraints import Table
+from alignmt.decoding.engine import Check
 from alignmt.decoding.rules import check_search_args
-from alignmt.decoding.speed import Speed
-from alignmt.decoding.steps import Pick
-
-# Called before every decoder step; it stops the search by raising (a server's deadline).
-Check = Callable[[], None]
+from alignmt.decoding.torch_engine.constraints import Table
+from alignmt.decoding.torch_engine.speed import Speed
+from alignmt.decoding.torch_engine.steps import Pick
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from alignmt.decoding.rules import Sampling
-from alignmt.decoding.steps import Pick
+from alignmt.decoding.torch_engine.steps import Pick
 
 
 def sampler(sampling: Sampling, generator: torch.Generator) -> Pick:

@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from alignmt.serve.limits import Limits, check_beam, check_length, invalid, over_limit
+from alignmt.answers.limits import Limits, check_beam, check_length, invalid, over_limit
 
 PositiveInt = Annotated[int, Field(ge=1)]
 _STEP = re.compile("[0-9]{1,6}")  # an output position, as a JSON object key

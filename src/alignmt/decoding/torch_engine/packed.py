@@ -28,7 +28,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from alignmt.decoding.int8 import Int8Weight, int8_linear, quantize
+from alignmt.decoding.torch_engine.int8 import Int8Weight, int8_linear, quantize
 
 # Fewer outputs than this stay float32: quantising a Linear's input costs as much as its
 # product when it has few outputs, as the additive score's v (A -> 1) over every source

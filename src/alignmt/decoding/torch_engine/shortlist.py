@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from alignmt.decoding.int8 import int8_linear
-from alignmt.decoding.packed import quantised
-from alignmt.decoding.steps import StepFn
+from alignmt.decoding.torch_engine.int8 import int8_linear
+from alignmt.decoding.torch_engine.packed import quantised
+from alignmt.decoding.torch_engine.steps import StepFn
 from alignmt.text.shortlist import Shortlist
 
 

@@ -1,0 +1,258 @@
+"""The one door to a model: `open_translator(path)` gives the `Translator` of a run folder, a
+checkpoint file, several of them as an ensemble, or a folder `alignmt export` wrote, on
+whichever engine runs it (decoding/engine.py). The command line, the server, the notebook,
+evaluation and the benchmarks all open models here.
+
+What the model must do is checked against its engine's table before anything is loaded:
+an exported folder runs on ONNX Runtime, on the CPU; an ensemble, bfloat16, a shortlist
+and the coverage penalty are the torch engine's. Each engine's framework is imported only
+when a model needs it, so that opening an exported folder loads neither torch nor JAX.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from alignmt.config import Precision, SearchConfig
+from alignmt.decoding.engine import FEATURES, EngineName, Feature, Unavailable
+from alignmt.decoding.onnx_engine.format import is_exported
+from alignmt.decoding.translator import Origin, Translator
+
+if TYPE_CHECKING:
+    from alignmt.checkpoint.torch_io import Checkpoint
+
+log = logging.getLogger(__name__)
+Asked = Literal["auto", "torch", "flax", "onnxruntime"]
+
+
+def open_translator(
+    path: str | Path | Checkpoint | Sequence[str | Path | Checkpoint],
+    *,
+    engine: Asked = "auto",
+    device: str = "auto",
+    precision: Precision = "float32",
+    search: SearchConfig | None = None,
+    **changes: Any,
+) -> Translator:
+    """The translator of the model at `path`.
+
+    Args:
+        path: a run folder, a .safetensors checkpoint or an exported folder, or a
+            checkpoint already loaded (`load_checkpoint`: it decodes where its model is); a
+            list of run folders or checkpoints decodes as one ensemble (the torch engine's).
+        engine: "auto" runs an exported folder on ONNX Runtime and the rest on PyTorch;
+            "flax" runs a run folder on JAX/Flax.
+        device: "auto", "cpu", "cuda" or "cuda:N" (auto: a GPU when the framework sees one;
+            ONNX Runtime runs on the CPU).
+        precision: "float32", or "bfloat16" under autocast (the torch engine's).
+        search: the search to use instead of the model's stored one.
+        **changes: `SearchConfig` fields to change (beam_size, weights, shortlist,
+            coverage_penalty, replace_unk, ...); None leaves a field as stored.
+
+    Raises:
+        Unavailable: the engine cannot do what is asked (an ensemble on Flax, int8 weights on
+            Flax, a GPU for ONNX Runtime, ...).
+        ValueError, FileNotFoundError: naming the folder that holds no model, or a broken one.
+    """
+    paths = list(path) if isinstance(path, list | tuple) else [path]
+    if not paths:
+        raise ValueError("open_translator needs at least one folder")
+    name = _engine_for(paths, engine)
+    changes = {key: value for key, value in changes.items() if value is not None}
+    options = dict(device=device, precision=precision, changes=changes, search=search)
+    _check(name, _asked(device, precision, len(paths)))
+    if name == "onnxruntime":
+        return _onnx(paths[0], **options)
+    if name == "flax":
+        return _flax(paths[0], **options)
+    return _torch(paths, **options)
+
+
+def _engine_for(paths: list[str | Path], asked: Asked) -> EngineName:
+    """The engine that runs these folders, as asked; an exported folder is ONNX Runtime's."""
+    exported = [p for p in paths if isinstance(p, str | Path) and is_exported(p)]
+    if exported and asked not in ("auto", "onnxruntime"):
+        raise ValueError(f"{exported[0]}: an exported model runs on ONNX Runtime, not {asked}")
+    if asked == "onnxruntime" and not exported:
+        raise ValueError(f"{paths[0]}: not an exported folder; `alignmt export` writes one")
+    if exported:
+        return "onnxruntime"
+    return "torch" if asked == "auto" else asked
+
+
+def _asked(device: str, precision: str, models: int) -> list[Feature]:
+    """What opening a model this way asks of its engine."""
+    asked: list[Feature] = []
+    if models > 1:
+        asked.append("an ensemble")
+    if device not in ("auto", "cpu"):
+        asked.append("a GPU")
+    if precision != "float32":
+        asked.append("bfloat16")
+    return asked
+
+
+def _check(name: EngineName, asked: list[Feature]) -> None:
+    """Refuse, as the engine's table says, what the engine cannot do; before any loading."""
+    for feature in asked:
+        if feature not in FEATURES[name]:
+            raise Unavailable.of(feature, name)
+
+
+# What a search may ask that not every engine does: (feature, field, its value for "off").
+_SEARCH_FEATURES: list[tuple[Feature, str, Any]] = [
+    ("int8", "weights", "float32"),
+    ("a shortlist", "shortlist", 0),
+    ("the coverage penalty", "coverage_penalty", 0.0),
+]
+
+
+def _search_of(
+    name: EngineName, stored: SearchConfig, search: SearchConfig | None, changes: dict
+) -> SearchConfig:
+    """The search to run: `search` (or the stored one) with `changes`. What the engine cannot
+    do is refused where the caller asked for it, and turned off, with a warning, where only
+    the model's stored search has it (a run that searched with a shortlist, exported)."""
+    out = replace(search or stored, **changes)
+    asked = set(vars(out)) if search is not None else set(changes)
+    for feature, field, off in _SEARCH_FEATURES:
+        if getattr(out, field) == off or feature in FEATURES[name]:
+            continue
+        if field in asked:
+            raise Unavailable.of(feature, name)
+        log.warning(
+            "the model searches with search.%s=%s, which the %s engine does not do: "
+            "decoding without it",
+            field,
+            getattr(out, field),
+            name,
+        )
+        out = replace(out, **{field: off})
+    return out
+
+
+def _torch(
+    paths: list[str | Path | Checkpoint],
+    *,
+    device: str,
+    precision: Precision,
+    changes: dict,
+    search: SearchConfig | None,
+    run_dir: Path | None = None,
+) -> Translator:
+    """Run folders or checkpoints on PyTorch; several as one ensemble."""
+    from alignmt.decoding.torch_engine.engine import TorchEngine
+    from alignmt.decoding.torch_engine.ensemble import Ensemble, check_shared
+    from alignmt.model.device import pick_device
+
+    where = pick_device(device)
+    ckpts = [_loaded(p, where, run_dir) for p in paths]
+    if len(ckpts) > 1:
+        check_shared(ckpts, [_named(p, i) for i, p in enumerate(paths)])
+    first = ckpts[0]
+    search = _search_of("torch", first.config.search, search, changes)
+    model = first.model if len(ckpts) == 1 else Ensemble([c.model for c in ckpts])
+    vocabs = (first.src_vocab, first.tgt_vocab)
+    engine = TorchEngine(
+        model, search=search, vocabs=vocabs, precision=precision, shortlist=first.shortlist
+    )
+    folder = run_dir or _folder(paths[0])  # None for a checkpoint given loaded
+
+    def reopen(step: int, search: SearchConfig) -> Translator:
+        from alignmt.checkpoint.format import snapshot_path
+
+        snapshot = _existing_snapshot(folder, step, snapshot_path(folder, step))
+        return _torch(
+            [snapshot], device=str(where), precision=precision, changes={}, search=search,
+            run_dir=folder,
+        )  # fmt: skip
+
+    origin = Origin(folder, first, reopen if len(ckpts) == 1 and folder else None)
+    tokenizers = (first.src_tokenizer, first.tgt_tokenizer)
+    return Translator(engine, tokenizers=tokenizers, vocabs=vocabs, search=search, origin=origin)
+
+
+def _existing_snapshot(folder: Path, step: int, path: Path) -> Path:
+    """`path`, the snapshot of `step`; a FileNotFoundError naming the steps kept if none."""
+    from alignmt.checkpoint.format import snapshot_steps
+
+    if not path.is_file():
+        steps = snapshot_steps(folder)
+        have = f"steps {', '.join(map(str, steps))}" if steps else "none (train.snapshot_every=0)"
+        raise FileNotFoundError(f"{path}: no snapshot of step {step}; this run kept {have}")
+    return path
+
+
+def _flax(
+    path: str | Path,
+    *,
+    device: str,
+    precision: Precision,
+    changes: dict,
+    search: SearchConfig | None,
+) -> Translator:
+    """A run folder or checkpoint on JAX/Flax, in float32."""
+    try:
+        import jax
+
+        from alignmt.checkpoint.flax_io import load_flax
+        from alignmt.decoding.flax_engine.engine import FlaxEngine
+        from alignmt.model.flax_device import jax_device
+    except ImportError as missing:
+        raise ValueError(f"the flax engine needs the [flax] extra ({missing})") from None
+    ckpt = load_flax(path)
+    search = _search_of("flax", ckpt.config.search, search, changes)
+    params = jax.device_put(ckpt.params, jax_device(device))
+    engine = FlaxEngine(ckpt.model, params)
+    vocabs = (ckpt.src_vocab, ckpt.tgt_vocab)
+    tokenizers = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
+    origin = Origin(_folder(path), ckpt)
+    return Translator(engine, tokenizers=tokenizers, vocabs=vocabs, search=search, origin=origin)
+
+
+def _onnx(
+    path: str | Path,
+    *,
+    device: str,
+    precision: Precision,
+    changes: dict,
+    search: SearchConfig | None,
+) -> Translator:
+    """A folder `alignmt export` wrote, on ONNX Runtime and NumPy: float32, or its int8
+    graphs where the search asks for int8 weights."""
+    from alignmt.decoding.onnx_engine.engine import OnnxEngine
+    from alignmt.decoding.onnx_engine.model import OnnxModel
+
+    header = OnnxModel.read_header(path)
+    search = _search_of("onnxruntime", header.config.search, search, changes)
+    model = OnnxModel(path, int8=search.weights == "int8")
+    engine = OnnxEngine(model)
+    vocabs = (header.src_vocab, header.tgt_vocab)
+    tokenizers = (header.src_tokenizer, header.tgt_tokenizer)
+    origin = Origin(Path(path), model.header)
+    return Translator(engine, tokenizers=tokenizers, vocabs=vocabs, search=search, origin=origin)
+
+
+def _loaded(given: str | Path | Checkpoint, where: Any, run_dir: Path | None) -> Checkpoint:
+    from alignmt.checkpoint.torch_io import Checkpoint, load_checkpoint
+
+    if isinstance(given, Checkpoint):
+        return given
+    return load_checkpoint(given, device=where, run_dir=run_dir)
+
+
+def _named(given: str | Path | Checkpoint, index: int) -> str:
+    """How an ensemble's refusal names a member."""
+    return str(given) if isinstance(given, str | Path) else f"checkpoint {index + 1}"
+
+
+def _folder(given: str | Path | Checkpoint) -> Path | None:
+    """The run folder of a folder or a checkpoint file in it; None for a loaded checkpoint."""
+    if not isinstance(given, str | Path):
+        return None
+    path = Path(given)
+    return path.parent if path.suffix == ".safetensors" else path

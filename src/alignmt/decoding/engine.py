@@ -1,0 +1,163 @@
+"""What an engine is to the translator: the few things that must be written in a framework's
+own ops, and a declaration of what else it can do.
+
+An engine (PyTorch's in torch_engine/, Flax's in flax_engine/, ONNX Runtime's in
+onnx_engine/) encodes source ids, runs one decoder step, and searches a group of sentences
+with its own candidate selection and back-trace; the translator (translator.py) does the
+rest once for all of them. What an engine cannot do is data, in `FEATURES`: the translator
+and the door (door.py) check a request against it and refuse with one message shape,
+`Unavailable`, before any work. Nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from alignmt.config import SearchConfig
+from alignmt.decoding.constraint import Constraint
+from alignmt.decoding.results import BeamTrace, DecoderStep, Hypothesis
+from alignmt.decoding.rules import Sampling
+
+EngineName = Literal["torch", "flax", "onnxruntime"]
+Feature = Literal[
+    "sampling",
+    "constrained search",
+    "the coverage penalty",
+    "int8",
+    "a shortlist",
+    "an ensemble",
+    "bfloat16",
+    "a GPU",
+    "stepping through the decoder",
+    "teacher-forced attention",
+]
+EVERY: frozenset[Feature] = frozenset(Feature.__args__)  # type: ignore[attr-defined]
+
+# What each engine can do beyond greedy and beam search (n-best, the length penalty, token
+# probabilities and attention, which all of them do), and what a user who needs more does.
+FEATURES: dict[EngineName, frozenset[Feature]] = {
+    "torch": EVERY,
+    "flax": frozenset({"a GPU"}),
+    "onnxruntime": frozenset({"int8"}),
+}
+INSTEAD: dict[EngineName, str] = {
+    "torch": "",
+    "flax": "use the torch engine (--backend torch) for it",
+    "onnxruntime": "translate or serve the run folder it was exported from (the torch engine)",
+}
+
+# Called before every decoder step; it stops the search by raising (a server's deadline).
+Check = Callable[[], None]
+
+
+class Unavailable(ValueError):
+    """What an engine cannot do, asked of it: "X is not available with the Y engine: Z"."""
+
+    def __init__(self, feature: Feature, label: str, instead: str) -> None:
+        super().__init__(f"{feature} is not available with {label}: {instead}")
+        self.feature = feature
+
+    @classmethod
+    def of(cls, feature: Feature, engine: EngineName) -> Unavailable:
+        """The refusal of `feature` by an engine of the table."""
+        return cls(feature, f"the {engine} engine", INSTEAD[engine])
+
+
+@dataclass(frozen=True)
+class Call:
+    """What one translate call asks of an engine's search, beyond the sentences."""
+
+    search: SearchConfig  # beam size, penalties, length limit (its beam_size is this call's)
+    nbest: int = 1  # hypotheses per sentence, at most the beam size
+    width: int = 64  # the most sentences searched at once
+    sampling: Sampling | None = None  # draw one output per sentence instead of searching
+    check: Check | None = None
+
+
+# A call's search of one group of sentences (source ids ending in </s>, sorted by length)
+# under their constraints (one `Constraint` or None each; None: unconstrained search): each
+# sentence's hypotheses, best first, attention cut to its source length.
+Searcher = Callable[[list[list[int]], Sequence[Constraint | None] | None], list[list[Hypothesis]]]
+
+
+class Engine(ABC):
+    """A model in one framework, as the translator drives it.
+
+    Subclasses set `name`, `has_attention` and `parameters`, implement `search`, `encode`,
+    `step` and `select`, and, where `features` says so, `step_through` and `beam_trace`.
+    """
+
+    name: ClassVar[EngineName]
+    has_attention: bool
+    parameters: int  # of the model, for what a server says of it
+
+    @property
+    def features(self) -> frozenset[Feature]:
+        return FEATURES[self.name]
+
+    @property
+    def label(self) -> str:
+        """How a refusal names it."""
+        return f"the {self.name} engine"
+
+    @property
+    def instead(self) -> str:
+        return INSTEAD[self.name]
+
+    def require(self, asked: Iterable[Feature]) -> None:
+        """Raise `Unavailable` for the first feature asked that this engine lacks."""
+        for feature in asked:
+            if feature not in self.features:
+                raise Unavailable(feature, self.label, self.instead)
+
+    @abstractmethod
+    def searcher(self, call: Call) -> Searcher:
+        """The search of one translate call, made once for all its groups of sentences (so
+        that, say, one random generator draws all its samples): `call.nbest` hypotheses per
+        sentence (one with sampling; fewer only where fewer have a nonzero probability)."""
+
+    @abstractmethod
+    def encode(self, sentences: list[list[int]]) -> tuple[Any, Any]:
+        """The first decoder state and the memory of the sentences, one row each."""
+
+    @abstractmethod
+    def step(self, prev: np.ndarray, state: Any, memory: Any) -> tuple[np.ndarray, Any, Any]:
+        """One decoder step over N rows: prev (N,) int64 -> log-probabilities (N, V) float32
+        in NumPy, the new state, and alpha (N, T_src) in NumPy or None."""
+
+    @abstractmethod
+    def select(self, fields: Any, rows: np.ndarray) -> Any:
+        """The rows `rows` (int64) of a state or memory."""
+
+    def step_through(
+        self,
+        src: list[int],
+        *,
+        max_len: int,
+        prefix: Sequence[int],
+        override: dict[int, int] | None,
+        top_k: int,
+        beam_size: int,
+        search: SearchConfig,
+        check: Check | None,
+    ) -> list[DecoderStep]:
+        """The decoder over one sentence, step by step (see torch_engine/trace.py)."""
+        raise Unavailable("stepping through the decoder", self.label, self.instead)
+
+    def beam_trace(
+        self,
+        src: list[int],
+        *,
+        max_len: int,
+        beam_size: int,
+        search: SearchConfig,
+        check: Check | None,
+        constraint: Constraint | None,
+    ) -> BeamTrace:
+        """Every candidate beam search weighs for one sentence (see torch_engine/trace.py)."""
+        raise Unavailable("stepping through the decoder", self.label, self.instead)

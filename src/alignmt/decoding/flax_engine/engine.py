@@ -1,0 +1,85 @@
+"""The flax engine: a `FlaxSeq2Seq` and its parameters as the translator drives it, with no
+torch.
+
+It searches with search.py (greedy or beam search compiled by XLA, once per padded batch
+shape), keeps each call's compiled search for the next call with the same settings, and
+hands back NumPy arrays. It decodes in float32 over the whole vocabulary, on a CPU or a GPU;
+the engine table (decoding/engine.py) says what it leaves to the torch engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from alignmt.checkpoint.flax_io import Params
+from alignmt.decoding.constraint import Constraint
+from alignmt.decoding.engine import Call, Engine, Searcher
+from alignmt.decoding.flax_engine.search import FlaxSearch, apply_method, pad_batch
+from alignmt.decoding.results import Hypothesis
+from alignmt.model.flax_seq2seq import FlaxSeq2Seq
+
+log = logging.getLogger(__name__)
+
+
+class FlaxEngine(Engine):
+    """A Flax model with its parameters, on the device they were put on."""
+
+    name = "flax"
+
+    def __init__(self, model: FlaxSeq2Seq, params: Params) -> None:
+        self.model, self.params = model, params
+        self.has_attention = model.has_attention
+        self.parameters = sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(params))
+        self._searches: dict[tuple, FlaxSearch] = {}  # a call's settings -> its search
+
+    @property
+    def compilations(self) -> int:
+        """How many times this engine's searches have been compiled."""
+        return sum(search.compilations for search in self._searches.values())
+
+    def searcher(self, call: Call) -> Searcher:
+        s = call.search
+        key = (
+            call.nbest,
+            call.width,
+            s.beam_size,
+            s.length_penalty,
+            s.max_len_ratio,
+            s.max_len_offset,
+        )
+        if key not in self._searches:  # made once, so that it compiles once per shape
+            options = dict(nbest=call.nbest, batch_size=call.width)
+            self._searches[key] = FlaxSearch(self.model, self.params, s, **options)
+        search = self._searches[key]
+
+        def searched(
+            sentences: list[list[int]], constraints: Sequence[Constraint | None] | None
+        ) -> list[list[Hypothesis]]:
+            before = search.compilations
+            found = search(sentences)
+            log.info("flax search: %d jit compilations", search.compilations - before)
+            return found
+
+        return searched
+
+    def encode(self, sentences: list[list[int]]) -> tuple[Any, Any]:
+        src, src_len = pad_batch(sentences, len(sentences), self.model)
+        memory, state = apply_method(self.model, self.params, "encode", src, src_len)
+        return state, memory
+
+    def step(self, prev: np.ndarray, state: Any, memory: Any) -> tuple[np.ndarray, Any, Any]:
+        prev = np.asarray(prev, np.int32)
+        with jax.default_matmul_precision("highest"):
+            logits, state, alpha = apply_method(
+                self.model, self.params, "decode_step", prev, state, memory
+            )
+        log_probs = np.asarray(jax.nn.log_softmax(logits, axis=-1))
+        return log_probs, state, None if alpha is None else np.asarray(alpha)
+
+    def select(self, fields: Any, rows: np.ndarray) -> Any:
+        return jax.tree_util.tree_map(lambda x: x[rows], fields)

@@ -1,0 +1,9 @@
+"""The onnxruntime engine: decoding a folder `alignmt export` wrote, with ONNX Runtime and
+NumPy, neither torch nor JAX.
+
+    format.py   what an exported folder holds (no framework at all)
+    model.py    the manifest and the two graphs as ONNX Runtime sessions
+    search.py   greedy and beam search with continuous batching, in NumPy
+    engine.py   OnnxEngine, as the translator drives it
+    int8.py     the int8 copies of the graphs that `alignmt export --int8` writes
+"""

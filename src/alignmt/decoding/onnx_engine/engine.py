@@ -1,0 +1,50 @@
+"""The onnxruntime engine: an exported model (model.py) as the translator drives it, with
+neither PyTorch nor JAX. It searches greedy or with a beam (search.py), on the CPU, in
+float32 or on the int8 graphs; the engine table (decoding/engine.py) says what it leaves
+to the torch engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from alignmt.decoding.constraint import Constraint
+from alignmt.decoding.engine import Call, Engine, Searcher
+from alignmt.decoding.onnx_engine.model import OnnxModel
+from alignmt.decoding.onnx_engine.search import search
+from alignmt.decoding.results import Hypothesis
+
+
+class OnnxEngine(Engine):
+    """An exported model's graphs on ONNX Runtime."""
+
+    name = "onnxruntime"
+
+    def __init__(self, model: OnnxModel) -> None:
+        self.model = model
+        self.has_attention = model.has_attention
+        self.parameters = int(model.manifest["parameters"])
+
+    @property
+    def int8(self) -> bool:
+        return self.model.int8
+
+    def searcher(self, call: Call) -> Searcher:
+        def searched(
+            sentences: list[list[int]], constraints: Sequence[Constraint | None] | None
+        ) -> list[list[Hypothesis]]:
+            return search(self.model, sentences, call)
+
+        return searched
+
+    def encode(self, sentences: list[list[int]]) -> tuple[Any, Any]:
+        return self.model.encode_ids(sentences)
+
+    def step(self, prev: np.ndarray, state: Any, memory: Any) -> tuple[np.ndarray, Any, Any]:
+        return self.model.step(np.asarray(prev, np.int64), state, memory)
+
+    def select(self, fields: Any, rows: np.ndarray) -> Any:
+        return {name: value[rows] for name, value in fields.items()}

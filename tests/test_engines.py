@@ -1,0 +1,161 @@
+"""The three engines under one translator: each one's search held to the float64 reference
+beam search (`reference.beam_search`) over its own decoder step, and one table refusing
+what an engine cannot do, with one message shape, before any work."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from alignmt import reference
+from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.decoding.door import open_translator
+from alignmt.decoding.engine import FEATURES, Call, Unavailable
+from alignmt.decoding.rules import Sampling, sentence_limit
+from alignmt.decoding.torch_engine.export import export_onnx
+
+pytest.importorskip("jax")
+pytest.importorskip("onnxruntime")
+
+LINES = ["the big dog sleeps now", "a cat", "the small red cat runs", "dog", "a red dog runs"]
+ENGINES = ["torch", "flax", "onnxruntime"]
+
+
+@pytest.fixture(scope="module")
+def exported(toy_run, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("onnx") / "onnx"
+    export_onnx(load_checkpoint(toy_run), folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def translators(toy_run, exported):
+    """The toy run on each engine, with GNMT's length penalty so that ranking matters."""
+    opened = {
+        "torch": open_translator(toy_run, device="cpu", length_penalty=0.6),
+        "flax": open_translator(toy_run, engine="flax", device="cpu", length_penalty=0.6),
+        "onnxruntime": open_translator(exported, length_penalty=0.6),
+    }
+    assert {name: t.engine.name for name, t in opened.items()} == {n: n for n in ENGINES}
+    return opened
+
+
+def prefix_log_probs(engine, src: list[int], bos: int):
+    """`reference.beam_search`'s model: an output prefix -> the engine's next-token
+    log-probabilities, one decoder step from the prefix's parent (kept), in float64."""
+    state, memory = engine.encode([src])
+    kept = {}
+
+    def log_probs(prefix: tuple[int, ...]) -> np.ndarray:
+        if prefix not in kept:
+            before = state if not prefix else kept[prefix[:-1]][1]
+            fed = np.array([prefix[-1] if prefix else bos], np.int64)
+            out, after, _ = engine.step(fed, before, memory)
+            kept[prefix] = (np.asarray(out[0], np.float64), after)
+        return kept[prefix][0]
+
+    return log_probs
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize(("beam", "nbest"), [(1, 1), (3, 2), (4, 4)])
+def test_each_engines_search_is_the_reference_beam_search_over_its_own_step(
+    translators, engine, beam, nbest
+):
+    translator = translators[engine]
+    search = replace(translator.search, beam_size=beam)
+    tokens = [translator.source_tokens(line) for line in LINES]
+    ids = sorted((translator.src_vocab.encode(t, add_eos=True) for t in tokens), key=len)
+    found = translator.engine.searcher(Call(search=search, nbest=nbest, width=3))(ids, None)
+    for src, hyps in zip(ids, found, strict=True):
+        expected = reference.beam_search(
+            prefix_log_probs(translator.engine, src, translator.tgt_vocab.bos_id),
+            eos=translator.tgt_vocab.eos_id,
+            beam_size=beam,
+            max_len=sentence_limit(len(src) - 1, search),
+            nbest=nbest,
+            alpha=search.length_penalty,
+        )
+        assert [h.tokens for h in hyps] == [tokens for tokens, _ in expected]
+        for hyp, (_, score) in zip(hyps, expected, strict=True):
+            assert hyp.score == pytest.approx(score, abs=1e-4)
+            assert sum(hyp.token_scores) == pytest.approx(score, abs=1e-4)
+            assert hyp.attention.shape == (len(hyp.tokens), len(src))
+
+
+def test_the_reference_search_finds_the_better_sequence_that_greedy_misses():
+    """Greedy takes X (0.6), then </s> (0.5): 0.30; beam search finds Y, </s>: 0.4 x 0.9."""
+    X, Y, EOS = 3, 4, 2
+    table = {(): [0, 0, 0, 0.6, 0.4], (X,): [0, 0, 0.5, 0.25, 0.25], (Y,): [0, 0, 0.9, 0.05, 0.05]}
+
+    def log_probs(prefix):
+        with np.errstate(divide="ignore"):
+            return np.log(np.array(table.get(prefix, [0, 0, 1.0, 0, 0])))
+
+    greedy = reference.beam_search(log_probs, eos=EOS, beam_size=1, max_len=3)
+    best = reference.beam_search(log_probs, eos=EOS, beam_size=2, max_len=3, nbest=2)
+    assert greedy[0][0][0] == X
+    assert [tokens for tokens, _ in best] == [[Y, EOS], [X, EOS]]
+    assert best[0][1] == pytest.approx(np.log(0.4 * 0.9))
+
+
+# --- one table of what each engine can do ----------------------------------------------------
+
+CALLS = {
+    "sampling": lambda t: t.translate(["a cat"], sampling=Sampling(seed=1)),
+    "constrained search": lambda t: t.translate(["a cat"], constraints=[t.constraint(["katze"])]),
+    "stepping through the decoder": lambda t: t.step_through("a cat"),
+}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("feature", CALLS)
+def test_what_an_engine_cannot_do_is_refused_by_the_table_in_one_message_shape(
+    translators, engine, feature
+):
+    translator = translators[engine]
+    if feature in FEATURES[engine]:
+        CALLS[feature](translator)  # it does it
+        return
+    with pytest.raises(
+        Unavailable, match=rf"^{feature} is not available with the {engine} engine: "
+    ):
+        CALLS[feature](translator)
+
+
+def test_opening_asks_the_table_first(toy_run, exported):
+    refusals = [
+        (lambda: open_translator(toy_run, engine="flax", weights="int8"), "int8", "flax"),
+        (lambda: open_translator(toy_run, engine="flax", precision="bfloat16"), "bfloat16", "flax"),
+        (lambda: open_translator([toy_run, toy_run], engine="flax"), "an ensemble", "flax"),
+        (lambda: open_translator(exported, device="cuda"), "a GPU", "onnxruntime"),
+        (lambda: open_translator(exported, shortlist=5), "a shortlist", "onnxruntime"),
+        (
+            lambda: open_translator(exported, coverage_penalty=0.2),
+            "the coverage penalty",
+            "onnxruntime",
+        ),
+        (lambda: open_translator([exported, toy_run]), "an ensemble", "onnxruntime"),
+    ]
+    for opened, feature, engine in refusals:
+        with pytest.raises(Unavailable, match=rf"^{feature} is not available with the {engine}"):
+            opened()
+    with pytest.raises(ValueError, match="an exported model runs on ONNX Runtime, not flax"):
+        open_translator(exported, engine="flax")
+    with pytest.raises(ValueError, match="not an exported folder"):
+        open_translator(toy_run, engine="onnxruntime")
+
+
+def test_a_stored_search_the_engine_cannot_run_is_turned_off_with_a_warning(
+    toy_run, tmp_path, caplog
+):
+    """A run that searched with the coverage penalty, exported: the onnxruntime engine
+    decodes without it and says so, where asking for it outright is refused."""
+    ckpt = load_checkpoint(toy_run)
+    ckpt.config.search = replace(ckpt.config.search, coverage_penalty=0.3)
+    export_onnx(ckpt, tmp_path / "onnx")
+    translator = open_translator(tmp_path / "onnx")
+    assert translator.search.coverage_penalty == 0.0
+    assert "search.coverage_penalty=0.3, which the onnxruntime engine does not do" in caplog.text

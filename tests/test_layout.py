@@ -1,0 +1,314 @@
+"""The house and its map: docs/layout.md names every module with its layer and the frameworks
+it needs, and the code is held to it by what each import really loads (`sys.modules`), in
+fresh interpreters: a module loads no layer after its own and no framework its row does not
+name; the server loads no training code and no matplotlib; parsing any command line,
+`--help` included, loads neither torch nor matplotlib; and every module path a docstring
+names exists.
+
+Each check of imports runs against a copy of the source tree too, with one eager import
+added where it breaks the map, to show that the check sees it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
+MAP = ROOT / "docs" / "layout.md"
+FRAMEWORKS = ("torch", "jax", "onnxruntime")
+COMMANDS = [
+    "demo",
+    "train",
+    "translate",
+    "evaluate",
+    "compare",
+    "average",
+    "shortlist",
+    "export",
+    "serve",
+    "explore",
+]
+
+
+def read_map(path: Path = MAP) -> tuple[list[str], dict[str, tuple[str, frozenset[str]]]]:
+    """The layers, first to last, and each module's (layer, frameworks it may load), as the
+    map's numbered list and table give them; modules by dotted name."""
+    text = path.read_text(encoding="utf-8")
+    layers = re.findall(r"^\d+\. \*\*([a-z ]+)\*\*", text, flags=re.MULTILINE)
+    modules = {}
+    for file, layer, needs in re.findall(
+        r"^\| `([\w/]+\.py)` \| ([a-z ]+) \| ([^|]+) \|", text, re.M
+    ):
+        name = ".".join(("alignmt", *Path(file).with_suffix("").parts)).removesuffix(".__init__")
+        given = (
+            frozenset() if needs.strip() == "—" else frozenset(needs.replace(" ", "").split(","))
+        )
+        modules[name] = (layer, given)
+    return layers, modules
+
+
+def package_modules(src: Path = SRC) -> set[str]:
+    """Every module of the package but the packages' own __init__ files (their folders)."""
+    root = src / "alignmt"
+    names = set()
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(src).with_suffix("").parts
+        if parts[-1] == "__init__" and len(parts) > 2:
+            continue
+        names.add(".".join(parts).removesuffix(".__init__"))
+    return names
+
+
+def _run(script: str, argument: object, src: Path = SRC) -> object:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(argument)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# Imports the modules layer by layer in one interpreter: a module that loads a layer after
+# its own is caught the first time that layer is loaded, since nothing before it could have.
+_CHECK_LAYERS = """
+import importlib, json, sys
+given = json.loads(sys.argv[1])
+order, modules = given["layers"], given["modules"]
+def layer(name):
+    while name not in modules and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return order.index(modules[name]) if name in modules else -1
+bad = []
+for name in sorted(modules, key=lambda n: (layer(n), n)):
+    before = set(sys.modules)
+    importlib.import_module(name)
+    for loaded in sorted(set(sys.modules) - before):
+        if loaded.startswith("alignmt.") and layer(loaded) > layer(name):
+            bad.append(f"{name} loads {loaded}")
+print(json.dumps(bad))
+"""
+
+_LOADED_BY = """
+import importlib, json, sys
+for name in json.loads(sys.argv[1]):
+    importlib.import_module(name)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+_LOADED_BY_HELP = """
+import json, sys
+from alignmt.cli import main
+for command in json.loads(sys.argv[1]):
+    try:
+        main([command, "--help"])
+    except SystemExit:
+        pass
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def _layer_violations(src: Path = SRC) -> list[str]:
+    layers, modules = read_map()
+    given = {"layers": layers, "modules": {n: layer for n, (layer, _) in _importable(modules)}}
+    return _run(_CHECK_LAYERS, given, src)
+
+
+def _importable(modules: dict) -> list:
+    """The map's rows but __main__'s, which runs the command line when imported."""
+    return [(name, row) for name, row in modules.items() if name != "alignmt.__main__"]
+
+
+def _framework_violations(src: Path = SRC) -> list[str]:
+    """For each set of frameworks the map allows, its modules imported in one interpreter:
+    any framework loaded beyond the set is a violation."""
+    _, modules = read_map()
+    bad = []
+    for allowed in sorted({needs for _, needs in modules.values()}, key=sorted):
+        names = sorted(n for n, (_, needs) in _importable(modules) if needs <= allowed)
+        loaded = set(_run(_LOADED_BY, names, src))
+        extra = sorted(f for f in FRAMEWORKS if f in loaded and f not in allowed)
+        if extra:
+            bad.append(f"modules allowed {sorted(allowed) or 'none'} load {extra}")
+    return bad
+
+
+def _heavy(modules: list[str]) -> list[str]:
+    return [m for m in modules if m in ("torch", "matplotlib") or m.startswith("alignmt.training")]
+
+
+@pytest.fixture(scope="module")
+def broken_tree(tmp_path_factory) -> Path:
+    """A copy of the package whose config eagerly imports the training loop: a layer broken
+    the way an innocent-looking import would break it."""
+    root = tmp_path_factory.mktemp("broken") / "src"
+    shutil.copytree(SRC / "alignmt", root / "alignmt", ignore=shutil.ignore_patterns("__pycache__"))
+    config = root / "alignmt" / "config.py"
+    config.write_text(config.read_text() + "\nimport alignmt.training.loop  # noqa\n")
+    return root
+
+
+# --- the map -----------------------------------------------------------------------------------
+
+
+def test_the_map_names_every_module_and_only_modules_that_exist():
+    layers, modules = read_map()
+    assert len(layers) == len(set(layers)) >= 10
+    assert sorted(package_modules() - set(modules)) == [], "modules missing from docs/layout.md"
+    assert sorted(set(modules) - package_modules()) == [], "docs/layout.md names no such module"
+    assert all(layer in layers for layer, _ in modules.values())
+    assert all(needs <= set(FRAMEWORKS) for _, needs in modules.values())
+
+
+def test_a_module_added_without_its_row_is_caught(tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(SRC / "alignmt", src / "alignmt", ignore=shutil.ignore_patterns("__pycache__"))
+    (src / "alignmt" / "decoding" / "stray.py").write_text('"""Not on the map."""\n')
+    assert "alignmt.decoding.stray" in package_modules(src) - set(read_map()[1])
+
+
+def test_every_module_path_a_docstring_names_exists():
+    """`alignmt.x.y` names (a module, or a name a module defines) and `folder/file.py` or
+    `file.py` names (of the package, the tests or the benchmarks) in docstrings."""
+    package = SRC / "alignmt"
+    files = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
+    files |= {
+        p.relative_to(ROOT).as_posix()
+        for d in ("tests", "benchmarks")
+        for p in (ROOT / d).glob("*.py")
+    }
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        for text in _docstrings(path):
+            named = re.findall(r"\balignmt(?:\.[a-z_]+)+", text)
+            missing += [f"{path.name}: {n}" for n in named if not _resolves(n)]
+            for file in re.findall(r"(?<![\w./-])([a-z_]+(?:/[a-z_]+)*\.py)\b", text):
+                if not any(f == file or f.endswith("/" + file) for f in files):
+                    missing.append(f"{path.relative_to(SRC)}: {file}")
+    assert missing == []
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether `dotted` is a module of the package, or a name its longest module prefix
+    defines at its top level (a def, a class, an assignment, an import or a lazy export)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = SRC.joinpath(*parts[:cut])
+        source = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        if source.is_file():
+            rest = parts[cut:]
+            return not rest or (len(rest) == 1 and rest[0] in _top_level_names(source))
+    return False
+
+
+def _top_level_names(source: Path) -> set[str]:
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    names = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+            if isinstance(node.value, ast.Dict):  # the lazy exports of alignmt/__init__.py
+                names |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return names
+
+
+def _docstrings(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return [
+        d for node in ast.walk(tree) if isinstance(node, kinds) if (d := ast.get_docstring(node))
+    ]
+
+
+# --- what each import loads ------------------------------------------------------------------
+
+
+def test_every_module_imports_only_its_layer_and_those_before():
+    assert _layer_violations() == []
+
+
+@pytest.mark.slow  # checks the checker, in a subprocess
+def test_an_upward_import_is_caught(broken_tree):
+    assert "alignmt.config loads alignmt.training.loop" in _layer_violations(broken_tree)
+
+
+def test_no_module_loads_a_framework_its_row_does_not_name():
+    assert _framework_violations() == []
+
+
+@pytest.mark.slow  # checks the checker, in a subprocess
+def test_the_framework_check_sees_torch(broken_tree):
+    assert "modules allowed none load ['torch']" in _framework_violations(broken_tree)
+
+
+_SERVING = """
+import json, sys
+from alignmt.serve.app import create_app
+from alignmt.answers.limits import Limits
+from alignmt.answers.registry import load_models
+create_app(load_models(json.loads(sys.argv[1])), Limits())
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_the_server_loads_no_training_code_and_no_matplotlib(toy_run, tmp_path):
+    """The server's modules import no framework; a run folder served loads the torch engine
+    but never training or matplotlib, and an exported one loads no torch or jax."""
+    from alignmt.checkpoint.torch_io import load_checkpoint
+    from alignmt.decoding.torch_engine.export import export_onnx
+
+    assert _heavy(_run(_LOADED_BY, ["alignmt.serve.app", "alignmt.answers.registry"])) == []
+    loaded = _run(_SERVING, [str(toy_run)])
+    assert _heavy(loaded) == ["torch"]
+    assert "alignmt.decoding.torch_engine.engine" in loaded  # it did load what serving needs
+    export_onnx(load_checkpoint(toy_run), tmp_path / "onnx")
+    loaded = _run(_SERVING, [str(tmp_path / "onnx")])
+    assert _heavy(loaded) == [] and "jax" not in loaded
+    assert "alignmt.decoding.onnx_engine.engine" in loaded
+
+
+def test_the_public_api_is_lazy():
+    assert _heavy(_run(_LOADED_BY, ["alignmt"])) == []
+    script = (
+        "import alignmt, json, sys; alignmt.open_translator; alignmt.Translator; "
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    loaded = _run(script, None)
+    assert not any(f in loaded for f in FRAMEWORKS)  # the door loads a framework when it opens
+    assert "alignmt.decoding.door" in loaded
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_help_loads_neither_torch_nor_matplotlib(command):
+    assert _heavy(_run(_LOADED_BY_HELP, [command])) == []
+
+
+@pytest.mark.slow  # checks the checker, in a subprocess
+def test_the_help_check_sees_an_eager_import(broken_tree):
+    assert "torch" in _heavy(_run(_LOADED_BY_HELP, ["translate"], broken_tree))
+
+
+def test_every_public_name_resolves():
+    import alignmt
+
+    for name in alignmt.__all__:
+        assert getattr(alignmt, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = alignmt.Nope
