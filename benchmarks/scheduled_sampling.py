@@ -23,7 +23,7 @@ import torch
 
 from alignmt.analysis.task_scores import score_task
 from alignmt.config import load_config
-from alignmt.decoding.search import decode
+from alignmt.decoding.torch_engine.search import decode
 from alignmt.model.batch import make_batch
 from alignmt.text.tasks import eval_set
 from alignmt.training.optim import teacher_rate

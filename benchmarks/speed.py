@@ -36,9 +36,9 @@ import alignmt
 from alignmt.analysis.scores import corpus_scores
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import PRECISIONS, WEIGHTS, Config, DataConfig, ModelConfig, TrainConfig
-from alignmt.decoding.search import search as search_batches
-from alignmt.decoding.settings import Search
-from alignmt.decoding.speed import Speed
+from alignmt.decoding.torch_engine.search import search as search_batches
+from alignmt.decoding.torch_engine.settings import Search
+from alignmt.decoding.torch_engine.speed import Speed
 from alignmt.model.allocator import keep_freed_memory
 from alignmt.model.batch import source_batch
 from alignmt.model.device import autocast, pick_device

@@ -16,7 +16,7 @@ import jax
 
 from alignmt.checkpoint.flax_io import Params, build_model
 from alignmt.config import Config, SearchConfig
-from alignmt.decoding.flax_search import FlaxSearch
+from alignmt.decoding.flax_engine.search import FlaxSearch
 from alignmt.training import flax_optim
 from alignmt.training.batches import Progress, steps
 from alignmt.training.distributed import World
