@@ -62,7 +62,7 @@ def _row(args: argparse.Namespace, lines: list[str], beam: int, threads: int) ->
         translator.engine = OnnxEngine(OnnxModel(args.exported, threads=threads, int8=int8))
     spent = _timed(translator.engine.model)
     tokens = [translator.source_tokens(line) for line in lines]
-    translator.translate_tokens(tokens[: args.batch], batch_size=args.batch, beam_size=beam)
+    translator.translate_tokens(tokens[: args.batch], batch_size=args.batch, beam_size=beam, warn=False)
     spent.clear()
     start = time.perf_counter()
     translator.translate_tokens(tokens, batch_size=args.batch, beam_size=beam, warn=False)

@@ -245,7 +245,7 @@ def _candidates(scores: np.ndarray, log_probs: np.ndarray, eos_id: int) -> tuple
     S, K, V = log_probs.shape
     width = min(2 * K, V)
     # A sentence's 2K best extensions are among each beam's own 2K best.
-    top = np.argpartition(-log_probs, width - 1, axis=2)[..., :width]  # (S, K, W)
+    top = _row_tops(log_probs.reshape(S * K, V), width).reshape(S, K, width)
     own = np.take_along_axis(log_probs, top, axis=2)
     total = (scores[:, :, None] + own).reshape(S, K * width)
     best = np.argsort(-total, axis=1, kind="stable")[:, : 2 * K]  # (S, 2K) best first
@@ -256,6 +256,20 @@ def _candidates(scores: np.ndarray, log_probs: np.ndarray, eos_id: int) -> tuple
     rank = np.argsort(tokens == eos_id, axis=1, kind="stable")  # </s> last
     take = lambda x: np.take_along_axis(x, rank, axis=1)  # noqa: E731
     return take(cand), take(parents), take(tokens), rank, take(own)
+
+
+def _row_tops(log_probs: np.ndarray, width: int) -> np.ndarray:
+    """(N, V) -> (N, width) int64: each row's `width` largest entries' columns, in column
+    order. The threshold comes from a partition of the values, which is twice as fast as
+    one of their indices; a tie at a threshold (more than `width` at or above it) falls
+    back to the indices' partition."""
+    N, V = log_probs.shape
+    kth = V - width
+    threshold = np.partition(log_probs, kth, axis=1)[:, kth : kth + 1]  # (N, 1)
+    at_or_above = np.flatnonzero(log_probs >= threshold)  # flat: 15x faster than 2-D nonzero
+    if len(at_or_above) == N * width:
+        return (at_or_above % V).reshape(N, width)
+    return np.argpartition(log_probs, kth, axis=1)[:, kth:]
 
 
 def _backtrack(
