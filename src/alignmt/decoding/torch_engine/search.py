@@ -26,6 +26,7 @@ from torch import Tensor
 from alignmt.decoding.results import Hypothesis
 from alignmt.decoding.rules import cannot_improve, length_penalty, max_output_len
 from alignmt.decoding.torch_engine.beam import (
+    Beams,
     BeamStep,
     Covering,
     advance,
@@ -35,7 +36,7 @@ from alignmt.decoding.torch_engine.beam import (
     parent_rows,
     start_beams,
 )
-from alignmt.decoding.torch_engine.constraints import MISSING
+from alignmt.decoding.torch_engine.constraints import MISSING, Table
 from alignmt.decoding.torch_engine.greedy import greedy_search
 from alignmt.decoding.torch_engine.rows import Encoded, Pending, refill, select_rows
 from alignmt.decoding.torch_engine.settings import Search
@@ -207,26 +208,15 @@ def beam_steps(
         logits, state, weights = step(beams.prev.flatten(), state, memory)  # (N, V), (N, T_src)
         logits = full_precision(logits).unflatten(0, (-1, K))  # (B_t, K, V)
         weights = full_precision(weights)
-        scores = beams.scores.to(logits)
-        if table is None:
-            cand, parents, tokens, rank = candidates(scores, logits, eos_id)
-            progress = None
-        else:  # dynamic beam allocation over the constraints' banks
-            cand, parents, tokens, rank, progress = table.candidates(
-                scores, logits, beams.progress, beams.sentence, eos_id
-            )
+        cand, parents, tokens, rank, progress = _candidates(beams, logits, table, eos_id)
         length = beams.position + 1  # (B_t,) the candidates' lengths
         at_limit = length >= beams.limit
         # Of the K best, </s> ends a hypothesis, and at the limit all do; -inf ones extend
         # beams not yet live.
         ends = (rank < K) & cand.isfinite() & ((tokens == eos_id) | at_limit[:, None])
         lengths = length.to(cand.dtype)
-        ranked = cand / length_penalty(lengths, alpha)[:, None]  # (B_t, 2K)
-        if beta:  # each candidate's cp is its parent's coverage after this step's attention
-            cp = coverage_penalty(state[-1], beta).unflatten(0, (-1, K))  # (B_t, K)
-            ranked = ranked + cp.gather(1, parents).to(ranked)
-        if table is not None:  # the limit ends what has not met its constraints: rank it last
-            ranked = ranked - MISSING * table.missing(beams.sentence, progress).to(ranked)
+        missing = None if table is None else table.missing(beams.sentence, progress)
+        ranked = _ranked(cand, lengths, parents, state[-1] if beta else None, missing, how)
         ended = ranked.masked_fill(~ends, float("-inf"))  # (B_t, 2K)
         if weights is not None:
             weights = weights.unflatten(0, (-1, K))  # (B_t, K, T_src)
@@ -243,3 +233,34 @@ def beam_steps(
         state = select_rows(state, parent_rows(parents[:, :K]))  # each live beam's parent's
         state, memory, beams = refill(done, pending, state, memory, beams, begin, offsets)
     return history, pending.taken
+
+
+def _candidates(beams: Beams, logits: Tensor, table: Table | None, eos_id: int) -> tuple:
+    """beam.candidates, or dynamic beam allocation over the constraints' banks: scores,
+    parents, tokens and rank, (B_t, 2K) each, and the candidates' progress (None without
+    constraints)."""
+    scores = beams.scores.to(logits)
+    if table is None:
+        return (*candidates(scores, logits, eos_id), None)
+    return table.candidates(scores, logits, beams.progress, beams.sentence, eos_id)
+
+
+def _ranked(
+    cand: Tensor,
+    lengths: Tensor,
+    parents: Tensor,
+    covered: Tensor | None,
+    missing: Tensor | None,
+    how: Search,
+) -> Tensor:
+    """(B_t, 2K) each candidate's rank were it to end: score / lp, plus the coverage penalty
+    of its parent's attention after this step (`covered`, (N, T_src), where beta > 0), less
+    MISSING per constraint token it has not met (`missing`, where constrained): the limit
+    ends what has not met its constraints, and it ranks last."""
+    ranked = cand / length_penalty(lengths, how.length_penalty)[:, None]
+    if covered is not None:
+        cp = coverage_penalty(covered, how.coverage_penalty).unflatten(0, (-1, how.beam_size))
+        ranked = ranked + cp.gather(1, parents).to(ranked)  # (B_t, K) -> (B_t, 2K)
+    if missing is not None:
+        ranked = ranked - MISSING * missing.to(ranked)
+    return ranked
