@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny seeded models and padded batches, and the ../shared data marker."""
+"""Shared fixtures: tiny seeded models and padded batches, the toy run, the ../shared data
+marker, and the HTTP service's test client."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from fastapi.testclient import TestClient
 
+from alignmt.answers.limits import Limits
+from alignmt.answers.registry import load_models
 from alignmt.config import ModelConfig
 from alignmt.model.seq2seq import Seq2Seq
+from alignmt.serve.app import create_app
 
 # XLA's backend optimisation (LLVM's -O passes) costs compile time that the suite's tiny
 # programs never earn back: tests/test_flax_*.py took 161 s on two cores with it off and 219 s
@@ -369,3 +374,30 @@ def browser():
         pytest.skip(f"no browser: {error}")
     yield driver
     driver.quit()
+
+
+# --- the HTTP service through FastAPI's TestClient (test_serve.py, test_serve_refusals.py) ---
+
+SERVE_LIMITS = Limits(max_sentences=8, max_source_tokens=12, max_beam=6, max_top_k=10)
+
+
+@pytest.fixture(scope="module")
+def served(toy_run, vanilla_run):
+    """The toy run and its vanilla twin, as a server holds them."""
+    return load_models([toy_run, vanilla_run])
+
+
+@pytest.fixture(scope="module")
+def client(served):
+    with TestClient(create_app(served, SERVE_LIMITS)) as client:
+        yield client
+
+
+def post(client, path, body):
+    response = client.post(path, json=body)
+    assert response.headers["content-type"] == "application/json"
+    return response.status_code, response.json()
+
+
+def post_raw(client, raw: bytes):
+    return client.post("/v1/translate", content=raw, headers={"content-type": "application/json"})
