@@ -60,7 +60,7 @@ def prefix_log_probs(engine, src: list[int], bos: int):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize(("beam", "nbest"), [(1, 1), (3, 2), (4, 4)])
+@pytest.mark.parametrize(("beam", "nbest"), [(1, 1), (4, 3)])
 def test_each_engines_search_is_the_reference_beam_search_over_its_own_step(
     translators, engine, beam, nbest
 ):
@@ -68,7 +68,7 @@ def test_each_engines_search_is_the_reference_beam_search_over_its_own_step(
     search = replace(translator.search, beam_size=beam)
     tokens = [translator.source_tokens(line) for line in LINES]
     ids = sorted((translator.src_vocab.encode(t, add_eos=True) for t in tokens), key=len)
-    found = translator.engine.searcher(Call(search=search, nbest=nbest, width=3))(ids, None)
+    found = translator.engine.searcher(Call(search=search, nbest=nbest, width=8))(ids, None)
     for src, hyps in zip(ids, found, strict=True):
         expected = reference.beam_search(
             prefix_log_probs(translator.engine, src, translator.tgt_vocab.bos_id),
