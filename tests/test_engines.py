@@ -59,8 +59,17 @@ def prefix_log_probs(engine, src: list[int], bos: int):
     return log_probs
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize(("beam", "nbest"), [(1, 1), (4, 3)])
+# Flax's greedy search is held to PyTorch's in test_flax_search.py: here its beam alone.
+@pytest.mark.parametrize(
+    ("engine", "beam", "nbest"),
+    [
+        ("torch", 1, 1),
+        ("torch", 4, 3),
+        ("flax", 4, 3),
+        ("onnxruntime", 1, 1),
+        ("onnxruntime", 4, 3),
+    ],
+)
 def test_each_engines_search_is_the_reference_beam_search_over_its_own_step(
     translators, engine, beam, nbest
 ):

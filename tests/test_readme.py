@@ -56,7 +56,7 @@ def run_folders(toy_run, tmp_path_factory) -> Path:
     (folder / "test.en").write_text("".join(line + "\n" for line in src))
     (folder / "test.de").write_text("der großer hund .\nein kleiner katze läuft jetzt .\n")
     (folder / "test.align").write_text("0-0 1-1 2-2\n0-0 1-1 2-2 3-3 4-4\n")
-    main(["export", str(toy_run), "--out", str(folder / "m30k_onnx"), "--int8"])
+    main(["export", str(toy_run), "--out", str(folder / "m30k_onnx")])
     return folder
 
 
