@@ -22,8 +22,8 @@ from pathlib import Path
 import onnxruntime as ort
 
 from alignmt.decoding.door import open_translator
+from alignmt.decoding.exported import STEP, int8_name
 from alignmt.decoding.onnx_engine.engine import OnnxEngine
-from alignmt.decoding.onnx_engine.format import STEP, int8_name
 from alignmt.decoding.onnx_engine.model import OnnxModel
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
@@ -62,7 +62,9 @@ def _row(args: argparse.Namespace, lines: list[str], beam: int, threads: int) ->
         translator.engine = OnnxEngine(OnnxModel(args.exported, threads=threads, int8=int8))
     spent = _timed(translator.engine.model)
     tokens = [translator.source_tokens(line) for line in lines]
-    translator.translate_tokens(tokens[: args.batch], batch_size=args.batch, beam_size=beam, warn=False)
+    translator.translate_tokens(
+        tokens[: args.batch], batch_size=args.batch, beam_size=beam, warn=False
+    )
     spent.clear()
     start = time.perf_counter()
     translator.translate_tokens(tokens, batch_size=args.batch, beam_size=beam, warn=False)

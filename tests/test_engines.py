@@ -155,16 +155,25 @@ def test_opening_asks_the_table_first(toy_run, exported):
         open_translator(exported, engine="flax")
     with pytest.raises(ValueError, match="not an exported folder"):
         open_translator(toy_run, engine="onnxruntime")
+    with pytest.raises(ValueError, match="a checkpoint loaded in memory runs on the torch"):
+        open_translator(load_checkpoint(toy_run), engine="flax")
 
 
 def test_a_stored_search_the_engine_cannot_run_is_turned_off_with_a_warning(
     toy_run, tmp_path, caplog
 ):
-    """A run that searched with the coverage penalty, exported: the onnxruntime engine
-    decodes without it and says so, where asking for it outright is refused."""
+    """A run that searched with the coverage penalty, or with int8 weights, exported without
+    them: the onnxruntime engine decodes without and says so, where asking outright is
+    refused."""
     ckpt = load_checkpoint(toy_run)
     ckpt.config.search = replace(ckpt.config.search, coverage_penalty=0.3)
     export_onnx(ckpt, tmp_path / "onnx")
     translator = open_translator(tmp_path / "onnx")
     assert translator.search.coverage_penalty == 0.0
     assert "search.coverage_penalty=0.3, which the onnxruntime engine does not do" in caplog.text
+    ckpt.config.search = replace(ckpt.config.search, coverage_penalty=0.0, weights="int8")
+    export_onnx(ckpt, tmp_path / "int8")  # without --int8: no int8 graphs
+    assert open_translator(tmp_path / "int8").search.weights == "float32"
+    assert "has no int8 graphs (`alignmt export --int8` writes them)" in caplog.text
+    with pytest.raises(ValueError, match="not found; export with --int8"):
+        open_translator(tmp_path / "int8", weights="int8")  # asked outright: refused

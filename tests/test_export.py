@@ -13,7 +13,7 @@ import torch
 
 from alignmt.checkpoint.format import parse_header
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.onnx_engine.format import ENCODER, FORMAT, MANIFEST, STEP
+from alignmt.decoding.exported import ENCODER, FORMAT, MANIFEST, STEP
 from alignmt.decoding.torch_engine.export import export_onnx
 from alignmt.model.batch import source_batch
 from tests.conftest import untrained_twin

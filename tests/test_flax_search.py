@@ -1,6 +1,7 @@
-"""Flax search (decoding/flax_search.py) against PyTorch's on the toy run: the same outputs
-greedy and beam, whatever the batching, a bounded number of compilations, and
-`alignmt translate --backend flax` printing what the torch backend prints."""
+"""The flax engine's search (decoding/flax_engine/search.py) against PyTorch's on the toy
+run: the same outputs greedy and beam, whatever the batching, a bounded number of
+compilations, and `alignmt translate --backend flax` printing what the torch backend
+prints."""
 
 from __future__ import annotations
 

@@ -3,11 +3,14 @@ continuous batching that never changes a sentence's output."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.door import open_translator
+from alignmt.decoding.engine import Call
 from alignmt.decoding.torch_engine.export import export_onnx
 
 pytest.importorskip("onnxruntime")
@@ -53,3 +56,16 @@ def test_refilled_rows_never_change_a_sentences_output(exported, beam):
             assert t.score == pytest.approx(a.score, abs=1e-5)
             if a.attention is not None:
                 np.testing.assert_allclose(t.attention, a.attention, atol=1e-6)
+
+
+def test_rows_refilled_with_shorter_sources_than_the_batchs_decode_as_alone(exported):
+    """Longest first, so that each sentence taking over rows has a shorter source than the
+    memory it joins (zero-padded along the source, which the mask reads as padding)."""
+    tokens = [exported.source_tokens(line) for line in LINES if line]
+    ids = sorted((exported.src_vocab.encode(t, add_eos=True) for t in tokens), key=len)[::-1]
+    searched = exported.engine.searcher(Call(search=replace(exported.search, beam_size=3), width=3))
+    together = searched(ids, None)
+    alone = [searched([row], None)[0] for row in ids]
+    for t, a in zip(together, alone, strict=True):
+        assert t[0].tokens == a[0].tokens
+        np.testing.assert_allclose(t[0].attention, a[0].attention, atol=1e-6)

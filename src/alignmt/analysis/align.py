@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from alignmt.config import DataConfig
+from alignmt.decoding.torch_engine.engine import TorchEngine
 from alignmt.decoding.translator import Translator
 from alignmt.model.batch import make_batch
 from alignmt.model.seq2seq import Seq2Seq
@@ -157,10 +158,13 @@ def word_links(
         (translator.src_vocab.encode(s.tokens), translator.tgt_vocab.encode(r.tokens))
         for s, r in zip(sources, references, strict=True)
     ]
-    translator.engine.require(["teacher-forced attention"])
-    with translator.engine.numerics():
+    engine = translator.engine
+    engine.require(["teacher-forced attention"])
+    if not isinstance(engine, TorchEngine):  # the table gives it to the torch engine alone
+        raise TypeError(f"teacher-forced attention needs the torch engine, not {engine.label}")
+    with engine.numerics():
         found = attention_links(
-            translator.engine.model,
+            engine.model,
             pairs,
             translator.src_vocab,
             translator.tgt_vocab,

@@ -93,7 +93,7 @@ def model_info(name: str, translator: Translator, members: list[str] | None = No
     keeps no snapshots."""
     origin, search, engine = translator.origin, translator.search, translator.engine
     header, folder = origin.header, origin.folder
-    own_run = engine.name != "onnxruntime" and members is None and folder is not None
+    own_run = origin.reopen is not None  # a run folder of its own, whose snapshots open
     return ModelInfo(
         name=name,
         **_described(header.config, header.src_vocab, header.tgt_vocab),
@@ -164,6 +164,7 @@ def one_model(models: dict[str, ServedModel], name: str | None, path: str) -> Se
     try:
         model.translator.engine.require(["stepping through the decoder"])
     except Unavailable as refusal:
+        members = f" ({', '.join(model.info.ensemble)})" if model.info.ensemble else ""
         message = f"model {model.name!r}: {path} follows the decoder step by step; {refusal}"
-        raise invalid("model", message, model.name) from None
+        raise invalid("model", message + members, model.name) from None
     return model

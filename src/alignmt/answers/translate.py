@@ -213,8 +213,8 @@ def probability(log_prob: float) -> float:
 
 
 def rounded(weights: Any) -> list | None:
-    """Attention (a CPU tensor, or a NumPy array from ONNX Runtime) as JSON-ready lists:
-    float64 first, so that 0.12346 prints as such."""
+    """Attention (NumPy, every engine's) as JSON-ready lists: float64 first, so that
+    0.12346 prints as such."""
     if weights is None:
         return None
     return np.round(np.asarray(weights, dtype=np.float64), DECIMALS).tolist()

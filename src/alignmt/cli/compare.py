@@ -12,11 +12,12 @@ from alignmt.cli.translate import translator_for
 
 
 def run(args: argparse.Namespace) -> int:
-    src, ref, lang = load_test_set(args, args.run_dirs[0])
+    first = translator_for(args.run_dirs[0], args)
+    src, ref, lang = load_test_set(args, args.run_dirs[0], first.origin.header.config)
     results = {}
     for run in args.run_dirs:
         name = Path(run).name if Path(run).name not in results else run
-        translator = translator_for(run, args)
+        translator = first if run == args.run_dirs[0] else translator_for(run, args)
         results[name] = translate_and_score(name, translator, src, ref, lang, args.batch_size)[0]
     print_scores(results, args.beam)
     out = Path(args.out or "runs/compare")

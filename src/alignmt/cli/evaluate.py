@@ -17,8 +17,8 @@ from alignmt.analysis.evaluation import read_test_set, translate_and_score
 from alignmt.analysis.plot import attention_heatmap, bleu_by_length_plot, bucket_bars, save_png
 from alignmt.analysis.scores import Evaluation, sentence_bleu_d2l
 from alignmt.analysis.tables import format_bucket_table, format_gap_table, format_scores_table
-from alignmt.checkpoint.format import load_header
 from alignmt.cli.translate import translator_for
+from alignmt.config import Config
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.results import Translation
 from alignmt.decoding.translator import Translator
@@ -27,9 +27,11 @@ from alignmt.text.links import Link, import_eflomal, read_alignments, sentence_w
 from alignmt.text.vocab import EOS
 
 
-def load_test_set(args: argparse.Namespace, run_dir: str) -> tuple[list[str], list[str], str]:
-    """(sources, references, source language) from --src/--ref or the run's data.test."""
-    cfg = load_header(run_dir).config
+def load_test_set(
+    args: argparse.Namespace, run_dir: str, cfg: Config
+) -> tuple[list[str], list[str], str]:
+    """(sources, references, source language) from --src/--ref or the data.test of the run
+    in `run_dir`, whose config is `cfg`."""
     if bool(args.src) != bool(args.ref):
         raise ValueError("--src and --ref go together")
     if args.src:
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         return run_alignment_evaluation(args)
     run_dir = args.run_dirs[0]  # an ensemble's first run names its test set and folder
     translator = translator_for(args.run_dirs, args)
-    src, ref, lang = load_test_set(args, run_dir)
+    src, ref, lang = load_test_set(args, run_dir, translator.origin.header.config)
     beyond = [number for number in args.heatmaps if number > len(src)]
     if beyond:  # said before translating the whole test set, not after
         raise ValueError(f"--heatmaps: the test set has {len(src)} lines, not {beyond[0]}")
@@ -94,7 +96,7 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
             raise ValueError(str(error)) from None
     translator = open_translator(run_dir, device=args.device, precision=args.precision)
     config = translator.origin.header.config
-    src, ref, _ = load_test_set(args, run_dir)
+    src, ref, _ = load_test_set(args, run_dir, config)
     sources = [sentence_words(translator.src_tokenizer, line) for line in src]
     references = [sentence_words(translator.tgt_tokenizer, line) for line in ref]
     hyps = word_links(translator, sources, references, batch_size=args.batch_size)

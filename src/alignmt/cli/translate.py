@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -15,6 +15,7 @@ from alignmt.text.corpus import input_lines
 
 if TYPE_CHECKING:
     from alignmt.decoding.constraint import Constraint
+    from alignmt.decoding.engine import Feature
     from alignmt.decoding.results import Translation
     from alignmt.decoding.translator import Translator
     from alignmt.text.tokenize import Tokenizer
@@ -22,7 +23,12 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     sampling = sampling_for(args)  # its flags are checked before any work
-    translator = translator_for(args.run_dirs, args)
+    needs: list[Feature] = []  # refused before the model is loaded, if its engine lacks them
+    if args.sample:
+        needs.append("sampling")
+    if args.constraints:
+        needs.append("constrained search")
+    translator = translator_for(args.run_dirs, args, needs)
     if not args.sample and not 1 <= args.nbest <= translator.search.beam_size:
         raise ValueError(f"--nbest must be in [1, beam size {translator.search.beam_size}]")
     tokens = [translator.source_tokens(line) for line in input_lines(sys.stdin.buffer)]
@@ -61,7 +67,6 @@ def constraints_for(
         return None
     if args.sample:
         raise ValueError("--constraints constrain beam search: they cannot be sampled")
-    translator.engine.require(["constrained search"])  # before reading the file
     phrases = read_constraints(args.constraints)
     if len(phrases) != lines:
         raise ValueError(
@@ -133,10 +138,13 @@ def check_lengths(tokens: list[list[str]], limit: int) -> None:
             )
 
 
-def translator_for(runs: str | list[str], args: argparse.Namespace) -> Translator:
+def translator_for(
+    runs: str | list[str], args: argparse.Namespace, needs: Sequence[Feature] = ()
+) -> Translator:
     """The model of a run, an exported folder or (several runs) an ensemble, on --backend,
     --device and --precision, searching as the first stored its search, with --beam,
-    --replace-unk, --coverage-penalty, --weights and --shortlist applied."""
+    --replace-unk, --coverage-penalty, --weights and --shortlist applied; what its engine
+    cannot do of `needs` is refused before it is loaded."""
     from alignmt.decoding.door import open_translator
 
     return open_translator(
@@ -149,4 +157,5 @@ def translator_for(runs: str | list[str], args: argparse.Namespace) -> Translato
         weights=args.weights,
         shortlist=args.shortlist,
         replace_unk=args.replace_unk or None,
+        needs=needs,
     )

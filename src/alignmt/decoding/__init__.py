@@ -9,6 +9,7 @@ Framework-free, the spine every engine shares:
     rules.py        the length limit, length penalty and stopping rule every search follows
     words.py        alignments, <unk> replacement, constraint phrases as ids
     constraint.py   one sentence's lexical constraints
+    exported.py     what a folder `alignmt export` wrote holds, and its graphs' names
 
 One subpackage per engine, each importing its framework and nothing of the others:
 

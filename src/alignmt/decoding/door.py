@@ -12,14 +12,15 @@ when a model needs it, so that opening an exported folder loads neither torch no
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Sequence
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from alignmt.checkpoint.format import Header
 from alignmt.config import Precision, SearchConfig
 from alignmt.decoding.engine import FEATURES, EngineName, Feature, Unavailable
-from alignmt.decoding.onnx_engine.format import is_exported
+from alignmt.decoding.exported import has_int8, is_exported
 from alignmt.decoding.translator import Origin, Translator
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ def open_translator(
     device: str = "auto",
     precision: Precision = "float32",
     search: SearchConfig | None = None,
+    needs: Iterable[Feature] = (),
     **changes: Any,
 ) -> Translator:
     """The translator of the model at `path`.
@@ -50,6 +52,8 @@ def open_translator(
             ONNX Runtime runs on the CPU).
         precision: "float32", or "bfloat16" under autocast (the torch engine's).
         search: the search to use instead of the model's stored one.
+        needs: what the caller will ask of the translator (sampling, constrained search,
+            ...), refused with the rest before anything is loaded.
         **changes: `SearchConfig` fields to change (beam_size, weights, shortlist,
             coverage_penalty, replace_unk, ...); None leaves a field as stored.
 
@@ -64,7 +68,8 @@ def open_translator(
     name = _engine_for(paths, engine)
     changes = {key: value for key, value in changes.items() if value is not None}
     options = dict(device=device, precision=precision, changes=changes, search=search)
-    _check(name, _asked(device, precision, len(paths)))
+    asked = _asked(device, precision, len(paths)) + _searches(search, changes) + list(needs)
+    _check(name, asked)
     if name == "onnxruntime":
         return _onnx(paths[0], **options)
     if name == "flax":
@@ -75,6 +80,9 @@ def open_translator(
 def _engine_for(paths: list[str | Path], asked: Asked) -> EngineName:
     """The engine that runs these folders, as asked; an exported folder is ONNX Runtime's."""
     exported = [p for p in paths if isinstance(p, str | Path) and is_exported(p)]
+    loaded = [p for p in paths if not isinstance(p, str | Path)]
+    if loaded and asked not in ("auto", "torch"):
+        raise ValueError(f"a checkpoint loaded in memory runs on the torch engine, not {asked}")
     if exported and asked not in ("auto", "onnxruntime"):
         raise ValueError(f"{exported[0]}: an exported model runs on ONNX Runtime, not {asked}")
     if asked == "onnxruntime" and not exported:
@@ -111,19 +119,24 @@ _SEARCH_FEATURES: list[tuple[Feature, str, Any]] = [
 ]
 
 
+def _searches(search: SearchConfig | None, changes: dict) -> list[Feature]:
+    """What the caller's own search settings ask (not the model's stored ones)."""
+    given = vars(search) if search is not None else {}
+    given = {**given, **changes}
+    return [f for f, field, off in _SEARCH_FEATURES if given.get(field, off) != off]
+
+
 def _search_of(
     name: EngineName, stored: SearchConfig, search: SearchConfig | None, changes: dict
 ) -> SearchConfig:
     """The search to run: `search` (or the stored one) with `changes`. What the engine cannot
-    do is refused where the caller asked for it, and turned off, with a warning, where only
-    the model's stored search has it (a run that searched with a shortlist, exported)."""
+    do was refused where the caller asked for it (`open_translator`); where only the
+    model's stored search has it (a run that searched with a shortlist, exported), it is
+    turned off, with a warning."""
     out = replace(search or stored, **changes)
-    asked = set(vars(out)) if search is not None else set(changes)
     for feature, field, off in _SEARCH_FEATURES:
         if getattr(out, field) == off or feature in FEATURES[name]:
             continue
-        if field in asked:
-            raise Unavailable.of(feature, name)
         log.warning(
             "the model searches with search.%s=%s, which the %s engine does not do: "
             "decoding without it",
@@ -204,13 +217,16 @@ def _flax(
         from alignmt.model.flax_device import jax_device
     except ImportError as missing:
         raise ValueError(f"the flax engine needs the [flax] extra ({missing})") from None
+    where = jax_device(device)  # a bad --device is said before the weights are read
     ckpt = load_flax(path)
     search = _search_of("flax", ckpt.config.search, search, changes)
-    params = jax.device_put(ckpt.params, jax_device(device))
+    params = jax.device_put(ckpt.params, where)
     engine = FlaxEngine(ckpt.model, params)
     vocabs = (ckpt.src_vocab, ckpt.tgt_vocab)
     tokenizers = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
-    origin = Origin(_folder(path), ckpt)
+    origin = Origin(
+        _folder(path), Header(**{f.name: getattr(ckpt, f.name) for f in fields(Header)})
+    )
     return Translator(engine, tokenizers=tokenizers, vocabs=vocabs, search=search, origin=origin)
 
 
@@ -228,7 +244,15 @@ def _onnx(
     from alignmt.decoding.onnx_engine.model import OnnxModel
 
     header = OnnxModel.read_header(path)
+    asked_int8 = "int8" in _searches(search, changes)
     search = _search_of("onnxruntime", header.config.search, search, changes)
+    if search.weights == "int8" and not asked_int8 and not has_int8(path):
+        log.warning(
+            "the model searches with search.weights=int8, but %s has no int8 graphs "
+            "(`alignmt export --int8` writes them): decoding in float32",
+            path,
+        )
+        search = replace(search, weights="float32")
     model = OnnxModel(path, int8=search.weights == "int8")
     engine = OnnxEngine(model)
     vocabs = (header.src_vocab, header.tgt_vocab)

@@ -88,8 +88,8 @@ Searcher = Callable[[list[list[int]], Sequence[Constraint | None] | None], list[
 class Engine(ABC):
     """A model in one framework, as the translator drives it.
 
-    Subclasses set `name`, `has_attention` and `parameters`, implement `search`, `encode`,
-    `step` and `select`, and, where `features` says so, `step_through` and `beam_trace`.
+    Subclasses set `name`, `has_attention` and `parameters`, implement `searcher`, `encode`
+    and `step`, and, where `features` says so, `step_through` and `beam_trace`.
     """
 
     name: ClassVar[EngineName]
@@ -130,10 +130,6 @@ class Engine(ABC):
         """One decoder step over N rows: prev (N,) int64 -> log-probabilities (N, V) float32
         in NumPy, the new state, and alpha (N, T_src) in NumPy or None."""
 
-    @abstractmethod
-    def select(self, fields: Any, rows: np.ndarray) -> Any:
-        """The rows `rows` (int64) of a state or memory."""
-
     def step_through(
         self,
         src: list[int],
@@ -146,7 +142,8 @@ class Engine(ABC):
         search: SearchConfig,
         check: Check | None,
     ) -> list[DecoderStep]:
-        """The decoder over one sentence, step by step (see torch_engine/trace.py)."""
+        """The decoder over one sentence, step by step: a prefix forced, attention steered
+        by `override`, then greedy or beam search (the torch engine's is its trace.py)."""
         raise Unavailable("stepping through the decoder", self.label, self.instead)
 
     def beam_trace(
@@ -159,5 +156,6 @@ class Engine(ABC):
         check: Check | None,
         constraint: Constraint | None,
     ) -> BeamTrace:
-        """Every candidate beam search weighs for one sentence (see torch_engine/trace.py)."""
+        """Every candidate beam search weighs for one sentence, as a tree (the torch
+        engine's is its trace.py)."""
         raise Unavailable("stepping through the decoder", self.label, self.instead)

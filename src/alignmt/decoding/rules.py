@@ -92,8 +92,8 @@ def sentence_limit(src_tokens: int, search: Any) -> int:
 
 @dataclass(frozen=True)
 class Sampling:
-    """How to sample (sample.py): the reshaping of each step's distribution, and how many
-    draws. Here, without torch, so that a server checks a request's settings before any
+    """How to sample (torch_engine/sample.py): the reshaping of each step's distribution,
+    and how many draws. Here, without torch, so that a server checks a request's settings before any
     framework is loaded."""
 
     temperature: float = 1.0  # < 1 sharpens the distribution, > 1 flattens it

@@ -271,7 +271,11 @@ class Translator:
         """The weights its run kept at training `step` (train.snapshot_every), searching as
         this translator does, on its engine, device and precision."""
         if self.origin is None or self.origin.reopen is None:
-            raise ValueError("this translator was not opened from a run folder with snapshots")
+            opened = self.origin.folder if self.origin and self.origin.folder else "memory"
+            raise ValueError(
+                f"no snapshots open here ({self.engine.label}, from {opened}): a run's "
+                "snapshots open on the torch engine of its one run folder"
+            )
         return self.origin.reopen(step, self.search)
 
     def _one_source(self, line: str) -> list[str]:

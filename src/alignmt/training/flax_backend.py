@@ -112,7 +112,6 @@ class FlaxBackend:
 
     def trained_model(self, run_dir: Path) -> Seq2Seq:
         """The run's best (or last) weights as a PyTorch Seq2Seq, read back from its folder."""
-        log.info("flax: compiled the update for %d batch shapes", len(self.updates.shapes))
         return load_checkpoint(run_dir).model
 
     def rng_state(self) -> dict[str, Any]:
@@ -230,3 +229,4 @@ def begin(
             cfg=cfg, model=model, tx=tx, params=params, opt_state=opt_state, key=key, text=text
         )
         yield backend, state
+    log.info("flax: compiled the update for %d batch shapes", len(backend.updates.shapes))

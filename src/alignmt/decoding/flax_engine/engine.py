@@ -37,11 +37,6 @@ class FlaxEngine(Engine):
         self.parameters = sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(params))
         self._searches: dict[tuple, FlaxSearch] = {}  # a call's settings -> its search
 
-    @property
-    def compilations(self) -> int:
-        """How many times this engine's searches have been compiled."""
-        return sum(search.compilations for search in self._searches.values())
-
     def searcher(self, call: Call) -> Searcher:
         s = call.search
         key = (
@@ -61,7 +56,7 @@ class FlaxEngine(Engine):
             sentences: list[list[int]], constraints: Sequence[Constraint | None] | None
         ) -> list[list[Hypothesis]]:
             before = search.compilations
-            found = search(sentences)
+            found = search(sentences, check=call.check)
             log.info("flax search: %d jit compilations", search.compilations - before)
             return found
 
@@ -80,6 +75,3 @@ class FlaxEngine(Engine):
             )
         log_probs = np.asarray(jax.nn.log_softmax(logits, axis=-1))
         return log_probs, state, None if alpha is None else np.asarray(alpha)
-
-    def select(self, fields: Any, rows: np.ndarray) -> Any:
-        return jax.tree_util.tree_map(lambda x: x[rows], fields)

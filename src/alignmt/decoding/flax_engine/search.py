@@ -1,12 +1,13 @@
 """Greedy and beam search over a `FlaxSeq2Seq`, compiled by XLA.
 
-search.py's searches in JAX: a batch runs as one `jax.lax.while_loop` over output steps in
-`jax.jit`, until all its sentences stop or its length bound. XLA compiles per shape, so
-stopped sentences' rows idle to the batch's end (search.py hands them to the next
-sentence), and `FlaxSearch` pads batches to a few bucketed shapes and counts compilations.
-A sentence gets search.py's output: the same candidates and back-trace (beam.py), and the
-length limit, ranking and stopping rule of rules.py, which both frameworks read (GNMT's length
-normalisation, Wu et al. 2016, eq. 14); only rounding differs.
+The torch engine's searches (torch_engine/search.py) in JAX: a batch runs as one
+`jax.lax.while_loop` over output steps in `jax.jit`, until all its sentences stop or its
+length bound. XLA compiles per shape, so stopped sentences' rows idle to the batch's end
+(the torch engine hands them to the next sentence), and `FlaxSearch` pads batches to a few
+bucketed shapes and counts compilations. A sentence gets the torch engine's output: the
+same candidates and back-trace (torch_engine/beam.py), and the length limit, ranking and
+stopping rule of decoding/rules.py, which every engine reads (GNMT's length normalisation,
+Wu et al. 2016, eq. 14); only rounding differs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from alignmt.config import SearchConfig
+from alignmt.decoding.engine import Check
 from alignmt.decoding.results import Hypothesis
 from alignmt.decoding.rules import cannot_improve, check_search_args, length_penalty, max_output_len
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
@@ -85,7 +87,7 @@ def apply_method(model: FlaxSeq2Seq, params: Params, method: str, *args: Any) ->
 
 
 def _log_sum_exp_from(logits: Array, largest: Array) -> Array:
-    """(..., 1) log sum_v exp(logits_v - largest), `largest` the max (steps.py's)."""
+    """(..., 1) log sum_v exp(logits_v - largest), `largest` the max (torch_engine/steps.py's)."""
     return jnp.log(jnp.exp(logits - largest).sum(axis=-1, keepdims=True))
 
 
@@ -102,7 +104,7 @@ def _repeat(fields: Any, times: int) -> Any:
 def greedy_search(
     model: FlaxSeq2Seq, params: Params, src: Array, src_len: Array, limit: Array, *, max_len: int
 ) -> Output:
-    """The most probable token at every step, as search.greedy_search picks it: an
+    """The most probable token at every step, as the torch engine's greedy search picks it: an
     `Output` with n = 1.
 
     Args:
@@ -165,8 +167,8 @@ def beam_search(
     max_len: int,
     nbest: int = 1,
 ) -> Output:
-    """The K = beam_size best partial outputs of each sentence, as search.beam_search keeps
-    them; an `Output` with n = nbest, best first. Every step keeps a sentence's 2K best
+    """The K = beam_size best partial outputs of each sentence, as the torch engine's beam
+    search keeps them; an `Output` with n = nbest, best first. Every step keeps a sentence's 2K best
     one-token extensions: the K best that are not </s> live on, and a </s> among the K best
     ends a hypothesis, ranked by score / `length_penalty`. A sentence stops once K have
     ended, once its nbest-th best ended one ranks at least as high as its best live beam
@@ -278,7 +280,8 @@ def _merge_ended(beam: Beam, ended: Array, cand: Array, live: Array) -> tuple[Ar
 
 
 def _backtrack(beam: Beam) -> Output:
-    """Each sentence's n best ended hypotheses, traced back through the parents (beam.py)."""
+    """Each sentence's n best ended hypotheses, traced back through the parents (as
+    torch_engine/beam.py does)."""
     last, slot = jnp.divmod(beam.best_end, beam.tokens.shape[2])  # (B, n) each
 
     def back(slot: Array, step: tuple) -> tuple[Array, tuple]:
@@ -332,13 +335,18 @@ class FlaxSearch:
         """How many times the search has been traced and compiled."""
         return len(self.shapes)
 
-    def __call__(self, sources: Sequence[Sequence[int]]) -> list[list[Hypothesis]]:
+    def __call__(
+        self, sources: Sequence[Sequence[int]], check: Check | None = None
+    ) -> list[list[Hypothesis]]:
         """Search each source (ids ending in </s>); returns each sentence's nbest
-        hypotheses, best first (fewer only where fewer have a nonzero probability)."""
+        hypotheses, best first (fewer only where fewer have a nonzero probability). `check`
+        is called before each batch (a compiled loop cannot stop between its steps)."""
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         out: list[list[Hypothesis]] = [[] for _ in sources]
         for start in range(0, len(order), self.batch_size):
             rows = order[start : start + self.batch_size]
+            if check is not None:
+                check()
             for i, hyps in zip(rows, self._batch([sources[i] for i in rows]), strict=True):
                 out[i] = hyps
         return out

@@ -1,7 +1,6 @@
 """The onnxruntime engine: decoding a folder `alignmt export` wrote, with ONNX Runtime and
 NumPy, neither torch nor JAX.
 
-    format.py   what an exported folder holds (no framework at all)
     model.py    the manifest and the two graphs as ONNX Runtime sessions
     search.py   greedy and beam search, their candidates and back-trace, in NumPy
     rows.py     the rows of a continuously refilled batch (continuous batching)

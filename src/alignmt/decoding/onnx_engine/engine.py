@@ -28,10 +28,6 @@ class OnnxEngine(Engine):
         self.has_attention = model.has_attention
         self.parameters = int(model.manifest["parameters"])
 
-    @property
-    def int8(self) -> bool:
-        return self.model.int8
-
     def searcher(self, call: Call) -> Searcher:
         def searched(
             sentences: list[list[int]], constraints: Sequence[Constraint | None] | None
@@ -45,6 +41,3 @@ class OnnxEngine(Engine):
 
     def step(self, prev: np.ndarray, state: Any, memory: Any) -> tuple[np.ndarray, Any, Any]:
         return self.model.step(np.asarray(prev, np.int64), state, memory)
-
-    def select(self, fields: Any, rows: np.ndarray) -> Any:
-        return {name: value[rows] for name, value in fields.items()}

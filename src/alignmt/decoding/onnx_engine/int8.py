@@ -19,7 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from alignmt.decoding.onnx_engine.format import ENCODER, STEP, int8_name
+from alignmt.decoding.exported import ENCODER, STEP, int8_name
 
 
 def write_int8(folder: str | Path) -> list[Path]:

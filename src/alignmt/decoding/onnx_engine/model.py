@@ -12,7 +12,7 @@ import numpy as np
 import onnxruntime as ort
 
 from alignmt.checkpoint.format import Header, parse_header
-from alignmt.decoding.onnx_engine.format import ENCODER, FORMAT, MANIFEST, STEP, Manifest, int8_name
+from alignmt.decoding.exported import ENCODER, FORMAT, MANIFEST, STEP, Manifest, int8_name
 
 
 class OnnxModel:

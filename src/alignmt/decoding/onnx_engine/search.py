@@ -20,7 +20,7 @@ import numpy as np
 from alignmt.decoding.engine import Call
 from alignmt.decoding.onnx_engine.model import OnnxModel
 from alignmt.decoding.onnx_engine.rows import Fields, Pending, Rows, refill, select
-from alignmt.decoding.results import Hypothesis
+from alignmt.decoding.results import Hypothesis, stack_rows
 from alignmt.decoding.rules import cannot_improve, length_penalty
 
 
@@ -64,14 +64,15 @@ def _greedy_outputs(history: list, src_lens: list[int]) -> list[Hypothesis]:
     tokens: list[list[int]] = [[] for _ in src_lens]
     scores: list[list[float]] = [[] for _ in src_lens]
     alphas: list[list[np.ndarray]] = [[] for _ in src_lens]
-    for sentences, _, chosen, log_probs, alpha in history:
-        for row, (i, token, log_prob) in enumerate(zip(sentences, chosen, log_probs, strict=True)):
+    for sentences, _, taken, their_log_probs, alpha in history:  # (S,) each; alpha (S, T_src)
+        chosen = zip(sentences, taken, their_log_probs, strict=True)
+        for row, (i, token, log_prob) in enumerate(chosen):
             tokens[i].append(int(token))
             scores[i].append(float(log_prob))
             if alpha is not None:
                 alphas[i].append(alpha[row, : src_lens[i]])
     return [
-        Hypothesis(t, _summed(s), _stacked(a), s)
+        Hypothesis(t, _summed(s), stack_rows(a), s)
         for t, s, a in zip(tokens, scores, alphas, strict=True)
     ]
 
@@ -82,10 +83,6 @@ def _summed(log_probs: list[float]) -> float:
     for value in log_probs:
         total = np.float32(total + np.float32(value))
     return float(total)
-
-
-def _stacked(rows: list[np.ndarray]) -> np.ndarray | None:
-    return np.stack(rows) if rows else None
 
 
 # --- beam search -----------------------------------------------------------------------------
@@ -123,18 +120,19 @@ def _beam(
     start = pending.take(how.width)
     if start is None:
         return []
-    state, memory, beams = _started(start, K, how.nbest)
+    begin = partial(_started, K=K, nbest=how.nbest)
+    state, memory, beams = begin(start)
     history: list[Step] = []
     while len(beams.rows.sentence):
         if how.check is not None:
             how.check()
-        flat = beams.rows.prev.reshape(-1)
+        flat = beams.rows.prev.reshape(-1)  # (S * K,)
         log_probs, state, weights = model.step(flat, state, memory)  # (S * K, V)
         step, beams, done = _beam_step(beams, log_probs, weights, model.eos_id, alpha)
         history.append(step)
-        parents = (np.arange(len(step.parents))[:, None] * K + step.parents[:, :K]).reshape(-1)
+        sentences = np.arange(len(step.parents))[:, None]  # (S, 1)
+        parents = (sentences * K + step.parents[:, :K]).reshape(-1)  # (S * K,) their rows
         state = select(state, parents)  # each live beam's parent's
-        begin = partial(_started, K=K, nbest=how.nbest)
         state, memory, beams = refill(done, pending, state, memory, beams, K, begin)
     return _backtrack(history, len(src_lens), how.nbest, src_lens)
 
@@ -207,14 +205,15 @@ def _row_tops(log_probs: np.ndarray, width: int) -> np.ndarray:
     """(N, V) -> (N, width) int64: each row's `width` largest entries' columns, in column
     order. The threshold comes from a partition of the values, which is twice as fast as
     one of their indices; a tie at a threshold (more than `width` at or above it) falls
-    back to the indices' partition."""
+    back to a stable sort, which keeps the lowest of the tied columns."""
     N, V = log_probs.shape
     kth = V - width
     threshold = np.partition(log_probs, kth, axis=1)[:, kth : kth + 1]  # (N, 1)
     at_or_above = np.flatnonzero(log_probs >= threshold)  # flat: 15x faster than 2-D nonzero
     if len(at_or_above) == N * width:
         return (at_or_above % V).reshape(N, width)
-    return np.argpartition(log_probs, kth, axis=1)[:, kth:]
+    # the lowest columns among those tied, as the reference search breaks ties
+    return np.sort(np.argsort(-log_probs, axis=1, kind="stable")[:, :width], axis=1)
 
 
 def _backtrack(
@@ -222,40 +221,40 @@ def _backtrack(
 ) -> list[list[Hypothesis]]:
     """Each sentence's nbest best ended hypotheses, best first, traced back through the
     parents (see `torch_engine.beam.backtrack`)."""
-    ended: list[list[tuple[float, int, int]]] = [[] for _ in range(count)]  # (rank, step, slot)
-    at: dict[tuple[int, int], int] = {}  # (sentence, position) -> its step in history
+    # each sentence's ended candidates: (rank, output position, slot)
+    ended: list[list[tuple[float, int, int]]] = [[] for _ in range(count)]
+    at: dict[tuple[int, int], tuple[int, int]] = {}  # (sentence, position) -> (step, its row)
     for t, step in enumerate(history):
-        for row, sentence in enumerate(step.sentences.tolist()):
-            at[sentence, int(step.positions[row])] = t
+        rows = zip(step.sentences.tolist(), step.positions.tolist(), strict=True)
+        for row, (sentence, position) in enumerate(rows):
+            at[sentence, position] = (t, row)
             for slot in np.flatnonzero(np.isfinite(step.ended[row])):
-                ended[sentence].append((float(step.ended[row, slot]), t, int(slot)))
+                ended[sentence].append((float(step.ended[row, slot]), position, int(slot)))
     out = []
     for sentence, found in enumerate(ended):
         best = sorted(found, key=lambda entry: -entry[0])[:nbest]
-        out.append([_trace(history, at, sentence, t, slot, src_lens) for _, t, slot in best])
+        out.append([_trace(history, at, sentence, p, slot, src_lens) for _, p, slot in best])
     return out
 
 
 def _trace(
-    history: list[Step], at: dict, sentence: int, t: int, slot: int, src_lens: list[int]
+    history: list[Step], at: dict, sentence: int, position: int, slot: int, src_lens: list[int]
 ) -> Hypothesis:
-    """The hypothesis whose last candidate sits at `slot` of step `t`."""
+    """The hypothesis whose last candidate sits at `slot` of the sentence's step at output
+    `position`, followed back through its parents: slot k of a step is live beam k of the
+    next."""
     tokens, own, alphas = [], [], []
-    score = float(history[t].scores[_row(history[t], sentence), slot])
+    t, row = at[sentence, position]
+    score = float(history[t].scores[row, slot])
     while True:
+        t, row = at[sentence, position]
         step = history[t]
-        row = _row(step, sentence)
         parent = int(step.parents[row, slot])
         tokens.append(int(step.tokens[row, slot]))
         own.append(float(step.own[row, slot]))
         if step.attention is not None:
             alphas.append(step.attention[row, parent, : src_lens[sentence]])
-        position = int(step.positions[row])
         if position == 0:
             break
-        t, slot = at[sentence, position - 1], parent
-    return Hypothesis(tokens[::-1], score, _stacked(alphas[::-1]), own[::-1])
-
-
-def _row(step: Step, sentence: int) -> int:
-    return int(np.flatnonzero(step.sentences == sentence)[0])
+        position, slot = position - 1, parent
+    return Hypothesis(tokens[::-1], score, stack_rows(alphas[::-1]), own[::-1])

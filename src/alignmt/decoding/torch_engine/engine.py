@@ -24,7 +24,6 @@ from alignmt.decoding.results import BeamTrace, DecoderStep, Hypothesis
 from alignmt.decoding.torch_engine.constraints import Table
 from alignmt.decoding.torch_engine.ensemble import Ensemble
 from alignmt.decoding.torch_engine.packed import int8_linears
-from alignmt.decoding.torch_engine.rows import select_rows
 from alignmt.decoding.torch_engine.sample import sampler
 from alignmt.decoding.torch_engine.search import search
 from alignmt.decoding.torch_engine.settings import Search
@@ -147,9 +146,6 @@ class TorchEngine(Engine):
         log_probs = full_precision(logits).log_softmax(dim=-1).cpu().numpy()
         alpha = None if alpha is None else full_precision(alpha).cpu().numpy()
         return log_probs, state, alpha
-
-    def select(self, fields: Any, rows: np.ndarray) -> Any:
-        return select_rows(fields, torch.as_tensor(rows, dtype=torch.int64, device=self.device))
 
     @torch.no_grad()
     def step_through(

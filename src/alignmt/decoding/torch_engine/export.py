@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from alignmt.checkpoint.format import header_metadata
 from alignmt.checkpoint.torch_io import Checkpoint
-from alignmt.decoding.onnx_engine.format import ENCODER, FORMAT, MANIFEST, STEP, Manifest
+from alignmt.decoding.exported import ENCODER, FORMAT, MANIFEST, STEP, Manifest
 from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import Memory
 from alignmt.model.seq2seq import Seq2Seq

@@ -18,12 +18,13 @@ import torch
 from torch import Tensor
 
 from alignmt.decoding.constraint import Constraint
+from alignmt.decoding.engine import Check
 from alignmt.decoding.results import BeamNode, BeamStatus, BeamTrace, DecoderStep
 from alignmt.decoding.torch_engine.beam import BeamStep
 from alignmt.decoding.torch_engine.constraints import Table
 from alignmt.decoding.torch_engine.packed import packed_linears
 from alignmt.decoding.torch_engine.search import beam_steps
-from alignmt.decoding.torch_engine.settings import Check, Search
+from alignmt.decoding.torch_engine.settings import Search
 from alignmt.decoding.torch_engine.steps import StepFn, full_precision
 from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import Memory

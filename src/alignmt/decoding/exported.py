@@ -17,6 +17,11 @@ def int8_name(graph: str) -> str:
     return graph.replace(".onnx", ".int8.onnx")
 
 
+def has_int8(folder: str | Path) -> bool:
+    """Whether `alignmt export --int8` wrote the int8 copies of the folder's graphs."""
+    return (Path(folder) / int8_name(STEP)).is_file()
+
+
 def is_exported(folder: str | Path) -> bool:
     """Whether `folder` holds an exported model rather than a run."""
     return (Path(folder) / MANIFEST).is_file()
