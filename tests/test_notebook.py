@@ -59,8 +59,10 @@ def test_train_by_name_translates_draws_and_loads_back(tmp_path, monkeypatch):
     assert all(len(t.probabilities) == len(t.tokens) for t in found)
     page = found._repr_html_()
     assert "<table>" in page and "hello" in page and "alignment (Pharaoh)" in page
-    again = alignmt.load(run.run_dir).translate(["abc", "hello"], beam=2)
-    assert again.texts == found.texts
+    loaded = alignmt.load(run.run_dir)
+    assert loaded.translate(["abc", "hello"], beam=2).texts == found.texts
+    assert loaded.checkpoint.model is loaded.translator.engine.model  # one model in memory
+    assert loaded.checkpoint.step == 20
     figure = run.heatmap("abc")
     assert [t.get_text() for t in figure.axes[0].get_xticklabels()] == ["a", "b", "c", "</s>"]
     curve = run.curves().axes[0]

@@ -67,14 +67,13 @@ def open_translator(
         raise ValueError("open_translator needs at least one folder")
     name = _engine_for(paths, engine)
     changes = {key: value for key, value in changes.items() if value is not None}
-    options = dict(device=device, precision=precision, changes=changes, search=search)
     asked = _asked(device, precision, len(paths)) + _searches(search, changes) + list(needs)
     _check(name, asked)
-    if name == "onnxruntime":
-        return _onnx(paths[0], **options)
-    if name == "flax":
-        return _flax(paths[0], **options)
-    return _torch(paths, **options)
+    if name == "onnxruntime":  # on the CPU, in float32 or int8: the checks said so
+        return _onnx(paths[0], search, changes)
+    if name == "flax":  # in float32: the checks said so
+        return _flax(paths[0], device, search, changes)
+    return _torch(paths, device=device, precision=precision, changes=changes, search=search)
 
 
 def _engine_for(paths: list[str | Path], asked: Asked) -> EngineName:
@@ -200,14 +199,7 @@ def _existing_snapshot(folder: Path, step: int, path: Path) -> Path:
     return path
 
 
-def _flax(
-    path: str | Path,
-    *,
-    device: str,
-    precision: Precision,
-    changes: dict,
-    search: SearchConfig | None,
-) -> Translator:
+def _flax(path: str | Path, device: str, search: SearchConfig | None, changes: dict) -> Translator:
     """A run folder or checkpoint on JAX/Flax, in float32."""
     try:
         import jax
@@ -230,14 +222,7 @@ def _flax(
     return Translator(engine, tokenizers=tokenizers, vocabs=vocabs, search=search, origin=origin)
 
 
-def _onnx(
-    path: str | Path,
-    *,
-    device: str,
-    precision: Precision,
-    changes: dict,
-    search: SearchConfig | None,
-) -> Translator:
+def _onnx(path: str | Path, search: SearchConfig | None, changes: dict) -> Translator:
     """A folder `alignmt export` wrote, on ONNX Runtime and NumPy: float32, or its int8
     graphs where the search asks for int8 weights."""
     from alignmt.decoding.onnx_engine.engine import OnnxEngine

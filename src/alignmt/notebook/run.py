@@ -20,6 +20,7 @@ from alignmt.analysis.evaluation import read_test_set, translate_and_score
 from alignmt.analysis.plot import attention_heatmap, loss_curves
 from alignmt.answers.registry import ServedModel, model_info
 from alignmt.checkpoint.format import Header
+from alignmt.checkpoint.torch_io import Checkpoint
 from alignmt.config import Config, apply_overrides, config_path, load_config, with_fields
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.translator import Translator
@@ -49,6 +50,15 @@ class Run:
     def header(self) -> Header:
         """The run's config, vocabularies, tokenizers and training step."""
         return self.translator.origin.header
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        """The run's PyTorch checkpoint: the one its translator opened, whose model it decodes
+        with (so that nothing is loaded twice)."""
+        opened = self.header
+        if not isinstance(opened, Checkpoint):  # the door keeps a run folder's checkpoint
+            raise TypeError(f"{self.run_dir} was not opened on the torch engine")
+        return opened
 
     @property
     def config(self) -> Config:
