@@ -108,6 +108,16 @@ for name in json.loads(sys.argv[1]):
 print(json.dumps(sorted(sys.modules)))
 """
 
+_STAGES = """
+import importlib, json, sys
+loaded = []
+for allowed, names in json.loads(sys.argv[1]):
+    for name in names:
+        importlib.import_module(name)
+    loaded.append(sorted(sys.modules))
+print(json.dumps(loaded))
+"""
+
 _LOADED_BY_HELP = """
 import json, sys
 from alignmt.cli import main
@@ -135,19 +145,35 @@ def _importable(modules: dict) -> list:
 
 
 def _framework_violations(src: Path = SRC, only: frozenset[str] | None = None) -> list[str]:
-    """The modules whose rows name the same frameworks, imported together in one fresh
-    interpreter (each module is checked with the rows like its own, which is enough: what
-    it loads alone it loads there too): any other framework loaded is a violation. `only`
-    checks one such set."""
+    """The modules whose rows name the same frameworks, imported together, in chains of fresh
+    interpreters where each set of rows allows at least what the one before it does: after
+    each set, any framework loaded that it does not name is a violation. (A module loads
+    alone what it loads there; what later sets load cannot change what was checked.)
+    `only` checks one set of rows."""
     _, modules = read_map()
-    groups = {needs for _, needs in modules.values()} if only is None else {only}
+    sets = sorted({needs for _, needs in modules.values()}, key=lambda n: (len(n), sorted(n)))
+    if only is not None:
+        sets = [only]
+    chains: list[list[frozenset[str]]] = []
+    for allowed in sets:
+        chain = next((c for c in chains if c[-1] <= allowed), None)
+        if chain is None:
+            chains.append([allowed])
+        else:
+            chain.append(allowed)
     bad = []
-    for allowed in sorted(groups, key=sorted):
-        names = sorted(n for n, (_, needs) in _importable(modules) if needs == allowed)
-        loaded = set(_run(_LOADED_BY, names, src))
-        extra = sorted(f for f in FRAMEWORKS if f in loaded and f not in allowed)
-        if extra:
-            bad.append(f"modules allowed {sorted(allowed) or 'none'} load {extra}")
+    for chain in chains:
+        stages = [
+            [
+                sorted(allowed),
+                sorted(n for n, (_, needs) in _importable(modules) if needs == allowed),
+            ]
+            for allowed in chain
+        ]
+        for allowed, loaded in zip(chain, _run(_STAGES, stages, src), strict=True):
+            extra = sorted(f for f in FRAMEWORKS if f in loaded and f not in allowed)
+            if extra:
+                bad.append(f"modules allowed {sorted(allowed) or 'none'} load {extra}")
     return bad
 
 
