@@ -15,8 +15,8 @@ The layers, each importing only those before it:
     training            the loop, optimiser, micro-batches, torchrun/DDP, validation, run log
     experiments         runs that train and then analyse: the reversal demo
     answers             what every host answers: the API's questions, models and explorer page
-    serve               the HTTP API (never imports training)
     notebook            a run folder as one handle (`alignmt.train`, `alignmt.load`)
+    serve               the HTTP API (never imports training)
     cli                 one module per command
 """
 
