@@ -42,18 +42,20 @@ COMMANDS = [
 
 def read_map(path: Path = MAP) -> tuple[list[str], dict[str, tuple[str, frozenset[str]]]]:
     """The layers, first to last, and each module's (layer, frameworks it may load), as the
-    map's numbered list and table give them; modules by dotted name."""
-    text = path.read_text(encoding="utf-8")
-    layers = re.findall(r"^\d+\. \*\*([a-z ]+)\*\*", text, flags=re.MULTILINE)
+    map's headings ("## 6. decoding") and the table under each give them; modules by dotted
+    name."""
+    layers: list[str] = []
     modules = {}
-    for file, layer, needs in re.findall(
-        r"^\| `([\w/]+\.py)` \| ([a-z ]+) \| ([^|]+) \|", text, re.M
-    ):
-        name = ".".join(("alignmt", *Path(file).with_suffix("").parts)).removesuffix(".__init__")
-        given = (
-            frozenset() if needs.strip() == "—" else frozenset(needs.replace(" ", "").split(","))
-        )
-        modules[name] = (layer, given)
+    for line in path.read_text(encoding="utf-8").splitlines():
+        heading = re.fullmatch(r"## \d+\. ([a-z ]+)", line)
+        row = re.match(r"\| `([\w/]+\.py)` \| ([^|]+) \|", line)
+        if heading:
+            layers.append(heading[1])
+        elif row and layers:
+            name = ".".join(("alignmt", *Path(row[1]).with_suffix("").parts))
+            needs = row[2].strip()
+            given = frozenset() if needs == "—" else frozenset(needs.replace(" ", "").split(","))
+            modules[name.removesuffix(".__init__")] = (layers[-1], given)
     return layers, modules
 
 
