@@ -183,9 +183,9 @@ def _torch(
             run_dir=folder,
         )  # fmt: skip
 
-    origin = Origin(folder, first, reopen if len(ckpts) == 1 and folder else None)
-    tokenizers = (first.src_tokenizer, first.tgt_tokenizer)
-    return Translator(engine, tokenizers=tokenizers, vocabs=vocabs, search=search, origin=origin)
+    return _translator(
+        engine, search, Origin(folder, first, reopen if len(ckpts) == 1 and folder else None)
+    )
 
 
 def _existing_snapshot(folder: Path, step: int, path: Path) -> Path:
@@ -214,12 +214,8 @@ def _flax(path: str | Path, device: str, search: SearchConfig | None, changes: d
     search = _search_of("flax", ckpt.config.search, search, changes)
     params = jax.device_put(ckpt.params, where)
     engine = FlaxEngine(ckpt.model, params)
-    vocabs = (ckpt.src_vocab, ckpt.tgt_vocab)
-    tokenizers = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
-    origin = Origin(
-        _folder(path), Header(**{f.name: getattr(ckpt, f.name) for f in fields(Header)})
-    )
-    return Translator(engine, tokenizers=tokenizers, vocabs=vocabs, search=search, origin=origin)
+    header = Header(**{f.name: getattr(ckpt, f.name) for f in fields(Header)})  # no weights
+    return _translator(engine, search, Origin(_folder(path), header))
 
 
 def _onnx(path: str | Path, search: SearchConfig | None, changes: dict) -> Translator:
@@ -240,10 +236,19 @@ def _onnx(path: str | Path, search: SearchConfig | None, changes: dict) -> Trans
         search = replace(search, weights="float32")
     model = OnnxModel(path, int8=search.weights == "int8")
     engine = OnnxEngine(model)
-    vocabs = (header.src_vocab, header.tgt_vocab)
-    tokenizers = (header.src_tokenizer, header.tgt_tokenizer)
-    origin = Origin(Path(path), model.header)
-    return Translator(engine, tokenizers=tokenizers, vocabs=vocabs, search=search, origin=origin)
+    return _translator(engine, search, Origin(Path(path), model.header))
+
+
+def _translator(engine: Any, search: SearchConfig, origin: Origin) -> Translator:
+    """The translator of `engine`, with the tokenizers and vocabularies of its origin."""
+    header = origin.header
+    return Translator(
+        engine,
+        tokenizers=(header.src_tokenizer, header.tgt_tokenizer),
+        vocabs=(header.src_vocab, header.tgt_vocab),
+        search=search,
+        origin=origin,
+    )
 
 
 def _loaded(given: str | Path | Checkpoint, where: Any, run_dir: Path | None) -> Checkpoint:
