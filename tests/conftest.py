@@ -269,6 +269,23 @@ def toy_run(tmp_path_factory) -> Path:
     return folder / "run"
 
 
+@pytest.fixture(scope="session")
+def toy_exported(toy_run, tmp_path_factory) -> Path:
+    """The toy run exported for ONNX Runtime, with its int8 copies (`alignmt export
+    --int8`), once for every test file and xdist worker, as `toy_run` is trained once; no
+    test writes to it."""
+    from filelock import FileLock
+
+    from alignmt.cli import main
+
+    folder = shared_temp(tmp_path_factory) / "toy_export" / "onnx"  # served as "onnx"
+    with FileLock(f"{folder.parent}.lock"):
+        if not (folder.parent / "exported").is_file():
+            assert main(["export", str(toy_run), "--out", str(folder), "--int8"]) == 0
+            (folder.parent / "exported").touch()
+    return folder
+
+
 def vanilla_twin(run: Path, folder: Path) -> Path:
     """An untrained model without attention on `run`'s vocabularies and tokenizers, saved as
     the run folder `folder`."""

@@ -24,10 +24,8 @@ ENGINES = ["torch", "flax", "onnxruntime"]
 
 
 @pytest.fixture(scope="module")
-def exported(toy_run, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("onnx") / "onnx"
-    export_onnx(load_checkpoint(toy_run), folder)
-    return folder
+def exported(toy_exported):
+    return toy_exported
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.engine import Call
-from alignmt.decoding.torch_engine.export import export_onnx
 
 pytest.importorskip("onnxruntime")
 
@@ -38,10 +36,8 @@ def test_each_rows_best_columns_are_found_with_and_without_ties(ties):
 
 
 @pytest.fixture(scope="module")
-def exported(toy_run, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("onnx") / "onnx"
-    export_onnx(load_checkpoint(toy_run), folder)
-    return open_translator(folder)
+def exported(toy_exported):
+    return open_translator(toy_exported)
 
 
 @pytest.mark.parametrize("beam", [1, 3])

@@ -34,12 +34,8 @@ def runtime_python() -> str:
 
 
 @pytest.fixture(scope="module")
-def exported(toy_run, tmp_path_factory):
-    from alignmt.cli import main
-
-    folder = tmp_path_factory.mktemp("runtime_env") / "onnx"
-    assert main(["export", str(toy_run), "--out", str(folder), "--int8"]) == 0
-    return folder
+def exported(toy_exported):
+    return toy_exported
 
 
 @pytest.fixture(scope="module")

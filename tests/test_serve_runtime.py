@@ -13,8 +13,6 @@ from fastapi.testclient import TestClient
 
 from alignmt.answers.limits import Limits
 from alignmt.answers.registry import load_models
-from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.decoding.torch_engine.export import export_onnx
 from alignmt.serve.app import create_app
 
 SENTENCES = ["the big dog sleeps now", "a cat", "dog", "the small red cat runs"]
@@ -22,10 +20,8 @@ ASK = {"sentences": SENTENCES, "beam_size": 3, "nbest": 2, "attention": True}
 
 
 @pytest.fixture(scope="module")
-def exported(toy_run, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("served") / "onnx"
-    export_onnx(load_checkpoint(toy_run), folder)
-    return folder
+def exported(toy_exported):
+    return toy_exported
 
 
 @pytest.fixture(scope="module")
