@@ -119,7 +119,7 @@ MATRIX_IDS = [case_id(*case) for case in MATRIX]
 # A cover of the matrix: each cell, direction and depth, every score, each decoder order
 # (vanilla with c at every step and at s_0 only), each readout, s_0 = 0 and tied embeddings.
 # The float64 test and test_flax_io's name-map tests run all of the matrix in the full suite
-# and the cover under -m "not slow" (op by op, the whole float64 matrix costs a minute of
+# and the cover under -m "not slow" (the whole float64 matrix costs most of a minute of
 # CPU); the float32 test, whose scan shares its step (`advance`) with decode_step, runs the
 # cover (QUICK of it under -m "not slow"); COMPILED adds five, jit-compiled (two of them
 # under -m "not slow").
@@ -170,7 +170,7 @@ def reference_encoding(encoder, src: torch.Tensor, src_len: torch.Tensor):
 def test_encoder_and_two_decoder_steps_match_the_numpy_reference_in_float64(arch, changes, x64):
     model, flax_model, variables = twins(arch, **changes)
     src, src_len, _, _ = padded_batch()  # (3, 6), lengths 6, 2, 4
-    with jax.disable_jit():
+    with jax.disable_jit():  # the encoder's scan op by op: compiling it costs more
         memory, state = flax_model.apply(variables, *as_jax(src, src_len), method="encode")
     states, finals = reference_encoding(model.encoder, src, src_len)
     assert memory.states.dtype == jnp.float64
@@ -189,14 +189,13 @@ def test_encoder_and_two_decoder_steps_match_the_numpy_reference_in_float64(arch
     zeros = np.zeros((cfg.dec_layers, cfg.dec_hidden))
     carried = [(list(s), list(zeros) if lstm else None, zeros[0] if luong else None) for s in s_0]
     g = torch.Generator().manual_seed(5)
-    # the second step reads all that the first carries (s, the LSTM cells, Luong's h~); op by
-    # op, a third would cost a fifth of the matrix's minute of CPU and read nothing new
+    # the second step reads all that the first carries (s, the LSTM cells, Luong's h~); a
+    # third would read nothing new
     for _ in range(2):
         prev = torch.randint(4, VOCAB, (3,), generator=g).numpy()
-        with jax.disable_jit():
-            logits, state, alpha = flax_model.apply(
-                variables, prev, state, memory, method="decode_step"
-            )
+        logits, state, alpha = flax_model.apply(
+            variables, prev, state, memory, method="decode_step"
+        )
         for b, n in enumerate(src_len.tolist()):
             expected = reference_step(decoder, b, prev, *carried[b], reference_memory, n)
             ref_logits, hs, cs, feed, ref_alpha = expected

@@ -36,6 +36,7 @@ class FlaxEngine(Engine):
         self.has_attention = model.has_attention
         self.parameters = sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(params))
         self._searches: dict[tuple, FlaxSearch] = {}  # a call's settings -> its search
+        self._step = jax.jit(self._decode_step)  # compiled once per shape, not run op by op
 
     def searcher(self, call: Call) -> Searcher:
         s = call.search
@@ -68,10 +69,12 @@ class FlaxEngine(Engine):
         return state, memory
 
     def step(self, prev: np.ndarray, state: Any, memory: Any) -> tuple[np.ndarray, Any, Any]:
-        prev = np.asarray(prev, np.int32)
+        log_probs, state, alpha = self._step(np.asarray(prev, np.int32), state, memory)
+        return np.asarray(log_probs), state, None if alpha is None else np.asarray(alpha)
+
+    def _decode_step(self, prev: Any, state: Any, memory: Any) -> tuple[Any, Any, Any]:
         with jax.default_matmul_precision("highest"):
             logits, state, alpha = apply_method(
                 self.model, self.params, "decode_step", prev, state, memory
             )
-        log_probs = np.asarray(jax.nn.log_softmax(logits, axis=-1))
-        return log_probs, state, None if alpha is None else np.asarray(alpha)
+        return jax.nn.log_softmax(logits, axis=-1), state, alpha
