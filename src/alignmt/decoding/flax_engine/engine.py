@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import jax
@@ -36,7 +37,9 @@ class FlaxEngine(Engine):
         self.has_attention = model.has_attention
         self.parameters = sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(params))
         self._searches: dict[tuple, FlaxSearch] = {}  # a call's settings -> its search
-        self._step = jax.jit(self._decode_step)  # compiled once per shape, not run op by op
+        # compiled once per shape, not run op by op; the parameters are an argument, not
+        # constants baked into the program
+        self._step = jax.jit(partial(_log_prob_step, model))
 
     def searcher(self, call: Call) -> Searcher:
         s = call.search
@@ -69,12 +72,16 @@ class FlaxEngine(Engine):
         return state, memory
 
     def step(self, prev: np.ndarray, state: Any, memory: Any) -> tuple[np.ndarray, Any, Any]:
-        log_probs, state, alpha = self._step(np.asarray(prev, np.int32), state, memory)
+        prev = np.asarray(prev, np.int32)
+        log_probs, state, alpha = self._step(self.params, prev, state, memory)
         return np.asarray(log_probs), state, None if alpha is None else np.asarray(alpha)
 
-    def _decode_step(self, prev: Any, state: Any, memory: Any) -> tuple[Any, Any, Any]:
-        with jax.default_matmul_precision("highest"):
-            logits, state, alpha = apply_method(
-                self.model, self.params, "decode_step", prev, state, memory
-            )
-        return jax.nn.log_softmax(logits, axis=-1), state, alpha
+
+def _log_prob_step(
+    model: FlaxSeq2Seq, params: Params, prev: Any, state: Any, memory: Any
+) -> tuple[Any, Any, Any]:
+    """`Engine.step`'s program: (N,) tokens -> (N, V) log-probabilities, the new state and
+    alpha (N, T_src) or None."""
+    with jax.default_matmul_precision("highest"):
+        logits, state, alpha = apply_method(model, params, "decode_step", prev, state, memory)
+    return jax.nn.log_softmax(logits, axis=-1), state, alpha
