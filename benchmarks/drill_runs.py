@@ -389,35 +389,61 @@ def signals(
             reference, problems = Reference(cfg, 0.0), uninterrupted(cfg)
         if problems:
             return outcome([problems])
-    seconds = _logged_span(Path(reference.cfg.out_dir))
+    logged = _logged(Path(reference.cfg.out_dir))
     results = []
     for trial in range(count):
         cfg = faulted(reference, workdir / f"signalled{trial}")
-        problems, stopped = _signal_once(cfg, sent[trial % len(sent)], rng, seconds, nproc)
+        problems, stopped = _signal_once(cfg, sent[trial % len(sent)], rng, logged, nproc)
         ended = differences(Path(cfg.out_dir), Path(reference.cfg.out_dir), stopped)
         results.append(problems + (ended if stopped else []))
     return outcome(results)
 
 
-def _logged_span(run: Path) -> float:
-    """Seconds from a run's first metrics record to its last: when a signal sent once
-    training has begun can land. The process lives longer (a Flax one mostly compiles)."""
+def _logged(run: Path) -> tuple[list[int], float]:
+    """The steps a finished run logged its intervals at, and the seconds an interval took."""
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return records[-1]["seconds"] - records[0]["seconds"]
+    intervals = [r for r in records if "loss" in r]
+    seconds = intervals[-1]["seconds"] - intervals[0]["seconds"]
+    return [r["step"] for r in intervals], seconds / max(1, len(intervals) - 1)
+
+
+def _last_logged(metrics: Path) -> int:
+    """The last step a running run has logged an interval at (0 before its first)."""
+    if not metrics.is_file():
+        return 0
+    steps = [0]
+    for line in metrics.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a line still being written
+            continue
+        if "loss" in record:
+            steps.append(record["step"])
+    return max(steps)
 
 
 def _signal_once(
-    cfg: Config, sent: signal.Signals, rng: random.Random, seconds: float, nproc: int
+    cfg: Config,
+    sent: signal.Signals,
+    rng: random.Random,
+    logged: tuple[list[int], float],
+    nproc: int,
 ) -> tuple[list[str], int]:
-    """Signal a training run (one of its ranks) once, at a random moment of the `seconds`
-    after its first metrics record, check how it stopped, and resume it to the end:
-    (problems, the step it stopped at; 0 if it did not)."""
+    """Signal a training run (one of its ranks) once, at a random moment of its training
+    (`logged`: the reference's logged steps and seconds per interval), check how it stopped,
+    and resume it to the end: (problems, the step it stopped at; 0 if it did not)."""
     run_dir, config = Path(cfg.out_dir), write_config(cfg)
+    # The moment is counted in steps, so that it falls mid-training however much faster this
+    # run goes than the reference did: after one of the first 60% of the logged steps, then
+    # up to one interval's time on. (Counted in seconds, a signal could land as the process
+    # exited, when Python has handed the signals back to the system's default: killed.)
+    steps, interval = logged
+    after = rng.choice([s for s in steps if s <= 0.6 * steps[-1]] or steps[:1])
+    lag = rng.uniform(0, 1) * interval
     process = start(config, nproc=nproc)
-    metrics = run_dir / "metrics.jsonl"
-    while process.poll() is None and not (metrics.is_file() and metrics.stat().st_size):
-        time.sleep(0.01)  # until training has begun
-    time.sleep(rng.uniform(0, 0.7) * seconds)
+    while process.poll() is None and _last_logged(run_dir / "metrics.jsonl") < after:
+        time.sleep(0.01)
+    time.sleep(lag)
     if process.poll() is not None:
         return [f"{run_dir}: ended before the {sent.name} could be sent; lengthen the run"], 0
     sent_at = time.monotonic()
