@@ -409,34 +409,20 @@ def _logged(run: Path) -> tuple[list[int], float]:
 
 def _last_logged(metrics: Path) -> int:
     """The last step a running run has logged an interval at (0 before its first)."""
-    if not metrics.is_file():
-        return 0
-    steps = [0]
-    for line in metrics.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:  # a line still being written
-            continue
-        if "loss" in record:
-            steps.append(record["step"])
-    return max(steps)
+    lines = metrics.read_text().splitlines() if metrics.is_file() else []
+    records = [json.loads(line) for line in lines if line.endswith("}")]  # not one half-written
+    return max((r["step"] for r in records if "loss" in r), default=0)
 
 
 def _signal_once(
-    cfg: Config,
-    sent: signal.Signals,
-    rng: random.Random,
-    logged: tuple[list[int], float],
-    nproc: int,
+    cfg: Config, sent: signal.Signals, rng: random.Random, logged: tuple, nproc: int
 ) -> tuple[list[str], int]:
     """Signal a training run (one of its ranks) once, at a random moment of its training
     (`logged`: the reference's logged steps and seconds per interval), check how it stopped,
     and resume it to the end: (problems, the step it stopped at; 0 if it did not)."""
     run_dir, config = Path(cfg.out_dir), write_config(cfg)
-    # The moment is counted in steps, so that it falls mid-training however much faster this
-    # run goes than the reference did: after one of the first 60% of the logged steps, then
-    # up to one interval's time on. (Counted in seconds, a signal could land as the process
-    # exited, when Python has handed the signals back to the system's default: killed.)
+    # In steps, not seconds, so that it lands mid-training however fast this run goes: in
+    # seconds it could land at exit, where Python has given the signals back to the default
     steps, interval = logged
     after = rng.choice([s for s in steps if s <= 0.6 * steps[-1]] or steps[:1])
     lag = rng.uniform(0, 1) * interval
