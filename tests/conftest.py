@@ -179,11 +179,35 @@ def _jax_compilation_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 def _cache_in_tmp(tmp_path_factory):
-    """Tokenised-corpus caches go to a temporary folder, never into ~/.cache (subprocesses
-    inherit the variable)."""
+    """Tokenised-corpus caches and the data folder are temporary folders, never in ~/.cache
+    (subprocesses inherit the variables); the data folder starts empty."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ALIGNMT_CACHE", str(tmp_path_factory.mktemp("alignmt_cache")))
+        patch.setenv("ALIGNMT_DATA", str(tmp_path_factory.mktemp("alignmt_data")))
         yield
+
+
+@pytest.fixture(scope="session")
+def _shared_corpora(tmp_path_factory) -> Path:
+    """A data folder holding the corpora the shipped configs name, got from ../shared/data
+    as `alignmt data get NAME --from ../shared/data` gets them (checksums checked)."""
+    from alignmt.text.corpora import CATALOGUE
+    from alignmt.text.download import get
+
+    if not (SHARED / "data").is_dir():
+        pytest.skip(f"../shared/data is absent (looked in {SHARED})")
+    root = tmp_path_factory.mktemp("shared_corpora")
+    for corpus in CATALOGUE.values():
+        got = get(corpus, root, mirror=SHARED / "data")
+        assert not (got.missing or got.refused), got.summary()
+    return root
+
+
+@pytest.fixture
+def corpora(_shared_corpora, monkeypatch) -> Path:
+    """The data folder, with Multi30k's and Tatoeba's default files in it."""
+    monkeypatch.setenv("ALIGNMT_DATA", str(_shared_corpora))
+    return _shared_corpora
 
 
 def docs_script(name: str):

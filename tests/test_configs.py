@@ -1,4 +1,4 @@
-"""The shipped real-data configs load, point at ../shared/data, and train on a slice."""
+"""The shipped real-data configs name corpora the data folder holds, and train on a slice."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import os
 import pytest
 
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.config import load_config
+from alignmt.config import SHIPPED, config_path, load_config
+from alignmt.text.corpora import lang, named
 from alignmt.text.corpus import CorpusError
 from alignmt.training.run import train
 from tests.conftest import needs_shared_data
@@ -28,18 +29,12 @@ TINY = [
 ]
 
 
-@pytest.fixture
-def in_repo(monkeypatch):
-    """The configs name ../shared/data relative to the repository root."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    monkeypatch.chdir(root)
-
-
 @needs_shared_data
 @pytest.mark.needs_shared_data
 @pytest.mark.parametrize("name", ["multi30k_en_de", "multi30k_en_de_vanilla", "tatoeba_en_fr"])
-def test_each_real_data_config_trains_a_tiny_model_on_a_slice(name, in_repo, tmp_path):
-    cfg = load_config(f"configs/{name}.yaml", [*TINY, f"out_dir={tmp_path / name}"])
+def test_each_real_data_config_trains_a_tiny_model_on_a_slice(name, corpora, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the configs name corpora, not paths beside the repository
+    cfg = load_config(config_path(name), [*TINY, f"out_dir={tmp_path / name}"])
     result = train(cfg, progress=False)
     ckpt = load_checkpoint(result.run_dir)
     assert ckpt.src_tokenizer.kind == "moses" and len(ckpt.src_vocab) > 20
@@ -47,18 +42,34 @@ def test_each_real_data_config_trains_a_tiny_model_on_a_slice(name, in_repo, tmp
     assert (name == "tatoeba_en_fr") == (not result.evals)  # Tatoeba has no validation set
 
 
-def test_a_config_whose_data_is_missing_says_where_it_looked(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # ../shared/data is not beside this folder
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    cfg = load_config(f"{root}/configs/multi30k_en_de.yaml", [*TINY, f"out_dir={tmp_path}/r"])
-    with pytest.raises(CorpusError, match=r"data.train: neither .*train\.en nor .*shared"):
+def test_a_config_whose_corpus_is_not_got_names_the_command_that_gets_it(tmp_path):
+    cfg = load_config(
+        config_path("multi30k_en_de"), [*TINY, f"out_dir={tmp_path}/r"]
+    )  # empty data folder
+    with pytest.raises(CorpusError) as refused:
         train(cfg, progress=False)
-
-
-def test_the_gpu_recipe_trains_the_cpu_recipes_model_on_the_same_data(in_repo):
-    cpu, gpu = (
-        load_config("configs/multi30k_en_de.yaml"),
-        load_config("configs/multi30k_en_de_gpu.yaml"),
+    assert str(refused.value) == (
+        f"data.train: multi30k:train is not in the data folder {os.environ['ALIGNMT_DATA']} "
+        "(no train.en.gz); get it with: alignmt data get multi30k"
     )
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in SHIPPED.glob("*.yaml")))
+def test_every_shipped_config_names_corpora_or_a_synthetic_task(name):
+    data = load_config(config_path(name)).data
+    specs = [s for s in (data.train, data.valid, data.test) if s]
+    assert data.task != "corpus" or specs
+    for spec in specs:  # a corpus part the catalogue has, in the config's languages
+        corpus = named(spec)
+        assert corpus is not None, f"{name}: {spec} is a path"
+        files = corpus.parts()[spec.partition(":")[2]]
+        assert files[0].name.endswith(".tsv") or {data.src_lang, data.tgt_lang} <= {
+            lang(f.name) for f in files if f.default
+        }
+
+
+def test_the_gpu_recipe_trains_the_cpu_recipes_model_on_the_same_data():
+    cpu, gpu = (load_config(config_path(n)) for n in ("multi30k_en_de", "multi30k_en_de_gpu"))
     assert gpu.model == cpu.model and gpu.data == cpu.data and gpu.search == cpu.search
     assert gpu.train.device == "cuda" and gpu.train.cuda_graphs and gpu.train.batch_tokens

@@ -10,16 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from alignmt.config import ConfigError, DataConfig, load_config
+from alignmt.config import ConfigError, DataConfig, config_path, load_config
 from alignmt.experiments.d2l import ENGS, FRAS, book_translations
 from alignmt.model.batch import make_batch
+from alignmt.text.corpora import locate
 from alignmt.text.corpus import read_tsv
 from alignmt.text.prepare import prepare_text
 from alignmt.text.tokenize import D2lTokenizer, tokenizer_from_json
 from alignmt.text.vocab import EOS, Vocab
 from tests.conftest import needs_shared_data
-
-REPO = Path(__file__).resolve().parents[1]
 
 # The book's raw text and what its preprocessing prints for it (§10.5): line by line, the
 # two sides as `decode(encode(side))` must give them.
@@ -149,19 +148,14 @@ def test_truncate_cuts_long_pairs_to_n_tokens_with_eos_instead_of_dropping_them(
 # --- The Tatoeba file -----------------------------------------------------------------------
 
 
-@pytest.fixture
-def in_repo(monkeypatch):
-    monkeypatch.chdir(REPO)  # the config names ../shared/data relative to the repository
-
-
 @pytest.mark.needs_shared_data
 @needs_shared_data
 def test_the_d2l_config_splits_tatoeba_as_the_book_and_counts_words_over_the_file(
-    in_repo, tmp_path
+    corpora, tmp_path
 ):
-    cfg = load_config("configs/d2l_fra_eng.yaml", [f"data.cache_dir={tmp_path}"]).data
+    cfg = load_config(config_path("d2l_fra_eng"), [f"data.cache_dir={tmp_path}"]).data
     text = prepare_text(cfg, seed=1, progress=False)
-    pairs, _ = read_tsv(cfg.train)  # the same path, for the same `where`
+    pairs, _ = read_tsv(locate(cfg.train, None, "test"))  # the same path, for the same `where`
     assert len(pairs) == 5000
     assert len(text.train) == 512 and len(text.valid) == 128
     assert text.valid == pairs[512:640]  # the next 128, in file order
@@ -182,13 +176,13 @@ def test_the_d2l_config_splits_tatoeba_as_the_book_and_counts_words_over_the_fil
 
 @pytest.mark.needs_shared_data
 @needs_shared_data
-def test_the_d2l_config_trains_and_its_checkpoint_translates_the_books_sentences(in_repo, tmp_path):
+def test_the_d2l_config_trains_and_its_checkpoint_translates_the_books_sentences(corpora, tmp_path):
     from alignmt.checkpoint.torch_io import load_checkpoint
     from alignmt.training.run import train
 
     tiny = ["model.emb_dim=16", "model.enc_hidden=16", "model.dec_hidden=16", "model.attn_dim=16"]
     cfg = load_config(
-        "configs/d2l_fra_eng.yaml",
+        config_path("d2l_fra_eng"),
         [*tiny, "train.steps=4", f"out_dir={tmp_path / 'run'}", f"data.cache_dir={tmp_path}"],
     )
     result = train(cfg, progress=False)

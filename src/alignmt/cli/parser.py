@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(required=True, metavar="COMMAND", dest="command")
     for add in (
         _demo,
+        _data,
         _train,
         _translate,
         _evaluate,
@@ -226,6 +227,38 @@ def _compare(commands: Commands) -> None:
     add_test_options(compare)
     add_device_options(compare)
     add_speed_options(compare)
+
+
+def _data(commands: Commands) -> None:
+    data = commands.add_parser(
+        "data",
+        help="list, get and locate the corpora the shipped configs name",
+        description="The corpora alignmt knows by name (a config's data.train: multi30k:train), "
+        "kept in $ALIGNMT_DATA or the user cache folder. Every file's size and SHA-256 are "
+        "pinned; a download resumes where an interrupted one stopped.",
+    )
+    actions = data.add_subparsers(required=True, metavar="ACTION", dest="action")
+    actions.add_parser("list", help="each corpus: its files, sizes, licence and citation")
+    get = actions.add_parser(
+        "get",
+        help="download a corpus into the data folder, or copy it from a mirror (--from)",
+        description="Downloads (or, with --from, copies) a corpus's files, checks each "
+        "against its pinned size and SHA-256, and only then puts it in the data folder.",
+    )
+    get.add_argument("names", nargs="+", metavar="NAME", help="a corpus: alignmt data list")
+    get.add_argument(
+        "--all", action="store_true", help="every file published, not only what configs read"
+    )
+    get.add_argument(
+        "--from",
+        dest="mirror",
+        metavar="DIR",
+        help="copy from this folder (DIR/NAME/FILE or DIR/FILE) instead of downloading",
+    )
+    path = actions.add_parser(
+        "path", help="where a corpus, or a part as a config names it, is in the data folder"
+    )
+    path.add_argument("name", metavar="NAME[:PART]")
 
 
 def _average(commands: Commands) -> None:

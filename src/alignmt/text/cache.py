@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import platformdirs
 
 from alignmt.text.tokenize import Tokenizer, tokenizer_from_json
 from alignmt.text.vocab import Vocab
@@ -121,14 +122,13 @@ def id_dtype(vocab_size: int) -> np.dtype:
 
 
 def cache_root(cache_dir: str) -> Path:
-    """The folder that holds cache folders: `cache_dir`, else $ALIGNMT_CACHE, else
-    $XDG_CACHE_HOME/alignmt, else ~/.cache/alignmt."""
+    """The folder that holds cache folders: `cache_dir`, else $ALIGNMT_CACHE, else the
+    platform's user cache folder (~/.cache/alignmt on Linux, $XDG_CACHE_HOME/alignmt if set)."""
     if cache_dir:
         return Path(cache_dir).expanduser()
     if os.environ.get("ALIGNMT_CACHE"):
         return Path(os.environ["ALIGNMT_CACHE"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(xdg) / "alignmt"
+    return Path(platformdirs.user_cache_dir("alignmt"))
 
 
 def file_digest(path: Path) -> str:

@@ -1,7 +1,8 @@
 """Corpus splits on disk, and the length-bucketed order in which their pairs are batched.
 
-`read_split` and `stream_split` find a split (a TSV file, or PREFIX.src and PREFIX.tgt, each
-possibly gzipped) and read it through `corpus`, which owns reading files line by line and the
+`read_split` and `stream_split` find a split (a TSV file, PREFIX.src and PREFIX.tgt, each
+possibly gzipped, or a corpus's part by name, `multi30k:train`, which `corpora` locates in
+the data folder) and read it through `corpus`, which owns reading files line by line and the
 errors that name file and line. `bucket_batches` groups pair indices of similar lengths, so
 that little of a batch is padding; it works on lengths alone, in NumPy.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from alignmt.text import corpora
 from alignmt.text.corpus import (
     CorpusError,
     Pair,
@@ -31,8 +33,9 @@ def read_split(spec: str, *, src_lang: str, tgt_lang: str, swap: bool, what: str
     """The sentence pairs of one corpus split.
 
     Args:
-        spec: a `.tsv` file (source<TAB>target[<TAB>...]), or a PREFIX naming the line-aligned
-            files PREFIX.{src_lang} and PREFIX.{tgt_lang}, each possibly gzipped (`.gz`).
+        spec: a `.tsv` file (source<TAB>target[<TAB>...]), a PREFIX naming the line-aligned
+            files PREFIX.{src_lang} and PREFIX.{tgt_lang}, each possibly gzipped (`.gz`), or
+            a corpus's part by name (`multi30k:train`, `tatoeba:eng-fra`).
         src_lang, tgt_lang: the file suffixes.
         swap: TSV only; take the second column as the source.
         what: the config key that named `spec`, for messages.
@@ -51,6 +54,8 @@ def stream_split(spec: str, *, src_lang: str, tgt_lang: str, swap: bool, what: s
     """The sentence pairs of one corpus split, streamed: `read_split` for corpora too big
     to hold in memory (same arguments). The files must exist; they are read as the stream
     is iterated over."""
+    if corpora.named(spec):
+        spec = corpora.locate(spec, (src_lang, tgt_lang), what)
     if spec.endswith((".tsv", ".tsv.gz")):
         if not Path(spec).is_file():
             raise CorpusError(f"{what}: {spec} does not exist{_DATA_HINT}")
@@ -58,10 +63,7 @@ def stream_split(spec: str, *, src_lang: str, tgt_lang: str, swap: bool, what: s
     return stream_parallel(*(_find(spec, lang, what) for lang in (src_lang, tgt_lang)))
 
 
-_DATA_HINT = (
-    " (the configs read ../shared/data by default: run from the repository root with the"
-    " shared folder beside it, or point data.train/valid/test at your files)"
-)
+_DATA_HINT = " (a path, or a corpus alignmt can get by name: alignmt data list)"
 
 
 def _find(prefix: str, lang: str, what: str) -> Path:
