@@ -5,8 +5,9 @@ configs/d2l_fra_eng.yaml, then print the book's four sentences as the book print
     python benchmarks/d2l_fra_eng.py --backend flax     # the same model in JAX/Flax
     python benchmarks/d2l_fra_eng.py train.steps=240    # any key.path=value override
 
-Zhang et al., "Dive into Deep Learning", §11.4. Run from the repository root with ../shared
-beside it; the run folder (runs/d2l_fra_eng, or out_dir=...) is overwritten.
+Zhang et al., "Dive into Deep Learning", §11.4. Reads Tatoeba from the data folder
+(`alignmt data get tatoeba` first); the run folder (runs/d2l_fra_eng, or out_dir=...) is
+overwritten.
 """
 
 from __future__ import annotations

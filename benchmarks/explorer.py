@@ -11,7 +11,7 @@ that shows its result (window.alignmtTimings). Then `alignmt explore` writes the
 for the first 10 sentences, which is opened from its file with the network off.
 
 Prints a table of milliseconds per interaction (median, p95, max) and the page's size. Run
-from the repository root with ../shared beside it and nothing else using the CPU.
+from the repository root after `alignmt data get multi30k`, with nothing else using the CPU.
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from benchmarks.load import local_server
 
 from alignmt.cli import main as alignmt
 from alignmt.config import DEVICES, PRECISIONS
+from alignmt.text.corpora import data_root
 from alignmt.text.corpus import read_lines
 
-FLICKR = Path(__file__).resolve().parents[2] / "shared/data/multi30k/test_2016_flickr.en.gz"
+FLICKR = data_root() / "multi30k/test_2016_flickr.en.gz"  # alignmt data get multi30k
 TARGET_MS = 200.0
 STATIC_SENTENCES = 10
 

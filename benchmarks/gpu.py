@@ -5,7 +5,7 @@ target tokens/s, the GPU-busy share from the profiler, peak GPU memory and the g
     python benchmarks/gpu.py                      # on a CUDA machine, about 3 minutes
     python benchmarks/gpu.py --budgets 4096 8192  # token budgets to measure (0: 64 sentences)
 
-Run from the repository root with ../shared beside it. Results are in docs/benchmarks.md.
+Run from the repository root after `alignmt data get multi30k`. Results are in docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -6,13 +6,17 @@
 #
 #   LOGS=/tmp/gpu bash benchmarks/gpu_check.sh
 #
-# Multi30k is read from ../shared/data/multi30k, as everywhere else.
+# Multi30k is copied from ../shared/data into a data folder under $LOGS, which the GPU
+# recipe's config then reads by name.
 set -u
 LOGS=${LOGS:-/tmp/gpu_check}
 mkdir -p "$LOGS"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 began=$(date +%s)
 stage() { echo; echo "== $1 ($(($(date +%s) - began)) s in)"; }
+
+export ALIGNMT_DATA="$LOGS/data"
+python3 -m alignmt data get multi30k --from ../shared/data
 
 stage "versions"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

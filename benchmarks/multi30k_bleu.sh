@@ -9,9 +9,12 @@
 #     bash benchmarks/multi30k_bleu.sh               # the 60-minute run
 #   ONLY=multi30k_en_de bash benchmarks/multi30k_bleu.sh   # one config
 #
-# Run from the repository root with ../shared beside it and nothing else using the CPU.
+# Run from the repository root with nothing else using the CPU. Multi30k is copied from
+# ../shared/data where that mirror is beside the repository, else downloaded.
 set -euo pipefail
 alignmt=${ALIGNMT:-.venv/bin/alignmt}
+if [ -d ../shared/data ]; then "$alignmt" data get multi30k --from ../shared/data
+else "$alignmt" data get multi30k; fi
 out=${OUT:-runs/bench${MINUTES:+_${MINUTES}min}}
 configs=${ONLY:-"multi30k_en_de multi30k_en_de_vanilla"}
 runs=()

@@ -25,8 +25,9 @@ from alignmt.decoding.door import open_translator
 from alignmt.decoding.exported import STEP, int8_name
 from alignmt.decoding.onnx_engine.engine import OnnxEngine
 from alignmt.decoding.onnx_engine.model import OnnxModel
+from alignmt.text.corpora import data_root
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
+MULTI30K = data_root() / "multi30k"  # alignmt data get multi30k
 
 
 def main() -> None:

@@ -28,7 +28,9 @@ from pathlib import Path
 
 from load import free_port, local_server  # beside this script
 
-DEFAULT_SRC = Path(__file__).resolve().parents[2] / "shared/data/multi30k/test_2016_flickr.en.gz"
+from alignmt.text.corpora import data_root
+
+DEFAULT_SRC = data_root() / "multi30k/test_2016_flickr.en.gz"  # alignmt data get multi30k
 
 
 def main() -> None:

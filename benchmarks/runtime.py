@@ -10,8 +10,8 @@ under 32 clients. One sitting, so the ratios hold as the machine drifts.
 
 Each decoding cell runs in a process of its own, so that its peak RSS is its own; the ONNX
 Runtime cells run in the torch-free environment. Speed is decoding alone (tokenised input
-to output tokens), after a warm-up batch. Run from the repository root with ../shared
-beside it and nothing else using the CPU. Results are in docs/benchmarks.md.
+to output tokens), after a warm-up batch. Run from the repository root after
+`alignmt data get multi30k`, with nothing else using the CPU. Results are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from pathlib import Path
 import yaml
 from load import free_port, local_server, run_load  # beside this script
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"
+from alignmt.text.corpora import data_root
+
+MULTI30K = data_root() / "multi30k"  # alignmt data get multi30k
 SEARCHES = {"greedy": 1, "beam 5": 5}
 # the first lines of test_2016_flickr decoded for speed: at batch 64 five batches (PyTorch's
 # int8 is slow where the CPU has no fast int8 GEMM), at batch 1 a hundred sentences

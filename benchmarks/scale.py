@@ -15,8 +15,8 @@ Steps, each measured in a fresh subprocess:
       at the end): 1 process x 2 threads, and with --ddp 2 processes x 1 thread; tokens/s
       from metrics.jsonl (its `tokens` records, else steps x batch x mean target length)
       and peak RSS (of the largest process).
-Prints a markdown table. Run from the repository root with ../shared beside it and nothing
-else using the CPU.
+Prints a markdown table. Run from the repository root after `alignmt data get multi30k`,
+with nothing else using the CPU.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ import sys
 import time
 from pathlib import Path
 
+from alignmt.text.corpora import data_root
 from alignmt.text.split import read_split
 
 REPO = Path(__file__).resolve().parents[1]
-MULTI30K = REPO.parent / "shared/data/multi30k"
+MULTI30K = data_root() / "multi30k"  # alignmt data get multi30k
 CONFIG = REPO / "configs/multi30k_en_de.yaml"
 
 # Runs in the prepare subprocess: prints seconds, pairs and peak RSS as JSON.

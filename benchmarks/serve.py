@@ -14,7 +14,7 @@ In one run, on test_2016_flickr (greedy):
    /v1/step one sentence at a time (p95 latency).
 
 Prints the table and the ratios that docs/benchmarks.md records. Run from the repository root
-with ../shared beside it and nothing else using the CPU.
+after `alignmt data get multi30k`, with nothing else using the CPU.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import DEVICES, PRECISIONS
 from alignmt.decoding.door import open_translator
 from alignmt.model.device import pick_device
+from alignmt.text.corpora import data_root
 from alignmt.text.corpus import read_lines
 
-FLICKR = Path(__file__).resolve().parents[2] / "shared/data/multi30k/test_2016_flickr.en.gz"
+FLICKR = data_root() / "multi30k/test_2016_flickr.en.gz"  # alignmt data get multi30k
 
 
 def main() -> None:

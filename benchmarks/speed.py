@@ -10,7 +10,7 @@ arithmetic and the machine's measured matmul speed so that the fraction of the c
     python benchmarks/speed.py --weights int8 --shortlist 50   # int8 and shortlist columns
     python benchmarks/speed.py --run runs/m30k --weights int8  # a trained run: test and val
 
-Run from the repository root with ../shared beside it and nothing else using the CPU.
+Run from the repository root after `alignmt data get multi30k`, with nothing else using the CPU.
 Results and their history are in docs/benchmarks.md.
 """
 
@@ -25,7 +25,6 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -43,6 +42,7 @@ from alignmt.model.allocator import keep_freed_memory
 from alignmt.model.batch import source_batch
 from alignmt.model.device import autocast, pick_device
 from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.corpora import data_root
 from alignmt.text.prepare import prepare_text
 from alignmt.text.shortlist import Shortlist
 from alignmt.text.split import read_split
@@ -53,7 +53,7 @@ from alignmt.training.optim import make_optimizer, train_step
 from alignmt.training.run import text_shortlist
 from alignmt.training.start import seed_everything
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared/data/multi30k"  # beside the repo
+MULTI30K = data_root() / "multi30k"  # alignmt data get multi30k
 MAX_OUTPUT = dict(max_len_ratio=0.0, max_len_offset=100)  # "max output length 100"
 
 

@@ -83,9 +83,9 @@ class DataConfig:
     min_len: Annotated[Count, AtMost("data.max_len")] = 3  # shortest training string (synthetic)
     max_len: Count = 10  # longest training string (synthetic tasks)
     # A corpus is PREFIX (PREFIX.{src_lang} + PREFIX.{tgt_lang}, each optionally .gz) or a
-    # .tsv (or .tsv.gz) file of source<TAB>target[<TAB>attribution] lines; relative to the
-    # working directory
-    train: str = ""  # training pairs
+    # .tsv (or .tsv.gz) file of source<TAB>target[<TAB>attribution] lines, relative to the
+    # working directory; or NAME:PART, a corpus `alignmt data get NAME` put in the data folder
+    train: str = ""  # training pairs (multi30k:train, tatoeba:eng-fra, or a path)
     valid: str = ""  # validation pairs for loss, BLEU and early stopping; "" for none
     test: str = ""  # held-out pairs for `alignmt evaluate` without --src/--ref
     src_lang: str = "en"  # file suffix and Moses language of the source
@@ -122,7 +122,7 @@ class DataConfig:
     # keep the tokenised training split in a folder keyed by the corpus files' contents and
     # these settings, memory-mapped by later runs and by every process of a run; false: in RAM
     cache: bool = True
-    cache_dir: str = ""  # "": $ALIGNMT_CACHE, else $XDG_CACHE_HOME/alignmt, else ~/.cache/alignmt
+    cache_dir: str = ""  # "": $ALIGNMT_CACHE, else the user cache folder (~/.cache/alignmt)
     workers: NonNegative = 0  # processes that tokenise the training split; 0: one per usable CPU
 
 
