@@ -48,10 +48,25 @@ ARCHITECTURES = [
 ]
 
 
+# Sparse weights (sparsemax, Martins & Astudillo 2016; 1.5-entmax, Peters et al. 2019): each
+# mapping in two decoder orders, each cell and direction
+SPARSE_ARCHITECTURES = [
+    dict(rnn=rnn, bidirectional=bi, layers=layers, attention=score, order=order, attention_fn=fn)
+    for rnn, bi, layers, score, order, fn in [
+        ("gru", True, 1, "additive", "bahdanau", "sparsemax"),
+        ("lstm", False, 1, "additive", "bahdanau", "entmax15"),
+        ("lstm", True, 2, "general", "luong", "entmax15"),
+        ("gru", False, 1, "concat", "cgru", "sparsemax"),
+    ]
+]
+
+
 def arch_id(arch: dict) -> str:
     bi = "bi" if arch["bidirectional"] else "uni"
     context = "-init_only" if arch.get("context") == "init_only" else ""
-    return f"{arch['rnn']}-{bi}-L{arch['layers']}-{arch['attention']}-{arch['order']}{context}"
+    fn = f"-{arch['attention_fn']}" if arch.get("attention_fn", "softmax") != "softmax" else ""
+    name = f"{arch['rnn']}-{bi}-L{arch['layers']}-{arch['attention']}-{arch['order']}"
+    return f"{name}{context}{fn}"
 
 
 def tiny_model(
@@ -65,6 +80,7 @@ def tiny_model(
     init: str = "bridge",
     context: str = "every_step",
     coverage: str = "none",
+    attention_fn: str = "softmax",
     dtype: torch.dtype = torch.float64,
     seed: int = 0,
 ) -> Seq2Seq:
@@ -81,6 +97,7 @@ def tiny_model(
         dec_hidden=enc_hidden * (2 if bidirectional else 1),
         dec_layers=layers,
         attention=attention,
+        attention_fn=attention_fn,
         attn_dim=6,
         order=order,
         init=init,

@@ -10,7 +10,7 @@ from alignmt import reference as ref
 from alignmt.model.attention_decoder import BahdanauDecoder, ConditionalDecoder, LuongDecoder
 from alignmt.model.cell import StackedCell
 from alignmt.model.decoder import VanillaDecoder
-from tests.conftest import ARCHITECTURES, arch_id, padded_batch, tiny_model
+from tests.conftest import ARCHITECTURES, SPARSE_ARCHITECTURES, arch_id, padded_batch, tiny_model
 from tests.test_attention import reference_scores
 
 
@@ -68,6 +68,7 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None):
         )
         return logits, hs, cs, None, None
     score = lambda s, H: reference_scores(decoder.attention, s, H, coverage)  # noqa: E731
+    normalise = ref.NORMALISERS[decoder.attention.fn]
     if isinstance(decoder, LuongDecoder):
         logits, hs, cs, feed, alpha = ref.luong_step(
             y,
@@ -81,22 +82,32 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None):
             numpy(decoder.W_c.weight),
             numpy(decoder.proj.weight),
             numpy(decoder.proj.bias),
+            normalise,
         )
         return logits, hs, cs, feed, alpha
     if isinstance(decoder, ConditionalDecoder):
         (first,) = stack_weights(decoder.rnn)
         logits, hs, cs, alpha = ref.conditional_step(
-            y, hs, cs, H, mask, score, first, stack_weights(decoder.rnn2), readout_weights(decoder)
+            y,
+            hs,
+            cs,
+            H,
+            mask,
+            score,
+            first,
+            stack_weights(decoder.rnn2),
+            readout_weights(decoder),
+            normalise,
         )
         return logits, hs, cs, None, alpha
     logits, hs, cs, alpha = ref.bahdanau_step(
-        y, hs, cs, H, mask, score, stack_weights(decoder.rnn), readout_weights(decoder)
+        y, hs, cs, H, mask, score, stack_weights(decoder.rnn), readout_weights(decoder), normalise
     )
     return logits, hs, cs, None, alpha
 
 
 CASES = (
-    [(arch, "none") for arch in ARCHITECTURES]
+    [(arch, "none") for arch in ARCHITECTURES + SPARSE_ARCHITECTURES]
     + [
         (dict(rnn=rnn, bidirectional=True, layers=2, attention=a, order="bahdanau"), readout)
         for rnn in ("gru", "lstm")
@@ -151,7 +162,7 @@ def test_three_decoder_steps_match_the_numpy_reference_in_float64(arch, readout)
                 assert torch.equal(alpha[b, n:], torch.zeros_like(alpha[b, n:]))
 
 
-@pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)
+@pytest.mark.parametrize("arch", ARCHITECTURES + SPARSE_ARCHITECTURES, ids=arch_id)
 def test_teacher_forced_forward_equals_the_step_by_step_loop(arch):
     model = tiny_model(**arch, readout="none" if arch["order"] == "luong" else "maxout")
     src, src_len, tgt_in, _ = padded_batch()

@@ -19,7 +19,7 @@ from alignmt.model.batch import source_batch
 from tests.conftest import untrained_twin
 
 # each cell, direction and depth; each decoder order and score; readouts, the bridge and
-# zeros, coverage, and both vanilla decoders
+# zeros, coverage, sparse weights, and both vanilla decoders
 MODELS = {
     "gru-bi-additive-bahdanau": {},
     "lstm-uni-L2-general-luong": dict(rnn="lstm", bidirectional=False, enc_layers=2,
@@ -31,6 +31,9 @@ MODELS = {
     "lstm-bi-L2-cgru": dict(rnn="lstm", enc_layers=2, dec_layers=2, order="cgru"),
     "gru-bi-coverage-sum": dict(coverage="sum"),
     "lstm-bi-coverage-fertility": dict(rnn="lstm", coverage="fertility"),
+    "gru-bi-sparsemax": dict(attention_fn="sparsemax"),
+    "lstm-bi-general-luong-entmax15": dict(rnn="lstm", attention="general", order="luong",
+                                           attention_fn="entmax15"),
     "gru-bi-vanilla": dict(attention="none"),
     "lstm-uni-L2-vanilla-init_only": dict(rnn="lstm", bidirectional=False, enc_layers=2,
                                           dec_layers=2, attention="none", context="init_only",

@@ -72,6 +72,7 @@ def tiny_config(arch: dict, **changes) -> ModelConfig:
             **dict(dec_hidden=4 * (2 if bi else 1), dec_layers=layers, attn_dim=6, init="bridge"),
             **dict(attention=arch["attention"], order=arch["order"], readout_dim=3),
             **dict(context=arch.get("context", "every_step"), **changes),
+            **dict(attention_fn=arch.get("attention_fn", "softmax")),
         }
     )
 

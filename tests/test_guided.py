@@ -167,6 +167,11 @@ def test_the_weight_halves_every_half_life():
         (["train.guided_alignment=task", "data.task=corpus"], "synthetic task's own alignment"),
         (["train.guided_alignment=eflomal"], "use train.guided_alignment=task"),
         (["train.guided_alignment=task", "model.attention=none"], "model.attention=none has none"),
+        (
+            ["train.guided_alignment=task", "model.attention_fn=sparsemax"],
+            "train.guided_cost=ce takes log alpha, which model.attention_fn=sparsemax makes "
+            "infinite where it is exactly 0",
+        ),
     ],
 )
 def test_sources_that_cannot_guide_are_refused(overrides, message):

@@ -8,7 +8,14 @@ import torch
 from alignmt.config import ModelConfig
 from alignmt.model.loss import sequence_loss
 from alignmt.model.seq2seq import Seq2Seq
-from tests.conftest import ARCHITECTURES, VOCAB, arch_id, padded_batch, tiny_model
+from tests.conftest import (
+    ARCHITECTURES,
+    SPARSE_ARCHITECTURES,
+    VOCAB,
+    arch_id,
+    padded_batch,
+    tiny_model,
+)
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)
@@ -23,7 +30,7 @@ def test_forward_returns_logits_and_attention_of_the_documented_shapes(arch):
         assert out.attention.shape == (3, tgt_in.size(1), src.size(1))
 
 
-@pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)
+@pytest.mark.parametrize("arch", ARCHITECTURES + SPARSE_ARCHITECTURES, ids=arch_id)
 def test_padding_does_not_change_the_translation(arch):
     """A sentence alone and inside a padded batch: same logits, same attention, and the
     padded source positions get exactly zero weight."""

@@ -55,6 +55,9 @@ class ModelConfig:
     # "none" is vanilla seq2seq: the decoder sees a fixed context, the final encoder state
     attention: Literal["additive", "dot", "general", "concat", "scaled_dot", "none"] = "additive"
     attn_dim: Count = 96  # A, hidden units of the additive/concat scorer
+    # the weights from the scores: softmax, or sparse (exact zeros below a threshold):
+    # sparsemax (Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019)
+    attention_fn: Literal["softmax", "sparsemax", "entmax15"] = "softmax"
     # attention "none": the fixed context c feeds every step and the output (Cho et al. 2014),
     # or only the initial state s_0 = tanh(W c) (Sutskever et al. 2014; needs init "bridge")
     context: Literal["every_step", "init_only"] = "every_step"

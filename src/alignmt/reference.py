@@ -13,7 +13,7 @@ Sources: Bahdanau et al. 2015 (eq. 5-6 and App. A), Luong et al. 2015 (eq. 5-8),
 Sennrich et al. 2017 (the conditional GRU, §2.3), Wu et al. 2016 (beam search's length
 penalty, eq. 14),
 Vaswani et al. 2017 (eq. 1), Cho et al. 2014 (the vanilla encoder-decoder), Tu et al. 2016
-(coverage, eq. 9).
+(coverage, eq. 9), Martins & Astudillo 2016 (sparsemax), Peters et al. 2019 (1.5-entmax).
 """
 
 from __future__ import annotations
@@ -94,9 +94,51 @@ def masked_softmax(e: Array, mask: Array) -> Array:
     return alpha
 
 
-def attend(e: Array, H: Array, mask: Array) -> tuple[Array, Array]:
-    """Bahdanau eq. 5: c = sum_j alpha_j h_j. Returns (c, alpha)."""
-    alpha = masked_softmax(e, mask)
+def masked_sparsemax(e: Array, mask: Array) -> Array:
+    """Martins & Astudillo 2016, Alg. 1: alpha_j = max(e_j - tau, 0) over the real positions,
+    tau making them sum to 1 (the Euclidean projection of e onto the simplex); 0 elsewhere."""
+    alpha = np.zeros_like(e, dtype=np.float64)
+    z = np.sort(e[mask])[::-1]  # largest first
+    k = np.arange(1, len(z) + 1)
+    cumulative = np.cumsum(z)
+    size = k[1 + k * z > cumulative][-1]  # the support: z_(k) stays above the threshold
+    tau = (cumulative[size - 1] - 1) / size
+    alpha[mask] = np.maximum(e[mask] - tau, 0.0)
+    return alpha
+
+
+def masked_entmax15(e: Array, mask: Array) -> Array:
+    """Peters, Niculae & Martins 2019, Alg. 2 (alpha = 1.5, exact by sorting): alpha_j =
+    max(e_j / 2 - tau, 0)^2 over the real positions, tau making them sum to 1; 0 elsewhere.
+
+    For the k largest values of z = e / 2, the tau that makes sum_{j<=k} (z_j - tau)^2 = 1 is
+    mean_k - sqrt((1 - k var_k) / k); the support is the largest k whose tau stays at or
+    below z_(k)."""
+    alpha = np.zeros_like(e, dtype=np.float64)
+    z = np.sort(e[mask] / 2)[::-1]
+    k = np.arange(1, len(z) + 1)
+    mean = np.cumsum(z) / k
+    variance = np.cumsum(z**2) / k - mean**2
+    tau = mean - np.sqrt(np.maximum((1 - k * variance) / k, 0.0))
+    size = k[tau <= z][-1]
+    alpha[mask] = np.maximum(e[mask] / 2 - tau[size - 1], 0.0) ** 2
+    return alpha
+
+
+Normaliser = Callable[[Array, Array], Array]  # (e (T,), mask (T,)) -> alpha (T,)
+NORMALISERS: dict[str, Normaliser] = {
+    "softmax": masked_softmax,
+    "sparsemax": masked_sparsemax,
+    "entmax15": masked_entmax15,
+}
+
+
+def attend(
+    e: Array, H: Array, mask: Array, normalise: Normaliser = masked_softmax
+) -> tuple[Array, Array]:
+    """Bahdanau eq. 5: c = sum_j alpha_j h_j, alpha = normalise(e) (softmax, or a sparse
+    mapping). Returns (c, alpha)."""
+    alpha = normalise(e, mask)
     c = sum(a * h for a, h in zip(alpha, H, strict=True))
     return c, alpha
 
@@ -215,32 +257,47 @@ def readout(features: Array, w: ReadoutWeights) -> Array:
 Scorer = Callable[[Array, Array], Array]  # (query (D,), H (T, C)) -> e (T,)
 
 
-def bahdanau_step(y_emb, hs, cs, H, mask, score: Scorer, layers, out: ReadoutWeights):
+def bahdanau_step(
+    y_emb, hs, cs, H, mask, score: Scorer, layers, out: ReadoutWeights, normalise=masked_softmax
+):
     """Query s_{i-1}; c_i = attend; s_i = RNN(s_{i-1}, [y_{i-1}; c_i]);
     logits from [s_i; c_i; y_{i-1}]. Returns (logits, hs', cs', alpha)."""
-    c, alpha = attend(score(hs[-1], H), H, mask)
+    c, alpha = attend(score(hs[-1], H), H, mask, normalise)
     hs, cs = run_layers(np.concatenate([y_emb, c]), hs, cs, layers)
     logits = readout(np.concatenate([hs[-1], c, y_emb]), out)
     return logits, hs, cs, alpha
 
 
-def luong_step(y_emb, hs, cs, feed, H, mask, score: Scorer, layers, W_c, W_o, b_o):
+def luong_step(
+    y_emb, hs, cs, feed, H, mask, score: Scorer, layers, W_c, W_o, b_o, normalise=masked_softmax
+):
     """s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]); query s_i; h~_i = tanh(W_c [c_i; s_i]);
     logits = W_o h~_i + b_o. Returns (logits, hs', cs', h~_i, alpha)."""
     hs, cs = run_layers(np.concatenate([y_emb, feed]), hs, cs, layers)
-    c, alpha = attend(score(hs[-1], H), H, mask)
+    c, alpha = attend(score(hs[-1], H), H, mask, normalise)
     attentional = np.tanh(W_c @ np.concatenate([c, hs[-1]]))
     return W_o @ attentional + b_o, hs, cs, attentional, alpha
 
 
-def conditional_step(y_emb, hs, cs, H, mask, score: Scorer, first, second, out: ReadoutWeights):
+def conditional_step(
+    y_emb,
+    hs,
+    cs,
+    H,
+    mask,
+    score: Scorer,
+    first,
+    second,
+    out: ReadoutWeights,
+    normalise=masked_softmax,
+):
     """Sennrich et al. 2017, §2.3: s'_i = RNN_1(s_{i-1}, y_{i-1}) in the first layer; query
     s'_i; c_i = attend; s_i = RNN_2(s'_i, c_i), the layers above reading the layer below;
     logits from [s_i; c_i; y_{i-1}]. `first` is RNN_1's one layer, `second` RNN_2's and
     those above. Returns (logits, hs', cs', alpha)."""
     lstm = cs is not None
     (h1,), c1 = run_layers(y_emb, hs[:1], cs[:1] if lstm else None, [first])
-    c, alpha = attend(score(h1, H), H, mask)
+    c, alpha = attend(score(h1, H), H, mask, normalise)
     hs, cs = run_layers(c, [h1, *hs[1:]], [*c1, *cs[1:]] if lstm else None, second)
     logits = readout(np.concatenate([hs[-1], c, y_emb]), out)
     return logits, hs, cs, alpha

@@ -17,6 +17,10 @@ back by the caller at every step. Nothing is cached on the module, so a scorer c
 two batches, or a beam that reorders its rows, without going stale.
 
 Keys are also the values: c_i = sum_j alpha_ij h_j, as in both papers.
+
+The weights are the scores' softmax, or a sparse mapping that gives exactly zero weight to
+the scores below a threshold: sparsemax (Martins & Astudillo 2016) or 1.5-entmax (Peters,
+Niculae & Martins 2019), from the `entmax` package, its authors' own.
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ import math
 from typing import Literal, get_args
 
 import torch
+from entmax import entmax15, sparsemax
 from torch import Tensor, nn
 
 AttentionKind = Literal["additive", "dot", "general", "concat", "scaled_dot"]
+AttentionFn = Literal["softmax", "sparsemax", "entmax15"]
+_SPARSE = {"sparsemax": sparsemax, "entmax15": entmax15}
 
 
 def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
@@ -46,8 +53,27 @@ def masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
     return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
 
 
-def attend(scores: Tensor, values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Normalise scores and take the weighted sum of the values.
+def masked_sparse(scores: Tensor, mask: Tensor, fn: AttentionFn) -> Tensor:
+    """sparsemax or 1.5-entmax over the last axis, with zero weight where `mask` is False.
+
+    Args:
+        scores: (..., T_src) unnormalised scores e_ij.
+        mask: (..., T_src) bool, True at real source tokens.
+
+    Returns:
+        (..., T_src) weights alpha_ij, summing to 1; exactly 0 below the threshold.
+    """
+    # Padding gets a finite score no threshold reaches (sparsemax's lies within 1 of the
+    # largest score, 1.5-entmax's within 2): -inf would turn the sorted sums into NaN.
+    top = scores.masked_fill(~mask, float("-inf")).amax(dim=-1, keepdim=True).detach()
+    return _SPARSE[fn](torch.where(mask, scores, top - 4), dim=-1)
+
+
+def attend(
+    scores: Tensor, values: Tensor, mask: Tensor, fn: AttentionFn = "softmax"
+) -> tuple[Tensor, Tensor]:
+    """Normalise scores (softmax, or the sparse mapping `fn`) and take the weighted sum of
+    the values.
 
     Args:
         scores: (B, T_src) e_ij for one decoder step.
@@ -57,7 +83,7 @@ def attend(scores: Tensor, values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor
     Returns:
         context (B, C) = sum_j alpha_ij h_j, and weights (B, T_src).
     """
-    weights = masked_softmax(scores, mask)
+    weights = masked_softmax(scores, mask) if fn == "softmax" else masked_sparse(scores, mask, fn)
     context = torch.bmm(weights.unsqueeze(1), values).squeeze(1)  # (B, C)
     return context, weights
 
@@ -82,9 +108,16 @@ class AdditiveAttention(nn.Module):
     """
 
     def __init__(
-        self, *, query_dim: int, key_dim: int, attn_dim: int, coverage: bool = False
+        self,
+        *,
+        query_dim: int,
+        key_dim: int,
+        attn_dim: int,
+        coverage: bool = False,
+        fn: AttentionFn = "softmax",
     ) -> None:
         super().__init__()
+        self.fn = fn
         self.W_s = nn.Linear(query_dim, attn_dim, bias=False)
         self.W_h = nn.Linear(key_dim, attn_dim, bias=False)
         self.V = nn.Linear(1, attn_dim, bias=False) if coverage else None
@@ -116,7 +149,7 @@ class AdditiveAttention(nn.Module):
         """
         pre = with_coverage(self.W_s(query).unsqueeze(1) + proj_keys, self.V, coverage)
         hidden = torch.tanh(pre)  # (B, T_src, A)
-        return attend(self.v(hidden).squeeze(-1), values, mask)
+        return attend(self.v(hidden).squeeze(-1), values, mask, self.fn)
 
 
 class ConcatAttention(nn.Module):
@@ -129,9 +162,16 @@ class ConcatAttention(nn.Module):
     """
 
     def __init__(
-        self, *, query_dim: int, key_dim: int, attn_dim: int, coverage: bool = False
+        self,
+        *,
+        query_dim: int,
+        key_dim: int,
+        attn_dim: int,
+        coverage: bool = False,
+        fn: AttentionFn = "softmax",
     ) -> None:
         super().__init__()
+        self.fn = fn
         self.query_dim = query_dim
         self.W = nn.Linear(query_dim + key_dim, attn_dim, bias=False)
         self.V = nn.Linear(1, attn_dim, bias=False) if coverage else None
@@ -153,14 +193,15 @@ class ConcatAttention(nn.Module):
         proj_query = query @ self.W.weight[:, : self.query_dim].T  # (B, A)
         pre = with_coverage(proj_query.unsqueeze(1) + proj_keys, self.V, coverage)
         hidden = torch.tanh(pre)  # (B, T_src, A)
-        return attend(self.v(hidden).squeeze(-1), values, mask)
+        return attend(self.v(hidden).squeeze(-1), values, mask, self.fn)
 
 
 class GeneralAttention(nn.Module):
     """Luong et al. (2015), eq. 8 "general": e_ij = s^T W h_j, W of shape (D, C)."""
 
-    def __init__(self, *, query_dim: int, key_dim: int) -> None:
+    def __init__(self, *, query_dim: int, key_dim: int, fn: AttentionFn = "softmax") -> None:
         super().__init__()
+        self.fn = fn
         self.W = nn.Linear(key_dim, query_dim, bias=False)
 
     def project_keys(self, keys: Tensor) -> Tensor:
@@ -172,7 +213,7 @@ class GeneralAttention(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """As `AdditiveAttention.forward`, with proj_keys (B, T_src, D)."""
         scores = torch.bmm(proj_keys, query.unsqueeze(-1)).squeeze(-1)  # (B, T_src)
-        return attend(scores, values, mask)
+        return attend(scores, values, mask, self.fn)
 
 
 class DotAttention(nn.Module):
@@ -182,8 +223,11 @@ class DotAttention(nn.Module):
     Has no parameters; query and keys must have the same size.
     """
 
-    def __init__(self, *, query_dim: int, key_dim: int, scaled: bool = False) -> None:
+    def __init__(
+        self, *, query_dim: int, key_dim: int, scaled: bool = False, fn: AttentionFn = "softmax"
+    ) -> None:
         super().__init__()
+        self.fn = fn
         if query_dim != key_dim:
             raise ValueError(
                 f"dot attention needs the decoder state and encoder states to have the same "
@@ -201,33 +245,36 @@ class DotAttention(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """Same arguments and results as `AdditiveAttention.forward`, with proj_keys = keys."""
         scores = torch.bmm(proj_keys, query.unsqueeze(-1)).squeeze(-1)  # (B, T_src)
-        return attend(scores * self.scale, values, mask)
+        return attend(scores * self.scale, values, mask, self.fn)
 
 
 COVERAGE_SCORES = ("additive", "concat")  # the scores with a hidden layer C_{i-1,j} enters
 
 
 def make_attention(
-    kind: AttentionKind, *, query_dim: int, key_dim: int, attn_dim: int, coverage: bool = False
+    kind: AttentionKind,
+    *,
+    query_dim: int,
+    key_dim: int,
+    attn_dim: int,
+    coverage: bool = False,
+    fn: AttentionFn = "softmax",
 ) -> nn.Module:
-    """Build the scorer named `kind`; `attn_dim` is used by additive and concat only, which
-    alone can read coverage."""
+    """Build the scorer named `kind`, normalising with `fn`; `attn_dim` is used by additive
+    and concat only, which alone can read coverage."""
     if coverage and kind not in COVERAGE_SCORES:
         raise ValueError(
             f"model.coverage needs an additive or concat score: C_{{i-1,j}} enters the "
             f"hidden layer inside their tanh (Tu et al. 2016), which {kind!r} has none of"
         )
+    sizes = dict(query_dim=query_dim, key_dim=key_dim, fn=fn)
     if kind == "additive":
-        return AdditiveAttention(
-            query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim, coverage=coverage
-        )
+        return AdditiveAttention(**sizes, attn_dim=attn_dim, coverage=coverage)
     if kind == "concat":
-        return ConcatAttention(
-            query_dim=query_dim, key_dim=key_dim, attn_dim=attn_dim, coverage=coverage
-        )
+        return ConcatAttention(**sizes, attn_dim=attn_dim, coverage=coverage)
     if kind == "general":
-        return GeneralAttention(query_dim=query_dim, key_dim=key_dim)
+        return GeneralAttention(**sizes)
     if kind in ("dot", "scaled_dot"):
-        return DotAttention(query_dim=query_dim, key_dim=key_dim, scaled=kind == "scaled_dot")
+        return DotAttention(**sizes, scaled=kind == "scaled_dot")
     choices = ", ".join(get_args(AttentionKind))
     raise ValueError(f"unknown attention {kind!r}; choose one of {choices}")

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from alignmt.model.attention import AttentionKind, make_attention
+from alignmt.model.attention import AttentionFn, AttentionKind, make_attention
 from alignmt.model.cell import DecoderState, StackedCell
 from alignmt.model.decoder import Decoder, Memory, ReadoutKind
 
@@ -34,7 +34,8 @@ CoverageKind = Literal["none", "sum", "fertility"]
 
 class AttentionDecoder(Decoder):
     """A decoder with a scorer over the encoder states (`Decoder`'s arguments, plus the
-    score, its hidden size for additive and concat, and the coverage model).
+    score, its hidden size for additive and concat, how scores become weights, and the
+    coverage model).
 
     Coverage (Tu et al. 2016, §3.1.1, "linguistic coverage"): C_{i,j} = C_{i-1,j} + α_ij / Φ_j
     with C_{0,j} = 0 enters the next step's score (see attention.py). "sum" has Φ_j = 1; under
@@ -47,6 +48,7 @@ class AttentionDecoder(Decoder):
         *,
         attention: AttentionKind,
         attn_dim: int,
+        attention_fn: AttentionFn = "softmax",
         coverage: CoverageKind = "none",
         max_fertility: float = 2.0,
         **common: Any,
@@ -58,6 +60,7 @@ class AttentionDecoder(Decoder):
             key_dim=self.enc_dim,
             attn_dim=attn_dim,
             coverage=coverage != "none",
+            fn=attention_fn,
         )
         self.coverage = coverage
         self.max_fertility = max_fertility  # N

@@ -1,6 +1,7 @@
-"""The attention scorers and the masked softmax in Flax (Linen): `attention.py`'s equations and
-parameter layout, in JAX (Bahdanau et al. 2015, eq. 6; Luong et al. 2015, eq. 8; Vaswani et
-al. 2017, eq. 1).
+"""The attention scorers, the masked softmax and the sparse mappings in Flax (Linen):
+`attention.py`'s equations and parameter layout, in JAX (Bahdanau et al. 2015, eq. 6; Luong
+et al. 2015, eq. 8; Vaswani et al. 2017, eq. 1; Martins & Astudillo 2016; Peters et al.
+2019).
 
 The same two-call interface as the PyTorch scorers: `project_keys(keys)` once per source
 batch, then `scorer(query, proj_keys, values, mask)` once per decoder step. Kernels are
@@ -34,9 +35,48 @@ def masked_softmax(scores: Array, mask: Array) -> Array:
     return jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
 
 
-def attend(scores: Array, values: Array, mask: Array) -> tuple[Array, Array]:
-    """context (B, C) = sum_j alpha_ij h_j and weights (B, T_src), from scores (B, T_src)."""
-    weights = masked_softmax(scores, mask)
+def sparsemax(z: Array) -> Array:
+    """Martins & Astudillo 2016, Alg. 1, over the last axis: max(z - tau, 0), with tau the
+    threshold that makes the weights sum to 1 (`reference.masked_sparsemax`, batched)."""
+    ordered = -jnp.sort(-z, axis=-1)  # largest first
+    k = jnp.arange(1, z.shape[-1] + 1, dtype=z.dtype)
+    cumulative = jnp.cumsum(ordered, axis=-1)
+    # the support is a prefix of the sorted values: its size is how many pass the test
+    size = jnp.sum(1 + k * ordered > cumulative, axis=-1, keepdims=True)
+    tau = (jnp.take_along_axis(cumulative, size - 1, axis=-1) - 1) / size
+    return jnp.maximum(z - tau, 0)
+
+
+def entmax15(z: Array) -> Array:
+    """Peters, Niculae & Martins 2019, Alg. 2 (alpha = 1.5, exact by sorting), over the last
+    axis: max(z / 2 - tau, 0)^2 (`reference.masked_entmax15`, batched)."""
+    half = z / 2
+    ordered = -jnp.sort(-half, axis=-1)
+    k = jnp.arange(1, z.shape[-1] + 1, dtype=z.dtype)
+    mean = jnp.cumsum(ordered, axis=-1) / k
+    spread = (1 - k * (jnp.cumsum(ordered**2, axis=-1) / k - mean**2)) / k
+    # sqrt only where spread > 0: its gradient at 0 is infinite, and the prefixes past the
+    # support (spread < 0) still get a zero cotangent that inf would turn into NaN
+    positive = spread > 0
+    tau = mean - jnp.where(positive, jnp.sqrt(jnp.where(positive, spread, 1.0)), 0.0)
+    size = jnp.sum(tau <= ordered, axis=-1, keepdims=True)
+    return jnp.maximum(half - jnp.take_along_axis(tau, size - 1, axis=-1), 0) ** 2
+
+
+_SPARSE = {"sparsemax": sparsemax, "entmax15": entmax15}
+
+
+def masked_sparse(scores: Array, mask: Array, fn: str) -> Array:
+    """sparsemax or 1.5-entmax with zero weight where `mask` is False (attention.py's
+    `masked_sparse`: padding gets a finite score below any threshold)."""
+    top = jax.lax.stop_gradient(jnp.max(jnp.where(mask, scores, -jnp.inf), -1, keepdims=True))
+    return _SPARSE[fn](jnp.where(mask, scores, top - 4))
+
+
+def attend(scores: Array, values: Array, mask: Array, fn: str = "softmax") -> tuple[Array, Array]:
+    """context (B, C) = sum_j alpha_ij h_j and weights (B, T_src), from scores (B, T_src)
+    normalised by softmax or the sparse mapping `fn`."""
+    weights = masked_softmax(scores, mask) if fn == "softmax" else masked_sparse(scores, mask, fn)
     return jnp.einsum("bt,btc->bc", weights, values), weights
 
 
@@ -46,6 +86,7 @@ class AdditiveAttention(nn.Module):
     query_dim: int
     key_dim: int
     attn_dim: int
+    fn: str = "softmax"
 
     def setup(self) -> None:
         self.W_s = torch_dense(self.attn_dim, self.query_dim, bias=False)
@@ -59,7 +100,7 @@ class AdditiveAttention(nn.Module):
     def __call__(self, query: Array, proj_keys: Array, values: Array, mask: Array):
         """query (B, D), proj_keys (B, T_src, A) -> context (B, C), weights (B, T_src)."""
         hidden = jnp.tanh(self.W_s(query)[:, None] + proj_keys)  # (B, T_src, A)
-        return attend(self.v(hidden)[..., 0], values, mask)
+        return attend(self.v(hidden)[..., 0], values, mask, self.fn)
 
 
 class ConcatAttention(nn.Module):
@@ -69,6 +110,7 @@ class ConcatAttention(nn.Module):
     query_dim: int
     key_dim: int
     attn_dim: int
+    fn: str = "softmax"
 
     def setup(self) -> None:
         self.W = SplitDense(self.attn_dim, self.query_dim + self.key_dim)  # kernel (D + C, A)
@@ -81,7 +123,7 @@ class ConcatAttention(nn.Module):
     def __call__(self, query: Array, proj_keys: Array, values: Array, mask: Array):
         proj_query = self.W(query, 0, self.query_dim)  # (B, A)
         hidden = jnp.tanh(proj_query[:, None] + proj_keys)  # (B, T_src, A)
-        return attend(self.v(hidden)[..., 0], values, mask)
+        return attend(self.v(hidden)[..., 0], values, mask, self.fn)
 
 
 class GeneralAttention(nn.Module):
@@ -89,6 +131,7 @@ class GeneralAttention(nn.Module):
 
     query_dim: int
     key_dim: int
+    fn: str = "softmax"
 
     def setup(self) -> None:
         self.W = torch_dense(self.query_dim, self.key_dim, bias=False)
@@ -98,7 +141,7 @@ class GeneralAttention(nn.Module):
         return self.W(keys)
 
     def __call__(self, query: Array, proj_keys: Array, values: Array, mask: Array):
-        return attend(jnp.einsum("btd,bd->bt", proj_keys, query), values, mask)
+        return attend(jnp.einsum("btd,bd->bt", proj_keys, query), values, mask, self.fn)
 
 
 class DotAttention(nn.Module):
@@ -107,6 +150,7 @@ class DotAttention(nn.Module):
     query_dim: int
     key_dim: int
     scaled: bool = False
+    fn: str = "softmax"
 
     def setup(self) -> None:
         if self.query_dim != self.key_dim:
@@ -121,16 +165,19 @@ class DotAttention(nn.Module):
 
     def __call__(self, query: Array, proj_keys: Array, values: Array, mask: Array):
         scale = 1 / math.sqrt(self.query_dim) if self.scaled else 1.0
-        return attend(jnp.einsum("btd,bd->bt", proj_keys, query) * scale, values, mask)
+        scores = jnp.einsum("btd,bd->bt", proj_keys, query) * scale
+        return attend(scores, values, mask, self.fn)
 
 
-def make_attention(kind: str, *, query_dim: int, key_dim: int, attn_dim: int) -> nn.Module:
+def make_attention(
+    kind: str, *, query_dim: int, key_dim: int, attn_dim: int, fn: str = "softmax"
+) -> nn.Module:
     """The scorer named `kind` (checked by the config: additive, concat, general, dot,
-    scaled_dot)."""
+    scaled_dot), normalising with `fn` (softmax, sparsemax, entmax15)."""
     if kind == "additive":
-        return AdditiveAttention(query_dim, key_dim, attn_dim)
+        return AdditiveAttention(query_dim, key_dim, attn_dim, fn=fn)
     if kind == "concat":
-        return ConcatAttention(query_dim, key_dim, attn_dim)
+        return ConcatAttention(query_dim, key_dim, attn_dim, fn=fn)
     if kind == "general":
-        return GeneralAttention(query_dim, key_dim)
-    return DotAttention(query_dim, key_dim, scaled=kind == "scaled_dot")
+        return GeneralAttention(query_dim, key_dim, fn=fn)
+    return DotAttention(query_dim, key_dim, scaled=kind == "scaled_dot", fn=fn)

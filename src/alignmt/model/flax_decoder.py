@@ -103,6 +103,7 @@ class Decoder(nn.Module):
     order: str  # "bahdanau" | "luong" | "cgru" | "vanilla"
     score: str  # the attention score (attention.py's kinds)
     attn_dim: int
+    attention_fn: str  # softmax | sparsemax | entmax15
     readout: str
     readout_dim: int
     feed_context: bool  # vanilla: c at every step (True) or only in s_0
@@ -130,7 +131,11 @@ class Decoder(nn.Module):
             self.bridge = torch_dense(self.layers * self.hidden, self.enc_dim)
         if self.order != "vanilla":
             self.attention = make_attention(
-                self.score, query_dim=self.hidden, key_dim=self.enc_dim, attn_dim=self.attn_dim
+                self.score,
+                query_dim=self.hidden,
+                key_dim=self.enc_dim,
+                attn_dim=self.attn_dim,
+                fn=self.attention_fn,
             )
         if self.order == "luong":
             self.W_c = torch_dense(self.hidden, self.enc_dim + self.hidden, bias=False)  # eq. 5

@@ -103,6 +103,7 @@ class FlaxSeq2Seq(nn.Module):
             order="vanilla" if cfg.attention == "none" else cfg.order,
             score=cfg.attention,
             attn_dim=cfg.attn_dim,
+            attention_fn=cfg.attention_fn,
             readout=cfg.readout,
             readout_dim=cfg.readout_dim,
             feed_context=cfg.context == "every_step",

@@ -78,6 +78,7 @@ class Seq2Seq(nn.Module):
         attention = dict(
             attention=cfg.attention,
             attn_dim=cfg.attn_dim,
+            attention_fn=cfg.attention_fn,
             coverage=cfg.coverage,
             max_fertility=cfg.max_fertility,
         )

@@ -5,8 +5,9 @@ size and SHA-256, and only then renamed to NAME, so a killed download leaves not
 looks complete. A download that stops midway keeps its `.part` and the next one asks the
 server for the rest (an HTTP range request); anything that can never become the pinned file
 (a wrong checksum, an HTML page, a full disk) is deleted and named in the error, with what
-to do. Python's own `urllib` does the HTTP: no well-kept download library resumes a
-partial file, and pooch, the one scientific Python uses, restarts it.
+to do. Python's own `urllib` does the HTTP, because no well-kept download library resumes
+a partial file: pooch (1.9), the one scientific Python uses, writes to a temporary file that
+a failure deletes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from urllib.request import Request, urlopen
 
 from tqdm import tqdm
 
+from alignmt import __version__
 from alignmt.text.corpora import Corpus, Pinned, missing_files
 from alignmt.text.corpus import CorpusError
 
@@ -46,7 +48,6 @@ class Got:
 
     corpus: str
     folder: Path
-    progress: bool
     already: list[str] = field(default_factory=list)  # there before, left as they were
     fetched: list[str] = field(default_factory=list)  # downloaded or copied, and checked
     missing: list[str] = field(default_factory=list)  # not in the mirror
@@ -81,7 +82,7 @@ def get(
     folder = root / corpus.name
     wanted = corpus.wanted(every)
     todo = missing_files(corpus, wanted, root)
-    done = Got(corpus.name, folder, progress, already=[f.name for f in wanted if f not in todo])
+    done = Got(corpus.name, folder, already=[f.name for f in wanted if f not in todo])
     if todo:
         _make_folder(folder)
     try:
@@ -90,7 +91,7 @@ def get(
                 _download(corpus, file, folder, progress)
                 done.fetched.append(file.name)
             else:
-                _from_mirror(corpus, file, folder, mirror, done)
+                _from_mirror(corpus, file, (folder, mirror), done, progress)
     finally:
         if todo and not any(folder.iterdir()):  # the data folder as it was
             folder.rmdir()
@@ -114,9 +115,13 @@ class _Refused(DownloadError):
     """A source's bytes are not the pinned file's."""
 
 
-def _from_mirror(corpus: Corpus, file: Pinned, folder: Path, mirror: Path, done: Got) -> None:
-    """Copies `file` from `mirror` (laid out as the data folder, or holding the files
-    themselves), or notes in `done` that it lacks the file or holds other bytes."""
+def _from_mirror(
+    corpus: Corpus, file: Pinned, into_from: tuple[Path, Path], done: Got, progress: bool
+) -> None:
+    """Copies `file` from the mirror folder (laid out as the data folder, or holding the
+    files themselves) into the corpus folder, or notes in `done` that the mirror lacks the
+    file or holds other bytes."""
+    folder, mirror = into_from
     names = [file.name] + ([file.excerpt.archive] if file.excerpt else [])
     found = [d / n for n in names for d in (mirror / corpus.name, mirror) if (d / n).is_file()]
     if not found:
@@ -126,7 +131,7 @@ def _from_mirror(corpus: Corpus, file: Pinned, folder: Path, mirror: Path, done:
     try:
         if source.name == file.name:
             with source.open("rb") as src, _writing(part, file.name, "wb") as out:
-                _pump(src, out, _bar(file.name, file.size, 0, done.progress))
+                _pump(src, out, _bar(file.name, file.size, 0, progress))
         else:
             _excerpt(file, source, part)
         _install(file, part, folder, where=str(source), advice="this copy is not the pinned one")
@@ -200,7 +205,7 @@ def _fetch(url: str, part: Path, size: int | None, name: str, offline: str, prog
 
 
 def _open(url: str, have: int, offline: str) -> http.client.HTTPResponse | None:
-    headers = {"User-Agent": f"alignmt/{_version()} (corpus download)"}
+    headers = {"User-Agent": f"alignmt/{__version__} (corpus download)"}
     if have:
         headers["Range"] = f"bytes={have}-"
     try:
@@ -214,12 +219,6 @@ def _open(url: str, have: int, offline: str) -> http.client.HTTPResponse | None:
     except (URLError, TimeoutError, ConnectionError) as error:
         reason = getattr(error, "reason", error)
         raise DownloadError(f"{url}: cannot connect ({reason}); {offline}") from error
-
-
-def _version() -> str:
-    from alignmt import __version__
-
-    return __version__
 
 
 def _length(response: http.client.HTTPResponse, have: int) -> int | None:

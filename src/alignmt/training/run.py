@@ -145,6 +145,12 @@ def guided_links(cfg: Config, text: Text, world: World) -> TokenLinks | None:
     source, data = cfg.train.guided_alignment, cfg.data
     if source and cfg.model.attention == "none":
         raise ValueError("train.guided_alignment trains attention: model.attention=none has none")
+    if source and cfg.model.attention_fn != "softmax" and cfg.train.guided_cost == "ce":
+        raise ValueError(
+            f"train.guided_cost=ce takes log alpha, which model.attention_fn="
+            f"{cfg.model.attention_fn} makes infinite where it is exactly 0 (and gives "
+            "those weights no gradient): use train.guided_cost=mse"
+        )
     if source == "task" or not source:
         if source and data.task == "corpus":
             raise ValueError(
