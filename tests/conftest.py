@@ -18,6 +18,8 @@ from alignmt.config import ModelConfig
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.serve.app import create_app
 
+pytest_plugins = ["tests.corpora_fixtures"]  # the data folder's fixtures
+
 # XLA's backend optimisation (LLVM's -O passes) costs compile time that the suite's tiny
 # programs never earn back: tests/test_flax_*.py took 161 s on two cores with it off and 219 s
 # with it on, passing alike. Set before JAX creates its CPU client, which reads the variable
@@ -202,29 +204,6 @@ def _cache_in_tmp(tmp_path_factory):
         patch.setenv("ALIGNMT_CACHE", str(tmp_path_factory.mktemp("alignmt_cache")))
         patch.setenv("ALIGNMT_DATA", str(tmp_path_factory.mktemp("alignmt_data")))
         yield
-
-
-@pytest.fixture(scope="session")
-def _shared_corpora(tmp_path_factory) -> Path:
-    """A data folder holding the corpora the shipped configs name, got from ../shared/data
-    as `alignmt data get NAME --from ../shared/data` gets them (checksums checked)."""
-    from alignmt.text.corpora import CATALOGUE
-    from alignmt.text.download import get
-
-    if not (SHARED / "data").is_dir():
-        pytest.skip(f"../shared/data is absent (looked in {SHARED})")
-    root = tmp_path_factory.mktemp("shared_corpora")
-    for corpus in CATALOGUE.values():
-        got = get(corpus, root, mirror=SHARED / "data")
-        assert not (got.missing or got.refused), got.summary()
-    return root
-
-
-@pytest.fixture
-def corpora(_shared_corpora, monkeypatch) -> Path:
-    """The data folder, with Multi30k's and Tatoeba's default files in it."""
-    monkeypatch.setenv("ALIGNMT_DATA", str(_shared_corpora))
-    return _shared_corpora
 
 
 def docs_script(name: str):
