@@ -91,7 +91,7 @@ def get(
                 _download(corpus, file, folder, progress)
                 done.fetched.append(file.name)
             else:
-                _from_mirror(corpus, file, (folder, mirror), done, progress)
+                _from_mirror(corpus, file, folder, mirror, done, progress)
     finally:
         if todo and not any(folder.iterdir()):  # the data folder as it was
             folder.rmdir()
@@ -116,12 +116,11 @@ class _Refused(DownloadError):
 
 
 def _from_mirror(
-    corpus: Corpus, file: Pinned, into_from: tuple[Path, Path], done: Got, progress: bool
+    corpus: Corpus, file: Pinned, folder: Path, mirror: Path, done: Got, progress: bool
 ) -> None:
     """Copies `file` from the mirror folder (laid out as the data folder, or holding the
     files themselves) into the corpus folder, or notes in `done` that the mirror lacks the
     file or holds other bytes."""
-    folder, mirror = into_from
     names = [file.name] + ([file.excerpt.archive] if file.excerpt else [])
     found = [d / n for n in names for d in (mirror / corpus.name, mirror) if (d / n).is_file()]
     if not found:
@@ -155,16 +154,16 @@ def _download(corpus: Corpus, file: Pinned, folder: Path, progress: bool) -> Non
         advice = "the download was corrupted, or the file changed on the server; run again"
         _install(file, part, folder, where=file.url, advice=advice)
         return
-    archive = _part_path(folder, file.excerpt.archive)
+    archive, part = _part_path(folder, file.excerpt.archive), _part_path(folder, file.name)
     _fetch(file.url, archive, None, file.excerpt.archive, offline, progress)
     try:
-        _excerpt(file, archive, _part_path(folder, file.name))
+        _excerpt(file, archive, part)
         advice = (
             f"the archive has been revised since alignmt pinned its first "
             f"{file.excerpt.lines:,} lines; get {file.name} from a mirror with --from DIR, "
             "or point the config at your own file"
         )
-        _install(file, _part_path(folder, file.name), folder, where=file.url, advice=advice)
+        _install(file, part, folder, where=file.url, advice=advice)
     finally:
         archive.unlink(missing_ok=True)
 
