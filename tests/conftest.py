@@ -63,12 +63,39 @@ SPARSE_ARCHITECTURES = [
 ]
 
 
+# Local attention (Luong et al. 2015, §3.2), with windows narrower than padded_batch's
+# sentences, and the location score: each window in each decoder order
+LOCAL_ARCHITECTURES = [
+    dict(
+        rnn=rnn,
+        bidirectional=bi,
+        layers=layers,
+        attention=score,
+        order=order,
+        attention_window=window,
+        window=1,
+        **extra,
+    )
+    for rnn, bi, layers, score, order, window, extra in [
+        ("gru", True, 1, "general", "luong", "local_m", {}),
+        ("lstm", True, 2, "general", "luong", "local_p", {}),
+        ("gru", False, 1, "additive", "bahdanau", "local_p", {}),
+        ("lstm", False, 1, "dot", "bahdanau", "local_m", {}),
+        ("gru", True, 2, "concat", "cgru", "local_p", {"attention_fn": "sparsemax"}),
+        ("gru", True, 1, "location", "luong", "global", {}),
+        ("lstm", True, 1, "location", "bahdanau", "local_p", {}),
+    ]
+]
+
+
 def arch_id(arch: dict) -> str:
     bi = "bi" if arch["bidirectional"] else "uni"
     context = "-init_only" if arch.get("context") == "init_only" else ""
     fn = f"-{arch['attention_fn']}" if arch.get("attention_fn", "softmax") != "softmax" else ""
+    window = arch.get("attention_window", "global")
+    window = f"-{window}{arch['window']}" if window != "global" else ""
     name = f"{arch['rnn']}-{bi}-L{arch['layers']}-{arch['attention']}-{arch['order']}"
-    return f"{name}{context}{fn}"
+    return f"{name}{context}{fn}{window}"
 
 
 def tiny_model(
@@ -83,6 +110,8 @@ def tiny_model(
     context: str = "every_step",
     coverage: str = "none",
     attention_fn: str = "softmax",
+    attention_window: str = "global",
+    window: int = 10,
     dtype: torch.dtype = torch.float64,
     seed: int = 0,
 ) -> Seq2Seq:
@@ -100,6 +129,9 @@ def tiny_model(
         dec_layers=layers,
         attention=attention,
         attention_fn=attention_fn,
+        attention_window=attention_window,
+        window=window,
+        positions=8,
         attn_dim=6,
         order=order,
         init=init,

@@ -12,6 +12,7 @@ from alignmt.model.attention import (
     ConcatAttention,
     DotAttention,
     GeneralAttention,
+    LocationAttention,
     make_attention,
     masked_softmax,
 )
@@ -46,6 +47,8 @@ def reference_scores(module, s: np.ndarray, H: np.ndarray, C: np.ndarray | None 
         return ref.concat_scores(s, H, w["W.weight"], w["v.weight"][0], V, C)
     if isinstance(module, GeneralAttention):
         return ref.general_scores(s, H, w["W.weight"])
+    if isinstance(module, LocationAttention):
+        return ref.location_scores(s, H, w["W_a.weight"])
     if module.scale == 1.0:
         return ref.dot_scores(s, H)
     return ref.scaled_dot_scores(s, H)

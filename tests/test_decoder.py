@@ -10,7 +10,14 @@ from alignmt import reference as ref
 from alignmt.model.attention_decoder import BahdanauDecoder, ConditionalDecoder, LuongDecoder
 from alignmt.model.cell import StackedCell
 from alignmt.model.decoder import VanillaDecoder
-from tests.conftest import ARCHITECTURES, SPARSE_ARCHITECTURES, arch_id, padded_batch, tiny_model
+from tests.conftest import (
+    ARCHITECTURES,
+    LOCAL_ARCHITECTURES,
+    SPARSE_ARCHITECTURES,
+    arch_id,
+    padded_batch,
+    tiny_model,
+)
 from tests.test_attention import reference_scores
 
 
@@ -51,9 +58,19 @@ def readout_weights(decoder) -> ref.ReadoutWeights:
     )
 
 
-def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None):
-    """One reference step for sentence b (with its coverage C_{i-1} (n,) for a coverage
-    model); returns (logits, hs, cs, feed, alpha)."""
+def reference_window(decoder, i: int) -> ref.Window | None:
+    """The reference's window at output position i for a local decoder; None for global."""
+    window = decoder.window
+    if window is None:
+        return None
+    if window.kind == "local_m":
+        return ref.local_m(i, window.half_width)
+    return ref.local_p(numpy(window.W_p.weight), numpy(window.v_p.weight)[0], window.half_width)
+
+
+def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None, i=0):
+    """One reference step for sentence b at output position i (with its coverage C_{i-1}
+    (n,) for a coverage model); returns (logits, hs, cs, feed, alpha)."""
     y = numpy(decoder.embed.weight)[prev[b]]
     H = numpy(memory.states[b, :n])
     mask = np.ones(n, dtype=bool)
@@ -69,6 +86,7 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None):
         return logits, hs, cs, None, None
     score = lambda s, H: reference_scores(decoder.attention, s, H, coverage)  # noqa: E731
     normalise = ref.NORMALISERS[decoder.attention.fn]
+    window = reference_window(decoder, i)
     if isinstance(decoder, LuongDecoder):
         logits, hs, cs, feed, alpha = ref.luong_step(
             y,
@@ -83,6 +101,7 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None):
             numpy(decoder.proj.weight),
             numpy(decoder.proj.bias),
             normalise,
+            window,
         )
         return logits, hs, cs, feed, alpha
     if isinstance(decoder, ConditionalDecoder):
@@ -98,16 +117,18 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None):
             stack_weights(decoder.rnn2),
             readout_weights(decoder),
             normalise,
+            window,
         )
         return logits, hs, cs, None, alpha
+    layers, out = stack_weights(decoder.rnn), readout_weights(decoder)
     logits, hs, cs, alpha = ref.bahdanau_step(
-        y, hs, cs, H, mask, score, stack_weights(decoder.rnn), readout_weights(decoder), normalise
+        y, hs, cs, H, mask, score, layers, out, normalise, window
     )
     return logits, hs, cs, None, alpha
 
 
 CASES = (
-    [(arch, "none") for arch in ARCHITECTURES + SPARSE_ARCHITECTURES]
+    [(arch, "none") for arch in ARCHITECTURES + SPARSE_ARCHITECTURES + LOCAL_ARCHITECTURES]
     + [
         (dict(rnn=rnn, bidirectional=True, layers=2, attention=a, order="bahdanau"), readout)
         for rnn in ("gru", "lstm")
@@ -148,10 +169,10 @@ def test_three_decoder_steps_match_the_numpy_reference_in_float64(arch, readout)
         cs = None if state.cell is None else [numpy(c) for c in state.cell[b]]
         feed = None if state.feed is None else numpy(state.feed[b])
         step_state = state
-        for _ in range(3):
+        for i in range(4):
             prev = torch.randint(4, 13, (src.size(0),), generator=g)
             logits, step_state, alpha = model.decode_step(prev, step_state, memory)
-            expected = reference_step(decoder, b, prev.numpy(), hs, cs, feed, memory, n)
+            expected = reference_step(decoder, b, prev.numpy(), hs, cs, feed, memory, n, i=i)
             ref_logits, hs, cs, feed, ref_alpha = expected
             np.testing.assert_allclose(numpy(logits[b]), ref_logits, rtol=0, atol=1e-10)
             np.testing.assert_allclose(
@@ -162,7 +183,9 @@ def test_three_decoder_steps_match_the_numpy_reference_in_float64(arch, readout)
                 assert torch.equal(alpha[b, n:], torch.zeros_like(alpha[b, n:]))
 
 
-@pytest.mark.parametrize("arch", ARCHITECTURES + SPARSE_ARCHITECTURES, ids=arch_id)
+@pytest.mark.parametrize(
+    "arch", ARCHITECTURES + SPARSE_ARCHITECTURES + LOCAL_ARCHITECTURES, ids=arch_id
+)
 def test_teacher_forced_forward_equals_the_step_by_step_loop(arch):
     model = tiny_model(**arch, readout="none" if arch["order"] == "luong" else "maxout")
     src, src_len, tgt_in, _ = padded_batch()

@@ -73,6 +73,8 @@ def tiny_config(arch: dict, **changes) -> ModelConfig:
             **dict(attention=arch["attention"], order=arch["order"], readout_dim=3),
             **dict(context=arch.get("context", "every_step"), **changes),
             **dict(attention_fn=arch.get("attention_fn", "softmax")),
+            **dict(attention_window=arch.get("attention_window", "global"), positions=8),
+            **dict(window=arch.get("window", 10)),
         }
     )
 
@@ -118,7 +120,8 @@ def case_id(arch: dict, changes: dict) -> str:
 MATRIX_IDS = [case_id(*case) for case in MATRIX]
 
 # A cover of the matrix: each cell, direction and depth, every score, each decoder order
-# (vanilla with c at every step and at s_0 only), each readout, s_0 = 0 and tied embeddings.
+# (vanilla with c at every step and at s_0 only), each readout, s_0 = 0, tied embeddings, and
+# each local window and the location score.
 # The float64 test and test_flax_io's name-map tests run all of the matrix in the full suite
 # and the cover under -m "not slow" (the whole float64 matrix costs most of a minute of
 # CPU); the float32 test, whose scan shares its step (`advance`) with decode_step, runs the
@@ -142,6 +145,9 @@ COVER = [
         "lstm-bi-L2-dot-bahdanau-init=zeros",
         "gru-bi-L1-additive-bahdanau-readout=tanh-readout_dim=5-tie_embeddings=True",
         "lstm-bi-L1-general-luong-emb_dim=8-tie_embeddings=True",
+        "gru-bi-L1-general-luong-local_m1-readout=none",
+        "lstm-bi-L1-location-bahdanau-local_p1-readout=none",
+        "gru-bi-L2-concat-cgru-sparsemax-local_p1-readout=none",
     )
 ]
 MATRIX_CASES = [  # the matrix as test parameters: the cover fast, the rest slow
@@ -192,13 +198,13 @@ def test_encoder_and_two_decoder_steps_match_the_numpy_reference_in_float64(arch
     g = torch.Generator().manual_seed(5)
     # the second step reads all that the first carries (s, the LSTM cells, Luong's h~); a
     # third would read nothing new
-    for _ in range(2):
+    for i in range(2):
         prev = torch.randint(4, VOCAB, (3,), generator=g).numpy()
         logits, state, alpha = flax_model.apply(
             variables, prev, state, memory, method="decode_step"
         )
         for b, n in enumerate(src_len.tolist()):
-            expected = reference_step(decoder, b, prev, *carried[b], reference_memory, n)
+            expected = reference_step(decoder, b, prev, *carried[b], reference_memory, n, i=i)
             ref_logits, hs, cs, feed, ref_alpha = expected
             carried[b] = (hs, cs, feed)
             np.testing.assert_allclose(logits[b], ref_logits, rtol=0, atol=1e-10)

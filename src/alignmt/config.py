@@ -53,8 +53,17 @@ class ModelConfig:
     dec_hidden: Count = 96  # D
     dec_layers: Count = 1  # L of the decoder
     # "none" is vanilla seq2seq: the decoder sees a fixed context, the final encoder state
-    attention: Literal["additive", "dot", "general", "concat", "scaled_dot", "none"] = "additive"
-    attn_dim: Count = 96  # A, hidden units of the additive/concat scorer
+    # "location" (Luong et al. 2015): e_i = W_a s, scores by position alone
+    attention: Literal[
+        "additive", "dot", "general", "concat", "scaled_dot", "location", "none"
+    ] = "additive"
+    attn_dim: Count = 96  # A, hidden units of the additive/concat scorer and of local_p's p_i
+    # Luong et al. (2015, §3.2): weigh every source position (global), or only a window of
+    # them, [p_i - D, p_i + D], around p_i = i (local_m) or a learnt p_i = S sigmoid(v_p^T
+    # tanh(W_p s)), weighted by a Gaussian of sigma = D / 2 (local_p)
+    attention_window: Literal["global", "local_m", "local_p"] = "global"
+    window: Count = 10  # D, the local window's half-width
+    positions: Count = 100  # location score: how many source positions (</s> included) W_a has
     # the weights from the scores: softmax, or sparse (exact zeros below a threshold):
     # sparsemax (Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019)
     attention_fn: Literal["softmax", "sparsemax", "entmax15"] = "softmax"

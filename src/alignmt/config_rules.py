@@ -109,6 +109,11 @@ def check_model(cfg: ModelConfig) -> None:
             "model.context=init_only passes the source only through s_0, so it needs "
             f"model.init=bridge (got init={cfg.init}: the decoder would never see it)"
         )
+    if vanilla and cfg.attention_window != "global":
+        raise ValueError(
+            f"model.attention_window={cfg.attention_window} places a window for attention, "
+            "and model.attention=none has none: use attention_window=global"
+        )
     if luong and cfg.readout != "none":
         raise ValueError(
             f"model.readout={cfg.readout} has no place in the luong order, whose "

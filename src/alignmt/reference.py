@@ -13,7 +13,8 @@ Sources: Bahdanau et al. 2015 (eq. 5-6 and App. A), Luong et al. 2015 (eq. 5-8),
 Sennrich et al. 2017 (the conditional GRU, §2.3), Wu et al. 2016 (beam search's length
 penalty, eq. 14),
 Vaswani et al. 2017 (eq. 1), Cho et al. 2014 (the vanilla encoder-decoder), Tu et al. 2016
-(coverage, eq. 9), Martins & Astudillo 2016 (sparsemax), Peters et al. 2019 (1.5-entmax).
+(coverage, eq. 9), Martins & Astudillo 2016 (sparsemax), Peters et al. 2019 (1.5-entmax),
+Luong et al. 2015 §3.2 (local attention, eq. 9-10, and the location score).
 """
 
 from __future__ import annotations
@@ -67,6 +68,39 @@ def dot_scores(s: Array, H: Array) -> Array:
 def scaled_dot_scores(s: Array, H: Array) -> Array:
     """Vaswani eq. 1: e_j = s^T h_j / sqrt(d)."""
     return dot_scores(s, H) / np.sqrt(len(s))
+
+
+def location_scores(s: Array, H: Array, W_a: Array) -> Array:
+    """Luong eq. 8, location: e = W_a s, one score per position j < T whatever h_j is."""
+    return np.array([W_a[j] @ s for j in range(len(H))])
+
+
+# --- local attention (Luong et al. 2015, §3.2) ----------------------------------------------
+
+Window = Callable[[Array, Array], tuple[Array, Array | None]]  # (query, mask) -> (mask, prior)
+
+
+def local_window(p: float, mask: Array, D: int, gaussian: bool) -> tuple[Array, Array | None]:
+    """The real positions j with |j - p| <= D, and with `gaussian` the factor
+    exp(-(j - p)^2 / (2 sigma^2)), sigma = D / 2, of eq. 10."""
+    inside = np.array([bool(real) and abs(j - p) <= D for j, real in enumerate(mask)])
+    if not gaussian:
+        return inside, None
+    sigma = D / 2
+    return inside, np.array([np.exp(-((j - p) ** 2) / (2 * sigma**2)) for j in range(len(mask))])
+
+
+def local_m(i: int, D: int) -> Window:
+    """local-m at output position i: p = i, kept at the last position S - 1 past the source."""
+    return lambda s, mask: local_window(float(min(i, mask.sum() - 1)), mask, D, gaussian=False)
+
+
+def local_p(W_p: Array, v_p: Array, D: int) -> Window:
+    """local-p: p = S sigmoid(v_p^T tanh(W_p s)) (eq. 9), S the real positions, with the
+    Gaussian."""
+    return lambda s, mask: local_window(
+        mask.sum() * sigmoid(v_p @ np.tanh(W_p @ s)), mask, D, gaussian=True
+    )
 
 
 # --- coverage (Tu et al. 2016, eq. 9 and §3.1.1) ----------------------------------------
@@ -134,13 +168,30 @@ NORMALISERS: dict[str, Normaliser] = {
 
 
 def attend(
-    e: Array, H: Array, mask: Array, normalise: Normaliser = masked_softmax
+    e: Array,
+    H: Array,
+    mask: Array,
+    normalise: Normaliser = masked_softmax,
+    prior: Array | None = None,
 ) -> tuple[Array, Array]:
     """Bahdanau eq. 5: c = sum_j alpha_j h_j, alpha = normalise(e) (softmax, or a sparse
-    mapping). Returns (c, alpha)."""
+    mapping), times `prior` where given (Luong eq. 10). Returns (c, alpha)."""
     alpha = normalise(e, mask)
+    if prior is not None:
+        alpha = alpha * prior
     c = sum(a * h for a, h in zip(alpha, H, strict=True))
     return c, alpha
+
+
+def attend_query(
+    s: Array, H: Array, mask: Array, score, normalise: Normaliser, window: Window | None
+) -> tuple[Array, Array]:
+    """`attend` for the query s: over the window's positions (all of them when window is
+    None) and weighted by its prior."""
+    prior = None
+    if window is not None:
+        mask, prior = window(s, mask)
+    return attend(score(s, H), H, mask, normalise, prior)
 
 
 # --- recurrent cells -----------------------------------------------------------------------
@@ -258,23 +309,45 @@ Scorer = Callable[[Array, Array], Array]  # (query (D,), H (T, C)) -> e (T,)
 
 
 def bahdanau_step(
-    y_emb, hs, cs, H, mask, score: Scorer, layers, out: ReadoutWeights, normalise=masked_softmax
+    y_emb,
+    hs,
+    cs,
+    H,
+    mask,
+    score: Scorer,
+    layers,
+    out: ReadoutWeights,
+    normalise=masked_softmax,
+    window: Window | None = None,
 ):
-    """Query s_{i-1}; c_i = attend; s_i = RNN(s_{i-1}, [y_{i-1}; c_i]);
+    """Query s_{i-1}; c_i = attend (within `window`); s_i = RNN(s_{i-1}, [y_{i-1}; c_i]);
     logits from [s_i; c_i; y_{i-1}]. Returns (logits, hs', cs', alpha)."""
-    c, alpha = attend(score(hs[-1], H), H, mask, normalise)
+    c, alpha = attend_query(hs[-1], H, mask, score, normalise, window)
     hs, cs = run_layers(np.concatenate([y_emb, c]), hs, cs, layers)
     logits = readout(np.concatenate([hs[-1], c, y_emb]), out)
     return logits, hs, cs, alpha
 
 
 def luong_step(
-    y_emb, hs, cs, feed, H, mask, score: Scorer, layers, W_c, W_o, b_o, normalise=masked_softmax
+    y_emb,
+    hs,
+    cs,
+    feed,
+    H,
+    mask,
+    score: Scorer,
+    layers,
+    W_c,
+    W_o,
+    b_o,
+    normalise=masked_softmax,
+    window: Window | None = None,
 ):
-    """s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]); query s_i; h~_i = tanh(W_c [c_i; s_i]);
-    logits = W_o h~_i + b_o. Returns (logits, hs', cs', h~_i, alpha)."""
+    """s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]); query s_i (within `window`);
+    h~_i = tanh(W_c [c_i; s_i]); logits = W_o h~_i + b_o. Returns (logits, hs', cs', h~_i,
+    alpha)."""
     hs, cs = run_layers(np.concatenate([y_emb, feed]), hs, cs, layers)
-    c, alpha = attend(score(hs[-1], H), H, mask, normalise)
+    c, alpha = attend_query(hs[-1], H, mask, score, normalise, window)
     attentional = np.tanh(W_c @ np.concatenate([c, hs[-1]]))
     return W_o @ attentional + b_o, hs, cs, attentional, alpha
 
@@ -290,14 +363,15 @@ def conditional_step(
     second,
     out: ReadoutWeights,
     normalise=masked_softmax,
+    window: Window | None = None,
 ):
     """Sennrich et al. 2017, §2.3: s'_i = RNN_1(s_{i-1}, y_{i-1}) in the first layer; query
-    s'_i; c_i = attend; s_i = RNN_2(s'_i, c_i), the layers above reading the layer below;
+    s'_i; c_i = attend (within `window`); s_i = RNN_2(s'_i, c_i), the layers above reading the layer below;
     logits from [s_i; c_i; y_{i-1}]. `first` is RNN_1's one layer, `second` RNN_2's and
     those above. Returns (logits, hs', cs', alpha)."""
     lstm = cs is not None
     (h1,), c1 = run_layers(y_emb, hs[:1], cs[:1] if lstm else None, [first])
-    c, alpha = attend(score(h1, H), H, mask, normalise)
+    c, alpha = attend_query(h1, H, mask, score, normalise, window)
     hs, cs = run_layers(c, [h1, *hs[1:]], [*c1, *cs[1:]] if lstm else None, second)
     logits = readout(np.concatenate([hs[-1], c, y_emb]), out)
     return logits, hs, cs, alpha

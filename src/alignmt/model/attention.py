@@ -6,6 +6,8 @@ Every scorer has the same two-call interface:
     proj_keys = scorer.project_keys(keys)                         # once per source batch
     context, weights = scorer(query, proj_keys, keys, mask)       # once per decoder step
 
+and differs from the others only in `score`, its e_ij for one query.
+
 Additive and concat scorers built with `coverage=True` also read each source position's
 coverage C_{i-1,j}, the attention it has had so far (Tu et al. 2016, "Modeling Coverage for
 Neural Machine Translation", eq. 9): e_ij = v^T tanh(W_s s + W_h h_j + V C_{i-1,j}). Dot and
@@ -16,7 +18,9 @@ attention, W h_j for Luong's general score) is computed once by `project_keys` a
 back by the caller at every step. Nothing is cached on the module, so a scorer can serve
 two batches, or a beam that reorders its rows, without going stale.
 
-Keys are also the values: c_i = sum_j alpha_ij h_j, as in both papers.
+Keys are also the values: c_i = sum_j alpha_ij h_j, as in both papers. Luong's location
+score (eq. 8, a_t = softmax(W_a h_t)) reads no keys at all: one weight row per source
+position, up to the `positions` it was built for.
 
 The weights are the scores' softmax, or a sparse mapping that gives exactly zero weight to
 the scores below a threshold: sparsemax (Martins & Astudillo 2016) or 1.5-entmax (Peters,
@@ -32,7 +36,7 @@ import torch
 from entmax import entmax15, sparsemax
 from torch import Tensor, nn
 
-AttentionKind = Literal["additive", "dot", "general", "concat", "scaled_dot"]
+AttentionKind = Literal["additive", "dot", "general", "concat", "scaled_dot", "location"]
 AttentionFn = Literal["softmax", "sparsemax", "entmax15"]
 _SPARSE = {"sparsemax": sparsemax, "entmax15": entmax15}
 
@@ -70,20 +74,27 @@ def masked_sparse(scores: Tensor, mask: Tensor, fn: AttentionFn) -> Tensor:
 
 
 def attend(
-    scores: Tensor, values: Tensor, mask: Tensor, fn: AttentionFn = "softmax"
+    scores: Tensor,
+    values: Tensor,
+    mask: Tensor,
+    fn: AttentionFn = "softmax",
+    prior: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """Normalise scores (softmax, or the sparse mapping `fn`) and take the weighted sum of
-    the values.
+    """Normalise scores (softmax, or the sparse mapping `fn`), weigh them by `prior` where
+    given, and take the weighted sum of the values.
 
     Args:
         scores: (B, T_src) e_ij for one decoder step.
         values: (B, T_src, C) encoder states h_j.
-        mask: (B, T_src) bool, True at real tokens.
+        mask: (B, T_src) bool, True at the positions attention may weigh.
+        prior: (B, T_src) a factor on each weight after normalising (local-p's Gaussian).
 
     Returns:
         context (B, C) = sum_j alpha_ij h_j, and weights (B, T_src).
     """
     weights = masked_softmax(scores, mask) if fn == "softmax" else masked_sparse(scores, mask, fn)
+    if prior is not None:
+        weights = weights * prior
     context = torch.bmm(weights.unsqueeze(1), values).squeeze(1)  # (B, C)
     return context, weights
 
@@ -100,7 +111,43 @@ def with_coverage(pre: Tensor, layer: nn.Linear | None, coverage: Tensor | None)
     return pre + layer(coverage.unsqueeze(-1))
 
 
-class AdditiveAttention(nn.Module):
+class Scorer(nn.Module):
+    """What every score shares: `forward` normalises the e_ij that `score` gives."""
+
+    def __init__(self, fn: AttentionFn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def score(self, query: Tensor, proj_keys: Tensor, coverage: Tensor | None) -> Tensor:
+        """(B, D) query, (B, T_src, .) projected keys -> (B, T_src) scores e_ij."""
+        raise NotImplementedError
+
+    def forward(
+        self,
+        query: Tensor,
+        proj_keys: Tensor,
+        values: Tensor,
+        mask: Tensor,
+        coverage: Tensor | None = None,
+        prior: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """Score every source position against one query.
+
+        Args:
+            query: (B, D) decoder state.
+            proj_keys: (B, T_src, .) from `project_keys`.
+            values: (B, T_src, C) encoder states.
+            mask: (B, T_src) bool, True at the positions to weigh.
+            coverage: (B, T_src) C_{i-1,j}, for a scorer built with coverage; else unused.
+            prior: (B, T_src) a factor on each weight (see `attend`), or None.
+
+        Returns:
+            context (B, C) and weights (B, T_src).
+        """
+        return attend(self.score(query, proj_keys, coverage), values, mask, self.fn, prior)
+
+
+class AdditiveAttention(Scorer):
     """Bahdanau et al. (2015), eq. 6 and App. A.1.2: e_ij = v^T tanh(W_s s + W_h h_j), plus
     V C_{i-1,j} inside the tanh with `coverage`.
 
@@ -116,8 +163,7 @@ class AdditiveAttention(nn.Module):
         coverage: bool = False,
         fn: AttentionFn = "softmax",
     ) -> None:
-        super().__init__()
-        self.fn = fn
+        super().__init__(fn)
         self.W_s = nn.Linear(query_dim, attn_dim, bias=False)
         self.W_h = nn.Linear(key_dim, attn_dim, bias=False)
         self.V = nn.Linear(1, attn_dim, bias=False) if coverage else None
@@ -127,32 +173,14 @@ class AdditiveAttention(nn.Module):
         """(B, T_src, C) -> (B, T_src, A): W_h h_j does not depend on the decoder step."""
         return self.W_h(keys)
 
-    def forward(
-        self,
-        query: Tensor,
-        proj_keys: Tensor,
-        values: Tensor,
-        mask: Tensor,
-        coverage: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """Score every source position against one query.
-
-        Args:
-            query: (B, D) decoder state.
-            proj_keys: (B, T_src, A) from `project_keys`.
-            values: (B, T_src, C) encoder states.
-            mask: (B, T_src) bool, True at real tokens.
-            coverage: (B, T_src) C_{i-1,j}, for a scorer built with coverage; else unused.
-
-        Returns:
-            context (B, C) and weights (B, T_src).
-        """
+    def score(self, query: Tensor, proj_keys: Tensor, coverage: Tensor | None) -> Tensor:
+        """query (B, D), proj_keys (B, T_src, A) -> (B, T_src)."""
         pre = with_coverage(self.W_s(query).unsqueeze(1) + proj_keys, self.V, coverage)
         hidden = torch.tanh(pre)  # (B, T_src, A)
-        return attend(self.v(hidden).squeeze(-1), values, mask, self.fn)
+        return self.v(hidden).squeeze(-1)
 
 
-class ConcatAttention(nn.Module):
+class ConcatAttention(Scorer):
     """Luong et al. (2015), eq. 8 "concat": e_ij = v^T tanh(W [s; h_j]), W of shape (A, D + C).
 
     Splitting W = [W_s | W_h] column-wise gives W [s; h] = W_s s + W_h h: the additive
@@ -170,8 +198,7 @@ class ConcatAttention(nn.Module):
         coverage: bool = False,
         fn: AttentionFn = "softmax",
     ) -> None:
-        super().__init__()
-        self.fn = fn
+        super().__init__(fn)
         self.query_dim = query_dim
         self.W = nn.Linear(query_dim + key_dim, attn_dim, bias=False)
         self.V = nn.Linear(1, attn_dim, bias=False) if coverage else None
@@ -181,42 +208,31 @@ class ConcatAttention(nn.Module):
         """(B, T_src, C) -> (B, T_src, A): the key columns of W applied to every h_j."""
         return keys @ self.W.weight[:, self.query_dim :].T
 
-    def forward(
-        self,
-        query: Tensor,
-        proj_keys: Tensor,
-        values: Tensor,
-        mask: Tensor,
-        coverage: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        """Same arguments and results as `AdditiveAttention.forward`."""
+    def score(self, query: Tensor, proj_keys: Tensor, coverage: Tensor | None) -> Tensor:
+        """query (B, D), proj_keys (B, T_src, A) -> (B, T_src)."""
         proj_query = query @ self.W.weight[:, : self.query_dim].T  # (B, A)
         pre = with_coverage(proj_query.unsqueeze(1) + proj_keys, self.V, coverage)
         hidden = torch.tanh(pre)  # (B, T_src, A)
-        return attend(self.v(hidden).squeeze(-1), values, mask, self.fn)
+        return self.v(hidden).squeeze(-1)
 
 
-class GeneralAttention(nn.Module):
+class GeneralAttention(Scorer):
     """Luong et al. (2015), eq. 8 "general": e_ij = s^T W h_j, W of shape (D, C)."""
 
     def __init__(self, *, query_dim: int, key_dim: int, fn: AttentionFn = "softmax") -> None:
-        super().__init__()
-        self.fn = fn
+        super().__init__(fn)
         self.W = nn.Linear(key_dim, query_dim, bias=False)
 
     def project_keys(self, keys: Tensor) -> Tensor:
         """(B, T_src, C) -> (B, T_src, D): W h_j, once per source batch."""
         return self.W(keys)
 
-    def forward(
-        self, query: Tensor, proj_keys: Tensor, values: Tensor, mask: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """As `AdditiveAttention.forward`, with proj_keys (B, T_src, D)."""
-        scores = torch.bmm(proj_keys, query.unsqueeze(-1)).squeeze(-1)  # (B, T_src)
-        return attend(scores, values, mask, self.fn)
+    def score(self, query: Tensor, proj_keys: Tensor, coverage: Tensor | None) -> Tensor:
+        """query (B, D), proj_keys (B, T_src, D) -> (B, T_src); no coverage."""
+        return torch.bmm(proj_keys, query.unsqueeze(-1)).squeeze(-1)
 
 
-class DotAttention(nn.Module):
+class DotAttention(Scorer):
     """Luong et al. (2015), eq. 8 "dot": e_ij = s^T h_j; with `scaled`, divided by sqrt(D)
     (Vaswani et al. 2017, eq. 1), which keeps the scores' variance independent of D.
 
@@ -226,8 +242,7 @@ class DotAttention(nn.Module):
     def __init__(
         self, *, query_dim: int, key_dim: int, scaled: bool = False, fn: AttentionFn = "softmax"
     ) -> None:
-        super().__init__()
-        self.fn = fn
+        super().__init__(fn)
         if query_dim != key_dim:
             raise ValueError(
                 f"dot attention needs the decoder state and encoder states to have the same "
@@ -240,12 +255,32 @@ class DotAttention(nn.Module):
         """The keys themselves: a dot score has no key projection."""
         return keys
 
-    def forward(
-        self, query: Tensor, proj_keys: Tensor, values: Tensor, mask: Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """Same arguments and results as `AdditiveAttention.forward`, with proj_keys = keys."""
-        scores = torch.bmm(proj_keys, query.unsqueeze(-1)).squeeze(-1)  # (B, T_src)
-        return attend(scores * self.scale, values, mask, self.fn)
+    def score(self, query: Tensor, proj_keys: Tensor, coverage: Tensor | None) -> Tensor:
+        """query (B, D), proj_keys = keys (B, T_src, D) -> (B, T_src); no coverage."""
+        return torch.bmm(proj_keys, query.unsqueeze(-1)).squeeze(-1) * self.scale
+
+
+class LocationAttention(Scorer):
+    """Luong et al. (2015), eq. 8 "location": e_i = W_a s, one score per source position
+    whatever the words there, W_a of shape (P, D) for sentences of up to P positions."""
+
+    def __init__(self, *, query_dim: int, positions: int, fn: AttentionFn = "softmax") -> None:
+        super().__init__(fn)
+        self.positions = positions
+        self.W_a = nn.Linear(query_dim, positions, bias=False)
+
+    def project_keys(self, keys: Tensor) -> Tensor:
+        """The keys themselves, for their length: a location score reads no key."""
+        if keys.size(1) > self.positions and not torch.jit.is_tracing():
+            raise ValueError(
+                f"this model's location attention weighs at most {self.positions} source "
+                f"positions (model.positions), and a sentence has {keys.size(1)}, </s> included"
+            )
+        return keys
+
+    def score(self, query: Tensor, proj_keys: Tensor, coverage: Tensor | None) -> Tensor:
+        """query (B, D) -> (B, T_src): the first T_src of W_a s."""
+        return self.W_a(query)[:, : proj_keys.size(1)]
 
 
 COVERAGE_SCORES = ("additive", "concat")  # the scores with a hidden layer C_{i-1,j} enters
@@ -259,9 +294,10 @@ def make_attention(
     attn_dim: int,
     coverage: bool = False,
     fn: AttentionFn = "softmax",
-) -> nn.Module:
+    positions: int = 100,
+) -> Scorer:
     """Build the scorer named `kind`, normalising with `fn`; `attn_dim` is used by additive
-    and concat only, which alone can read coverage."""
+    and concat only, which alone can read coverage; `positions` by location only."""
     if coverage and kind not in COVERAGE_SCORES:
         raise ValueError(
             f"model.coverage needs an additive or concat score: C_{{i-1,j}} enters the "
@@ -276,5 +312,7 @@ def make_attention(
         return GeneralAttention(**sizes)
     if kind in ("dot", "scaled_dot"):
         return DotAttention(**sizes, scaled=kind == "scaled_dot")
+    if kind == "location":
+        return LocationAttention(query_dim=query_dim, positions=positions, fn=fn)
     choices = ", ".join(get_args(AttentionKind))
     raise ValueError(f"unknown attention {kind!r}; choose one of {choices}")

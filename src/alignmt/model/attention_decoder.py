@@ -14,7 +14,7 @@ comes from, on `decoder.Decoder`'s recurrence and unroll.
   [s_i; c_i; y_{i-1}] as Bahdanau's does. The query has seen y_{i-1}, Bahdanau's s_{i-1} has not.
 
 `AttentionDecoder` holds what the three share: the scorer, the key projection made once per
-sentence (`prepare`), and the coverage model. The scorers live in `attention.py`; the step
+sentence (`prepare`), the coverage model, and the window of local attention (window.py). The scorers live in `attention.py`; the step
 interface, the unroll, the readout layer and the decoder without attention in `decoder.py`.
 """
 
@@ -28,14 +28,16 @@ from torch import Tensor, nn
 from alignmt.model.attention import AttentionFn, AttentionKind, make_attention
 from alignmt.model.cell import DecoderState, StackedCell
 from alignmt.model.decoder import Decoder, Memory, ReadoutKind
+from alignmt.model.window import LocalWindow, WindowKind
 
 CoverageKind = Literal["none", "sum", "fertility"]
 
 
 class AttentionDecoder(Decoder):
     """A decoder with a scorer over the encoder states (`Decoder`'s arguments, plus the
-    score, its hidden size for additive and concat, how scores become weights, and the
-    coverage model).
+    score, its hidden size for additive and concat (and local-p's position network), how
+    scores become weights, the coverage model, the window: global, or local with half-width
+    `half_width`, and the location score's number of `positions`).
 
     Coverage (Tu et al. 2016, §3.1.1, "linguistic coverage"): C_{i,j} = C_{i-1,j} + α_ij / Φ_j
     with C_{0,j} = 0 enters the next step's score (see attention.py). "sum" has Φ_j = 1; under
@@ -51,6 +53,9 @@ class AttentionDecoder(Decoder):
         attention_fn: AttentionFn = "softmax",
         coverage: CoverageKind = "none",
         max_fertility: float = 2.0,
+        window: WindowKind = "global",
+        half_width: int = 10,
+        positions: int = 100,
         **common: Any,
     ) -> None:
         super().__init__(**common)
@@ -61,10 +66,16 @@ class AttentionDecoder(Decoder):
             attn_dim=attn_dim,
             coverage=coverage != "none",
             fn=attention_fn,
+            positions=positions,
         )
         self.coverage = coverage
         self.max_fertility = max_fertility  # N
         self.U_f = nn.Linear(self.enc_dim, 1, bias=False) if coverage == "fertility" else None
+        self.window = None
+        if window != "global":
+            self.window = LocalWindow(
+                window, query_dim=self.hidden, attn_dim=attn_dim, half_width=half_width
+            )
 
     def prepare(self, states: Tensor, mask: Tensor, final: Tensor) -> Memory:
         """Project the keys once per source batch, and the fertilities for fertility
@@ -77,18 +88,30 @@ class AttentionDecoder(Decoder):
 
     def init_state(self, final: Tensor, memory: Memory) -> DecoderState:
         state = super().init_state(final, memory)
-        if self.coverage == "none":
-            return state
-        return state._replace(coverage=memory.states.new_zeros(memory.mask.shape))  # C_0
+        if self.coverage != "none":
+            state = state._replace(coverage=memory.states.new_zeros(memory.mask.shape))  # C_0
+        if self.window is not None:
+            start = final.new_zeros(final.size(0))  # (B,) step 0, and no window yet
+            state = state._replace(step=start, centre=start)
+        return state
 
     def _attend(
         self, query: Tensor, state: DecoderState, memory: Memory
     ) -> tuple[Tensor, Tensor, DecoderState]:
-        """c_i (B, C) and α_i (B, T_src) for `query`, and the state with C_i."""
-        keys = (query, memory.keys, memory.states, memory.mask)
+        """c_i (B, C) and α_i (B, T_src) for `query`, and the state with C_i and the
+        window's next step and centre p_i."""
+        mask, prior = memory.mask, None
+        if self.window is not None:
+            window = self.window(query, state.step, memory.mask)
+            mask, prior = window.mask, window.prior
+            state = state._replace(step=state.step + 1, centre=window.centre)
+        keys = (query, memory.keys, memory.states, mask)
+        context, alpha = self.attention(*keys, state.coverage, prior)
+        if memory.steer is not None:
+            alpha = memory.steer
+            context = torch.bmm(alpha.unsqueeze(1), memory.states).squeeze(1)  # (B, C)
         if state.coverage is None:
-            return *self.attention(*keys), state
-        context, alpha = self.attention(*keys, state.coverage)
+            return context, alpha, state
         gained = alpha if memory.coverage_rate is None else alpha * memory.coverage_rate
         return context, alpha, state._replace(coverage=state.coverage + gained)
 

@@ -22,6 +22,10 @@ class DecoderState(NamedTuple):
     # (B, T_src) C_{i-1,j}: the attention each source position has had (Tu et al. 2016);
     # None without a coverage model
     coverage: Tensor | None = None
+    # local attention (Luong et al. 2015, §3.2): (B,) i, the next output position, and
+    # (B,) p_i, the centre of the last step's window; None for global attention
+    step: Tensor | None = None
+    centre: Tensor | None = None
 
 
 class StackedCell(nn.Module):
@@ -62,7 +66,7 @@ class StackedCell(nn.Module):
             state: the state after step i - 1.
 
         Returns:
-            The state after step i (`feed` and `coverage` are passed through unchanged).
+            The state after step i (its other fields are passed through unchanged).
         """
         hiddens, cells = [], []
         below = None

@@ -47,6 +47,9 @@ class Memory(NamedTuple):
     # (B, T_src) 1 / Phi_j, what one unit of attention adds to C_j under fertility coverage
     # (0 at padding, whose attention is 0 anyway); None otherwise
     coverage_rate: Tensor | None = None
+    # (B, T_src) weights that replace the step's alpha_i, whatever the scores (the explorer's
+    # what-if); None to attend as the model does
+    steer: Tensor | None = None
 
 
 class DecoderOutput(NamedTuple):

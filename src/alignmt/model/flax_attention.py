@@ -4,7 +4,8 @@ et al. 2015, eq. 8; Vaswani et al. 2017, eq. 1; Martins & Astudillo 2016; Peters
 2019).
 
 The same two-call interface as the PyTorch scorers: `project_keys(keys)` once per source
-batch, then `scorer(query, proj_keys, values, mask)` once per decoder step. Kernels are
+batch, then `scorer(query, proj_keys, values, mask, prior)` once per decoder step (`prior`:
+local-p's Gaussian, or None). Luong's location score reads no keys (Luong et al. 2015, eq. 8). Kernels are
 (in, out), Flax's layout; `checkpoint.flax_io` transposes them to and from PyTorch's (out, in).
 """
 
@@ -73,10 +74,14 @@ def masked_sparse(scores: Array, mask: Array, fn: str) -> Array:
     return _SPARSE[fn](jnp.where(mask, scores, top - 4))
 
 
-def attend(scores: Array, values: Array, mask: Array, fn: str = "softmax") -> tuple[Array, Array]:
+def attend(
+    scores: Array, values: Array, mask: Array, fn: str = "softmax", prior: Array | None = None
+) -> tuple[Array, Array]:
     """context (B, C) = sum_j alpha_ij h_j and weights (B, T_src), from scores (B, T_src)
-    normalised by softmax or the sparse mapping `fn`."""
+    normalised by softmax or the sparse mapping `fn` over `mask`, times `prior` if given."""
     weights = masked_softmax(scores, mask) if fn == "softmax" else masked_sparse(scores, mask, fn)
+    if prior is not None:
+        weights = weights * prior
     return jnp.einsum("bt,btc->bc", weights, values), weights
 
 
@@ -97,10 +102,10 @@ class AdditiveAttention(nn.Module):
         """(B, T_src, C) -> (B, T_src, A)."""
         return self.W_h(keys)
 
-    def __call__(self, query: Array, proj_keys: Array, values: Array, mask: Array):
+    def __call__(self, query: Array, proj_keys: Array, values: Array, mask: Array, prior=None):
         """query (B, D), proj_keys (B, T_src, A) -> context (B, C), weights (B, T_src)."""
         hidden = jnp.tanh(self.W_s(query)[:, None] + proj_keys)  # (B, T_src, A)
-        return attend(self.v(hidden)[..., 0], values, mask, self.fn)
+        return attend(self.v(hidden)[..., 0], values, mask, self.fn, prior)
 
 
 class ConcatAttention(nn.Module):
@@ -120,10 +125,10 @@ class ConcatAttention(nn.Module):
         """(B, T_src, C) -> (B, T_src, A): the key rows of W."""
         return self.W(keys, self.query_dim, self.query_dim + self.key_dim)
 
-    def __call__(self, query: Array, proj_keys: Array, values: Array, mask: Array):
+    def __call__(self, query: Array, proj_keys: Array, values: Array, mask: Array, prior=None):
         proj_query = self.W(query, 0, self.query_dim)  # (B, A)
         hidden = jnp.tanh(proj_query[:, None] + proj_keys)  # (B, T_src, A)
-        return attend(self.v(hidden)[..., 0], values, mask, self.fn)
+        return attend(self.v(hidden)[..., 0], values, mask, self.fn, prior)
 
 
 class GeneralAttention(nn.Module):
@@ -140,8 +145,9 @@ class GeneralAttention(nn.Module):
         """(B, T_src, C) -> (B, T_src, D)."""
         return self.W(keys)
 
-    def __call__(self, query: Array, proj_keys: Array, values: Array, mask: Array):
-        return attend(jnp.einsum("btd,bd->bt", proj_keys, query), values, mask, self.fn)
+    def __call__(self, query: Array, proj_keys: Array, values: Array, mask: Array, prior=None):
+        scores = jnp.einsum("btd,bd->bt", proj_keys, query)
+        return attend(scores, values, mask, self.fn, prior)
 
 
 class DotAttention(nn.Module):
@@ -163,21 +169,53 @@ class DotAttention(nn.Module):
     def project_keys(self, keys: Array) -> Array:
         return keys
 
-    def __call__(self, query: Array, proj_keys: Array, values: Array, mask: Array):
+    def __call__(self, query: Array, proj_keys: Array, values: Array, mask: Array, prior=None):
         scale = 1 / math.sqrt(self.query_dim) if self.scaled else 1.0
         scores = jnp.einsum("btd,bd->bt", proj_keys, query) * scale
-        return attend(scores, values, mask, self.fn)
+        return attend(scores, values, mask, self.fn, prior)
+
+
+class LocationAttention(nn.Module):
+    """Luong's location score e_i = W_a s: one score per source position, up to `positions`."""
+
+    query_dim: int
+    positions: int
+    fn: str = "softmax"
+
+    def setup(self) -> None:
+        self.W_a = torch_dense(self.positions, self.query_dim, bias=False)
+
+    def project_keys(self, keys: Array) -> Array:
+        """The keys themselves, for their length (attention.LocationAttention's check)."""
+        if keys.shape[1] > self.positions:
+            raise ValueError(
+                f"this model's location attention weighs at most {self.positions} source "
+                f"positions (model.positions), and a sentence has {keys.shape[1]}, </s> included"
+            )
+        return keys
+
+    def __call__(self, query: Array, proj_keys: Array, values: Array, mask: Array, prior=None):
+        scores = self.W_a(query)[:, : proj_keys.shape[1]]  # (B, T_src)
+        return attend(scores, values, mask, self.fn, prior)
 
 
 def make_attention(
-    kind: str, *, query_dim: int, key_dim: int, attn_dim: int, fn: str = "softmax"
+    kind: str,
+    *,
+    query_dim: int,
+    key_dim: int,
+    attn_dim: int,
+    fn: str = "softmax",
+    positions: int = 100,
 ) -> nn.Module:
     """The scorer named `kind` (checked by the config: additive, concat, general, dot,
-    scaled_dot), normalising with `fn` (softmax, sparsemax, entmax15)."""
+    scaled_dot, location), normalising with `fn` (softmax, sparsemax, entmax15)."""
     if kind == "additive":
         return AdditiveAttention(query_dim, key_dim, attn_dim, fn=fn)
     if kind == "concat":
         return ConcatAttention(query_dim, key_dim, attn_dim, fn=fn)
     if kind == "general":
         return GeneralAttention(query_dim, key_dim, fn=fn)
+    if kind == "location":
+        return LocationAttention(query_dim, positions, fn=fn)
     return DotAttention(query_dim, key_dim, scaled=kind == "scaled_dot", fn=fn)

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from alignmt.model.flax_attention import make_attention
 from alignmt.model.flax_init import embedding_init, torch_dense, uniform
 from alignmt.model.flax_rnn import DecoderState, StackedCell
+from alignmt.model.flax_window import LocalWindow
 
 Array = jax.Array
 
@@ -108,6 +109,9 @@ class Decoder(nn.Module):
     readout_dim: int
     feed_context: bool  # vanilla: c at every step (True) or only in s_0
     tied: bool
+    attention_window: str = "global"  # global | local_m | local_p (window.py)
+    half_width: int = 10  # D, the local window's half-width (model.window)
+    positions: int = 100  # the location score's source positions
 
     def setup(self) -> None:
         std = self.emb_dim**-0.5 if self.tied else 1.0  # seq2seq._tie_output's reason
@@ -136,6 +140,11 @@ class Decoder(nn.Module):
                 key_dim=self.enc_dim,
                 attn_dim=self.attn_dim,
                 fn=self.attention_fn,
+                positions=self.positions,
+            )
+        if self.attention_window != "global":
+            self.window = LocalWindow(
+                self.attention_window, self.hidden, self.attn_dim, self.half_width
             )
         if self.order == "luong":
             self.W_c = torch_dense(self.hidden, self.enc_dim + self.hidden, bias=False)  # eq. 5
@@ -163,10 +172,13 @@ class Decoder(nn.Module):
             hidden = jnp.tanh(self.bridge(final)).reshape(batch, self.layers, self.hidden)
         else:
             hidden = jnp.zeros((batch, self.layers, self.hidden), final.dtype)
+        local = self.attention_window != "global"
         return DecoderState(
             hidden=hidden,
             cell=jnp.zeros_like(hidden) if self.cell_kind == "lstm" else None,
             feed=jnp.zeros((batch, self.hidden), final.dtype) if self.order == "luong" else None,
+            step=jnp.zeros((batch,), final.dtype) if local else None,
+            centre=jnp.zeros((batch,), final.dtype) if local else None,
         )
 
     def prepare(self, states: Array, mask: Array, final: Array) -> Memory:
@@ -258,16 +270,14 @@ class Decoder(nn.Module):
             state = self.rnn(gates, state, train)
             return state, state.hidden[:, -1], None
         if self.order == "bahdanau":
-            context, alpha = self.attention(
-                state.hidden[:, -1], memory.keys, memory.states, memory.mask
-            )
+            context, alpha, state = self.attend(state.hidden[:, -1], state, memory)
             state = self.rnn(gates + self.rnn.extra_in(context), state, train)
             return state, jnp.concatenate([state.hidden[:, -1], context], -1), alpha
         if self.order == "cgru":
             return self.conditional(gates, state, memory, train)
         state = self.rnn(gates + self.rnn.extra_in(state.feed), state, train)
         query = state.hidden[:, -1]  # (B, D) s_i
-        context, alpha = self.attention(query, memory.keys, memory.states, memory.mask)
+        context, alpha, state = self.attend(query, state, memory)
         attentional = jnp.tanh(self.W_c(jnp.concatenate([context, query], -1)))  # (B, D)
         return state._replace(feed=attentional), attentional, alpha
 
@@ -280,16 +290,23 @@ class Decoder(nn.Module):
             state._replace(hidden=state.hidden[:, :1], cell=state.cell[:, :1] if lstm else None),
             train,
         )
-        context, alpha = self.attention(
-            first.hidden[:, 0], memory.keys, memory.states, memory.mask
-        )  # query s'_i (B, D)
-        inner = DecoderState(
+        context, alpha, state = self.attend(first.hidden[:, 0], state, memory)  # query s'_i
+        inner = state._replace(
             hidden=jnp.concatenate([first.hidden, state.hidden[:, 1:]], 1),
             cell=jnp.concatenate([first.cell, state.cell[:, 1:]], 1) if lstm else None,
-            feed=None,
         )
         state = self.rnn2(self.rnn2.embed_in(context), inner, train)
         return state, jnp.concatenate([state.hidden[:, -1], context], -1), alpha
+
+    def attend(self, query: Array, state: DecoderState, memory: Memory):
+        """c_i (B, C) and alpha_i (B, T_src) for `query`, within the local window if there
+        is one; the state with the window's next step and centre p_i."""
+        mask, prior = memory.mask, None
+        if self.attention_window != "global":
+            mask, prior, centre = self.window(query, state.step, memory.mask)
+            state = state._replace(step=state.step + 1, centre=centre)
+        context, alpha = self.attention(query, memory.keys, memory.states, mask, prior)
+        return context, alpha, state
 
     def features(self, features: Array, emb: Array, memory: Memory, train: bool) -> Array:
         """Step features (B, T, .) -> what the vocabulary projection reads (B, T, R)."""

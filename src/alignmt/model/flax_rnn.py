@@ -121,6 +121,9 @@ class DecoderState(NamedTuple):
     hidden: Array  # (B, L, D) s_i of every layer
     cell: Array | None  # (B, L, D) LSTM memory cells; None for a GRU
     feed: Array | None  # (B, D) Luong's h~_{i-1} for input feeding; None otherwise
+    # local attention: (B,) i, the next output position, and (B,) p_i of the last step
+    step: Array | None = None
+    centre: Array | None = None
 
 
 class StackedCell(nn.Module):
@@ -160,8 +163,7 @@ class StackedCell(nn.Module):
             else:
                 below = gru_update(gi, gh, state.hidden[:, layer])
             hiddens.append(below)
-        return DecoderState(
+        return state._replace(
             hidden=jnp.stack(hiddens, axis=1),
             cell=jnp.stack(cells, axis=1) if self.rnn == "lstm" else None,
-            feed=state.feed,
         )

@@ -108,6 +108,9 @@ class FlaxSeq2Seq(nn.Module):
             readout_dim=cfg.readout_dim,
             feed_context=cfg.context == "every_step",
             tied=cfg.tie_embeddings,
+            attention_window=cfg.attention_window,
+            half_width=cfg.window,
+            positions=cfg.positions,
         )
 
     @property

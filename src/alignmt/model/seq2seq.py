@@ -81,6 +81,9 @@ class Seq2Seq(nn.Module):
             attention_fn=cfg.attention_fn,
             coverage=cfg.coverage,
             max_fertility=cfg.max_fertility,
+            window=cfg.attention_window,
+            half_width=cfg.window,
+            positions=cfg.positions,
         )
         if cfg.attention == "none":
             decoder = VanillaDecoder(**common, **readout, feed_context=cfg.context == "every_step")

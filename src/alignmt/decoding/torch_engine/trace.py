@@ -137,10 +137,10 @@ class _Steered:
         self, prev: Tensor, state: DecoderState, memory: Memory, position: int
     ) -> tuple[Tensor, DecoderState, Tensor | None]:
         if position in self.override:
-            # A mask with one real position: the masked softmax gives it weight exactly 1.
-            mask = torch.zeros_like(memory.mask)  # (N, T_src)
-            mask[:, self.override[position]] = True
-            memory = memory._replace(mask=mask)
+            # all of the weight on one position, whatever the scores (or a local window) say
+            steer = torch.zeros_like(memory.mask, dtype=memory.states.dtype)  # (N, T_src)
+            steer[:, self.override[position]] = 1.0
+            memory = memory._replace(steer=steer)
         return self.step(prev, state, memory)
 
 

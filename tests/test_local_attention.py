@@ -1,0 +1,200 @@
+"""Local attention (Luong, Pham & Manning 2015, §3.2) and the location score: the window,
+local-p's Gaussian and predicted position, what happens at the sentence's ends, and the
+explorer's what-if inside a window. (Parity with the float64 reference and padding
+invariance run over tests/conftest.py's LOCAL_ARCHITECTURES in test_decoder.py and
+test_model.py.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from alignmt import reference as ref
+from alignmt.config import ModelConfig
+from alignmt.model.seq2seq import Seq2Seq
+from alignmt.model.window import LocalWindow
+from tests.conftest import VOCAB, padded_batch, tiny_model
+
+
+def lengths_mask(lengths=(6, 2, 4)) -> torch.Tensor:
+    return torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
+
+
+@pytest.mark.parametrize("order,score", [("luong", "general"), ("bahdanau", "additive")])
+def test_local_m_with_a_window_covering_the_sentence_is_global_attention(order, score):
+    arch = dict(rnn="gru", attention=score, order=order)
+    wide = tiny_model(**arch, attention_window="local_m", window=6)
+    plain = tiny_model(**arch)  # same seed: local-m adds no weights
+    src, src_len, tgt_in, _ = padded_batch()
+    local, global_ = wide(src, src_len, tgt_in), plain(src, src_len, tgt_in)
+    torch.testing.assert_close(local.attention, global_.attention, rtol=0, atol=0)
+    torch.testing.assert_close(local.logits, global_.logits, rtol=0, atol=0)
+    narrow = tiny_model(**arch, attention_window="local_m", window=1)(src, src_len, tgt_in)
+    assert not torch.allclose(narrow.logits, global_.logits)
+
+
+def test_local_m_weighs_only_the_window_around_i_and_stays_at_the_end_past_the_source():
+    model = tiny_model(attention="general", order="luong", attention_window="local_m", window=1)
+    src, src_len, _, _ = padded_batch()
+    memory, state = model.encode(src, src_len)
+    for i in range(8):
+        _, state, alpha = model.decode_step(torch.full((3,), 5), state, memory)
+        for b, n in enumerate(src_len.tolist()):
+            p = min(i, n - 1)
+            assert state.centre[b] == p
+            outside = [j for j in range(alpha.size(1)) if abs(j - p) > 1 or j >= n]
+            assert torch.equal(alpha[b, outside], torch.zeros(len(outside), dtype=alpha.dtype))
+            torch.testing.assert_close(alpha[b].sum(), torch.tensor(1.0, dtype=alpha.dtype))
+
+
+def test_the_window_keeps_only_real_positions_where_it_crosses_the_ends():
+    window = LocalWindow("local_m", query_dim=3, attn_dim=4, half_width=2)
+    mask = lengths_mask((6, 3))
+    inside = window(torch.zeros(2, 3), torch.tensor([0.0, 2.0]), mask).mask
+    assert inside.tolist() == [
+        [True, True, True, False, False, False],  # j in [-2, 2]: -2 and -1 dropped
+        [True, True, True, False, False, False],  # j in [0, 4]: 3 and 4 are padding
+    ]
+
+
+def test_local_p_predicts_a_position_within_the_sentence_and_weighs_it_by_a_gaussian():
+    torch.manual_seed(0)
+    window = LocalWindow("local_p", query_dim=3, attn_dim=4, half_width=2).double()
+    mask = lengths_mask()
+    query = torch.randn(3, 3, dtype=torch.float64) * 3
+    out = window(query, torch.zeros(3, dtype=torch.float64), mask)
+    S = mask.sum(-1).double()
+    assert ((out.centre >= 0) & (out.centre <= S)).all()
+    distance = torch.arange(6, dtype=torch.float64) - out.centre[:, None]
+    torch.testing.assert_close(out.prior, torch.exp(-(distance**2) / 2.0))  # 2 sigma^2 = 2
+    assert torch.equal(out.mask, mask & (distance.abs() <= 2))
+    assert out.mask.any(-1).all()  # never an empty window
+
+
+def test_local_p_weights_are_the_windowed_softmax_times_the_gaussian_and_sum_below_one():
+    model = tiny_model(attention="general", order="luong", attention_window="local_p", window=2)
+    src, src_len, tgt_in, _ = padded_batch()
+    out = model(src, src_len, tgt_in)
+    total = out.attention.sum(-1)  # (B, T_tgt)
+    assert (total < 1).all() and (total > 0).all()
+
+
+def test_local_p_position_network_passes_gradcheck_in_float64():
+    """p_i learns through the Gaussian alone: its gradient, by finite differences."""
+    torch.manual_seed(1)
+    window = LocalWindow("local_p", query_dim=3, attn_dim=4, half_width=2).double()
+    mask = lengths_mask()
+    query = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    step = torch.zeros(3, dtype=torch.float64)
+    torch.autograd.gradcheck(lambda q: window(q, step, mask).prior, (query,))
+    torch.autograd.gradcheck(lambda q: window(q, step, mask).centre, (query,))
+
+
+@pytest.mark.parametrize("window", ["local_m", "local_p"])
+def test_a_local_model_trains_end_to_end_with_gradients_on_every_weight(window):
+    model = tiny_model(attention="additive", attention_window=window, window=1)
+    model.train()
+    src, src_len, tgt_in, tgt_len = padded_batch()
+    out = model(src, src_len, tgt_in)
+    out.logits.logsumexp(-1).sum().backward()
+    for name, parameter in model.named_parameters():
+        if name != "decoder.embed.weight":  # padding's row has none
+            assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
+
+
+def test_the_location_score_reads_positions_not_words_and_refuses_longer_sentences():
+    model = tiny_model(attention="location", order="luong")  # positions=8
+    src, src_len, tgt_in, _ = padded_batch()
+    memory, state = model.encode(src, src_len)
+    swapped = memory._replace(states=memory.states.flip(0), keys=memory.keys.flip(0))
+    _, _, alpha = model.decode_step(torch.full((3,), 5), state, memory)
+    _, _, other = model.decode_step(torch.full((3,), 5), state, swapped)
+    assert torch.equal(alpha, other)  # the same query scores every sentence alike
+    long = torch.full((1, 9), 5)
+    long[0, -1] = 2
+    with pytest.raises(ValueError, match=r"at most 8 source positions \(model.positions\)"):
+        model.encode(long, torch.tensor([9]))
+
+
+def test_a_window_needs_attention():
+    cfg = ModelConfig(attention="none", attention_window="local_p")
+    with pytest.raises(ValueError, match="model.attention=none has none"):
+        Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB)
+
+
+def test_steered_attention_puts_all_weight_on_the_chosen_word_even_outside_the_window():
+    model = tiny_model(attention="general", order="luong", attention_window="local_p", window=1)
+    src, src_len, _, _ = padded_batch()
+    memory, state = model.encode(src[:1], src_len[:1])
+    steer = torch.zeros(1, src.size(1), dtype=torch.float64)
+    steer[0, 5] = 1.0
+    _, _, alpha = model.decode_step(torch.tensor([5]), state, memory._replace(steer=steer))
+    assert torch.equal(alpha, steer)
+
+
+def test_reference_local_windows_follow_the_equations():
+    mask = np.array([True] * 5 + [False])
+    inside, prior = ref.local_m(7, D=1)(np.zeros(2), mask)  # past the end: p = S - 1 = 4
+    assert inside.tolist() == [False, False, False, True, True, False] and prior is None
+    W_p, v_p = np.zeros((3, 2)), np.zeros(3)  # sigmoid(0) = 1/2: p = S / 2 = 2.5
+    inside, prior = ref.local_p(W_p, v_p, D=2)(np.ones(2), mask)
+    assert inside.tolist() == [False, True, True, True, True, False]
+    np.testing.assert_allclose(prior[2], np.exp(-0.25 / 2), rtol=0, atol=1e-15)
+
+
+@pytest.fixture(scope="module")
+def local_translators(toy_run, tmp_path_factory):
+    """An untrained local-p twin of the toy run (Luong's order and general score, D = 2) on
+    each engine: PyTorch, Flax, and its ONNX export."""
+    pytest.importorskip("jax")
+    pytest.importorskip("onnxruntime")
+    from alignmt.checkpoint.torch_io import load_checkpoint, save_checkpoint
+    from alignmt.decoding.door import open_translator
+    from alignmt.decoding.torch_engine.export import export_onnx
+    from tests.conftest import untrained_twin
+
+    folder = tmp_path_factory.mktemp("local")
+    local = dict(attention="general", order="luong", attention_window="local_p", window=2)
+    run = untrained_twin(toy_run, folder / "run", **local)
+    ckpt = load_checkpoint(run)
+    with torch.no_grad():  # </s> made unlikely: outputs of many steps, many windows
+        ckpt.model.decoder.proj.bias[ckpt.model.eos_id] -= 3
+    tokenizers = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
+    save_checkpoint(
+        run, ckpt.model, ckpt.config, ckpt.src_vocab, ckpt.tgt_vocab, 0, tokenizers=tokenizers
+    )
+    export_onnx(load_checkpoint(run), folder / "onnx")
+    return {
+        "torch": open_translator(run, device="cpu"),
+        "flax": open_translator(run, engine="flax", device="cpu"),
+        "onnxruntime": open_translator(folder / "onnx"),
+    }
+
+
+@pytest.mark.parametrize("engine", ["torch", "flax", "onnxruntime"])
+def test_each_engines_beam_search_over_a_local_model_is_the_reference_search(
+    local_translators, engine
+):
+    from dataclasses import replace
+
+    from alignmt.decoding.engine import Call
+    from alignmt.decoding.rules import sentence_limit
+    from tests.test_engines import LINES, prefix_log_probs
+
+    translator = local_translators[engine]
+    search = replace(translator.search, beam_size=3)
+    ids = [translator.src_vocab.encode(translator.source_tokens(line), add_eos=True) for line in LINES]
+    found = translator.engine.searcher(Call(search=search, nbest=2, width=8))(ids, None)
+    for src, hyps in zip(ids, found, strict=True):
+        expected = ref.beam_search(
+            prefix_log_probs(translator.engine, src, translator.tgt_vocab.bos_id),
+            eos=translator.tgt_vocab.eos_id,
+            beam_size=3,
+            max_len=sentence_limit(len(src) - 1, search),
+            nbest=2,
+        )
+        assert [h.tokens for h in hyps] == [tokens for tokens, _ in expected]
+        assert len(hyps[0].tokens) > 3
+    greedy = [[h[0].tokens for h in x.translate(LINES)] for x in local_translators.values()]
+    assert greedy[0] == greedy[1] == greedy[2]
