@@ -141,7 +141,7 @@ def test_unknown_top_level_key_suggests_a_close_match():
         (
             "model.attention=adittive",
             "command line: model.attention: 'adittive' is not one of additive, dot, general, "
-            "concat, scaled_dot, none; did you mean 'additive'?",
+            "concat, scaled_dot, location, none; did you mean 'additive'?",
         ),
     ],
 )
@@ -231,6 +231,8 @@ RULED = [
     ("model.dec_hidden", 0, 1, "must be at least 1"),
     ("model.dec_layers", 0, 1, "must be at least 1"),
     ("model.attn_dim", 0, 1, "must be at least 1"),
+    ("model.window", 0, 1, "must be at least 1"),
+    ("model.positions", 0, 1, "must be at least 1"),
     ("model.readout_dim", 0, 1, "must be at least 1"),
     ("data.min_len", 0, 1, "must be at least 1"),
     ("data.spm_vocab_size", 0, 1, "must be at least 1"),

@@ -144,32 +144,62 @@ def test_reference_local_windows_follow_the_equations():
 
 
 @pytest.fixture(scope="module")
-def local_translators(toy_run, tmp_path_factory):
-    """An untrained local-p twin of the toy run (Luong's order and general score, D = 2) on
-    each engine: PyTorch, Flax, and its ONNX export."""
-    pytest.importorskip("jax")
-    pytest.importorskip("onnxruntime")
+def local_run(toy_run, tmp_path_factory):
+    """An untrained local-p twin of the toy run (Luong's order and general score, D = 2),
+    whose </s> is made unlikely: outputs of many steps, so many windows."""
     from alignmt.checkpoint.torch_io import load_checkpoint, save_checkpoint
-    from alignmt.decoding.door import open_translator
-    from alignmt.decoding.torch_engine.export import export_onnx
     from tests.conftest import untrained_twin
 
-    folder = tmp_path_factory.mktemp("local")
     local = dict(attention="general", order="luong", attention_window="local_p", window=2)
-    run = untrained_twin(toy_run, folder / "run", **local)
+    run = untrained_twin(toy_run, tmp_path_factory.mktemp("local") / "run", **local)
     ckpt = load_checkpoint(run)
-    with torch.no_grad():  # </s> made unlikely: outputs of many steps, many windows
+    with torch.no_grad():
         ckpt.model.decoder.proj.bias[ckpt.model.eos_id] -= 3
     tokenizers = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
     save_checkpoint(
         run, ckpt.model, ckpt.config, ckpt.src_vocab, ckpt.tgt_vocab, 0, tokenizers=tokenizers
     )
-    export_onnx(load_checkpoint(run), folder / "onnx")
+    return run
+
+
+@pytest.fixture(scope="module")
+def local_translators(local_run):
+    """The local-p model on each engine: PyTorch, Flax, and its ONNX export."""
+    pytest.importorskip("jax")
+    pytest.importorskip("onnxruntime")
+    from alignmt.checkpoint.torch_io import load_checkpoint
+    from alignmt.decoding.door import open_translator
+    from alignmt.decoding.torch_engine.export import export_onnx
+
+    export_onnx(load_checkpoint(local_run), local_run.parent / "onnx")
     return {
-        "torch": open_translator(run, device="cpu"),
-        "flax": open_translator(run, engine="flax", device="cpu"),
-        "onnxruntime": open_translator(folder / "onnx"),
+        "torch": open_translator(local_run, device="cpu"),
+        "flax": open_translator(local_run, engine="flax", device="cpu"),
+        "onnxruntime": open_translator(local_run.parent / "onnx"),
     }
+
+
+def test_the_served_step_through_gives_each_windows_centre_and_steers_outside_it(local_run):
+    from fastapi.testclient import TestClient
+
+    from alignmt.answers.registry import load_models
+    from alignmt.serve.app import create_app
+    from tests.conftest import SERVE_LIMITS, post
+
+    with TestClient(create_app(load_models([local_run]), SERVE_LIMITS)) as client:
+        (info,) = client.get("/v1/models").json()["models"]
+        assert (info["attention_window"], info["window"]) == ("local_p", 2)
+        sentence = "the big dog sleeps now"  # 6 positions with </s>
+        _, body = post(client, "/v1/step", {"sentence": sentence})
+        assert len(body["steps"]) > 3
+        for step in body["steps"]:
+            centre, alpha = step["centre"], np.array(step["attention"])
+            assert 0 <= centre <= 6
+            far = np.abs(np.arange(6) - centre) > 2
+            assert (alpha[far] == 0).all() and alpha.sum() < 1
+        outside = int(np.argmax(np.abs(np.arange(6) - body["steps"][1]["centre"])))
+        _, steered = post(client, "/v1/step", {"sentence": sentence, "override": {"1": outside}})
+        assert steered["steps"][1]["attention"] == np.eye(6)[outside].tolist()
 
 
 @pytest.mark.parametrize("engine", ["torch", "flax", "onnxruntime"])

@@ -52,8 +52,8 @@ class ModelConfig:
     bidirectional: bool = True  # [h_fwd; h_bwd] as in the paper; False: forward only
     dec_hidden: Count = 96  # D
     dec_layers: Count = 1  # L of the decoder
-    # "none" is vanilla seq2seq: the decoder sees a fixed context, the final encoder state
-    # "location" (Luong et al. 2015): e_i = W_a s, scores by position alone
+    # "none" is vanilla seq2seq: the decoder sees a fixed context, the final encoder state;
+    # "location" (Luong et al. 2015) scores by position alone, e_i = W_a s
     attention: Literal[
         "additive", "dot", "general", "concat", "scaled_dot", "location", "none"
     ] = "additive"

@@ -68,6 +68,7 @@ def step(
                 Candidate(token=vocab.itos[t], probability=probability(p))
                 for t, p in zip(s.top_tokens, s.top_log_probs, strict=True)
             ],
+            centre=s.centre,
         )
         for position, s in enumerate(stepped.steps)
     ]

@@ -121,6 +121,8 @@ def _described(config: Config, src_vocab: Vocab, tgt_vocab: Vocab) -> dict:
         encoder_layers=m.enc_layers,
         decoder_layers=m.dec_layers,
         attention=m.attention,
+        attention_window=m.attention_window,
+        window=m.window if m.attention_window != "global" else None,
         order=m.order,
         coverage=m.coverage,
         embedding_size=m.emb_dim,

@@ -279,6 +279,11 @@ class Step(BaseModel):
     overridden: bool = Field(description="its attention was put on one source position")
     attention: list[float] | None = Field(description="weights over the source tokens")
     top_k: list[Candidate] = Field(description="the most probable tokens at this step")
+    centre: float | None = Field(
+        default=None,
+        description="p_i, the centre of the step's local attention window (Luong et al. "
+        "2015, §3.2), counted in source positions from 0; null for global attention",
+    )
 
 
 class StepResponse(BaseModel):
@@ -356,7 +361,14 @@ class ModelInfo(BaseModel):
     encoder_layers: int = Field(description="stacked encoder layers")
     decoder_layers: int = Field(description="stacked decoder layers")
     attention: str = Field(
-        description="the score: additive, dot, general, concat, scaled_dot or none"
+        description="the score: additive, dot, general, concat, scaled_dot, location or none"
+    )
+    attention_window: str = Field(
+        default="global",
+        description="global, or a local window (Luong et al. 2015): local_m or local_p",
+    )
+    window: int | None = Field(
+        default=None, description="D, a local window's half-width; null for global attention"
     )
     order: str = Field(
         description="bahdanau (query s_{i-1}), luong (query s_i) or cgru (query s'_i)"

@@ -51,6 +51,7 @@ class DecoderStep:
     attention: np.ndarray | None  # (T_src,) alpha (one-hot where overridden); None: vanilla
     top_tokens: list[int]  # the top_k most probable tokens at this step, best first
     top_log_probs: list[float]  # their log-probabilities
+    centre: float | None = None  # p_i of a local attention window; None for global attention
 
 
 @dataclass

@@ -164,12 +164,17 @@ function coverageMeter(c) {
 }
 
 /* α over the source words as bars, each word's coverage under it when given; the largest α
-   is marked; a click calls onPick(j). */
-function attentionBars(sourceTokens, alpha, { steered = null, onPick = null, coverage = null } = {}) {
+   is marked; a click calls onPick(j). With a local window ({ centre, half }: p_i and D, Luong
+   et al. 2015), the words within |j - p_i| <= D are shaded and p_i is marked where it falls. */
+function attentionBars(sourceTokens, alpha,
+  { steered = null, onPick = null, coverage = null, window = null } = {}) {
   const top = argmax(alpha);
+  const last = sourceTokens.length - 1;
+  const marked = window ? Math.min(Math.floor(window.centre), last) : null;
   return sourceTokens.map((token, j) =>
     el("div", {
-      class: `src${j === top ? " top" : ""}${j === steered ? " steered" : ""}`,
+      class: `src${j === top ? " top" : ""}${j === steered ? " steered" : ""}` +
+        `${window && Math.abs(j - window.centre) <= window.half ? " inwin" : ""}`,
       "data-j": j,
       "data-alpha": alpha[j],
       title: onPick ? `put all of this step's attention on "${token}"` : "",
@@ -177,9 +182,22 @@ function attentionBars(sourceTokens, alpha, { steered = null, onPick = null, cov
     },
     el("span", { class: "val" }, alpha[j] >= 0.005 ? fixed(alpha[j], 2) : ""),
     el("span", { class: "bar-area" },
-      el("span", { class: "bar", style: `height: ${Math.round(100 * alpha[j])}%` })),
+      el("span", { class: "bar", style: `height: ${Math.round(100 * alpha[j])}%` }),
+      j === marked ? centreMark(window, j) : null),
     el("span", { class: "word" }, token),
     coverage ? coverageMeter(coverage[j]) : null));
+}
+
+/* p_i as a line over word j's bar, shifted right by p_i's fraction of a word. */
+function centreMark(window, j) {
+  const into = Math.min(1, window.centre - j);
+  return el("span", {
+    class: "centre",
+    "data-centre": window.centre,
+    title: `p_i = ${fixed(window.centre, 2)}: the window holds the words at ` +
+      `${fixed(window.centre - window.half, 1)} ≤ j ≤ ${fixed(window.centre + window.half, 1)}`,
+    style: `left: ${(50 + 100 * into).toFixed(1)}%`,  // p_i = j at the word's middle
+  });
 }
 
 /* The (output x source) matrix as a table; hovering a cell tells its value. */
@@ -375,11 +393,16 @@ class Panel {
       return;
     }
     const steered = step.overridden ? this.request.override[this.at] : null;
+    const local = step.centre === null || step.centre === undefined ? null
+      : { centre: step.centre, half: this.info.window };
     box.replaceChildren(...attentionBars(this.result.source_tokens, step.attention, {
       steered,
       coverage: coverageAt(this.result.steps, this.at),
       onPick: (j) => this.x.timed("override", () => this.steer(j)),
-    }));
+      window: local,
+    }), ...(local ? [el("p", { class: "window-note" },
+      `${this.info.attention_window.replace("_", "-")} window: p_i = ${fixed(local.centre, 2)}, ` +
+      `D = ${local.half}; the shaded words are the ones this step may weigh`)] : []));
   }
 
   drawCandidates(step) {
@@ -610,8 +633,10 @@ function keep(override, wanted) {
 }
 
 function describe(info) {
+  const local = info.attention_window && info.attention_window !== "global"
+    ? `, ${info.attention_window.replace("_", "-")} window (D = ${info.window})` : "";
   const attention = info.attention === "none" ? "no attention (vanilla)"
-    : `${info.attention} attention, ${info.order} order` +
+    : `${info.attention} attention${local}, ${info.order} order` +
       (info.coverage && info.coverage !== "none" ? `, ${info.coverage} coverage` : "");
   const bleu = info.validation_bleu === null ? ""
     : `, validation BLEU ${info.validation_bleu.toFixed(1)}`;

@@ -120,6 +120,7 @@ def _walk(
                 attention=None if alpha is None else alpha[0].cpu().numpy(),
                 top_tokens=top.indices.tolist(),
                 top_log_probs=top.values.tolist(),
+                centre=None if state.centre is None else float(state.centre[0]),
             )
         )
         prev = torch.tensor([token], device=prev.device)

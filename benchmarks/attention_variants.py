@@ -1,0 +1,95 @@
+"""Attention variants on Multi30k English→German, one sitting: train the 15-minute recipe
+(configs/multi30k_en_de.yaml) once per variant, then score each on test_2016_flickr:
+lowercased BLEU (beam 5), AER of its teacher-forced argmax alignments against eflomal's, and
+the share of attention weights (over real source tokens, of every output token of the beam's
+best translations) that are exactly zero.
+
+- `sparse`: softmax, sparsemax and 1.5-entmax (`model.attention_fn`), in the recipe's
+  Bahdanau order and additive score.
+- `local`: global, local-m and local-p attention (`model.attention_window`, D = 10) in
+  Luong's order with his general score, as in Luong et al. (2015), Tables 4 and 6 (the
+  order's attentional vector is its readout, so the recipe's readout and tied embeddings
+  are off).
+
+    python benchmarks/attention_variants.py sparse                  # ~50 minutes on 2 cores
+    python benchmarks/attention_variants.py local --skip-training   # score runs/local/* again
+
+Run from the repository root after `alignmt data get multi30k`, with nothing else using the
+CPU. Prints a markdown table; the runs are in runs/SET/VARIANT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from alignmt.analysis.align import alignment_error_rate, eflomal_reference_links, word_links
+from alignmt.analysis.evaluation import read_test_set, translate_and_score
+from alignmt.decoding.door import open_translator
+from alignmt.text.links import sentence_words
+
+LUONG = ["model.order=luong", "model.attention=general", "model.readout=none"]
+LUONG += ["model.tie_embeddings=false"]
+# set -> (the config key that varies, {variant: the recipe's overrides})
+SETS = {
+    "sparse": (
+        "model.attention_fn",
+        {fn: [f"model.attention_fn={fn}"] for fn in ("softmax", "sparsemax", "entmax15")},
+    ),
+    "local": (
+        "model.attention_window (luong, general)",
+        {w: [*LUONG, f"model.attention_window={w}"] for w in ("global", "local_m", "local_p")},
+    ),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("set", choices=SETS, help="which variants")
+    parser.add_argument("--out", default="runs", help="the runs go in OUT/SET/VARIANT")
+    parser.add_argument("--skip-training", action="store_true", help="score existing runs")
+    args = parser.parse_args()
+    key, variants = SETS[args.set]
+    rows = []
+    for name, overrides in variants.items():
+        run = Path(args.out) / args.set / name
+        if not args.skip_training:
+            train(run, overrides)
+        rows.append(score(run, name))
+    print(f"| {key} | steps | BLEU lc (beam 5) | AER vs eflomal | weights exactly 0 |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name, steps, bleu, aer, zeros in rows:
+        print(f"| {name} | {steps:,} | {bleu:.1f} | {aer:.3f} | {zeros:.1%} |")
+
+
+def train(run: Path, overrides: list[str]) -> None:
+    command = [sys.executable, "-m", "alignmt", "train", "multi30k_en_de"]
+    command += [*overrides, f"out_dir={run}", "--overwrite"]
+    print(" ".join(command[1:]), file=sys.stderr, flush=True)
+    subprocess.run(command, check=True)
+
+
+def score(run: Path, name: str) -> tuple[str, int, float, float, float]:
+    """(variant, steps trained, lowercased BLEU, AER against eflomal, share of zero weights)."""
+    translator = open_translator(run)  # the config's search: beam 5
+    config = translator.origin.header.config
+    src, ref = read_test_set(config.data, str(run), "a test set")
+    result, best = translate_and_score(name, translator, src, ref, config.data.tgt_lang)
+    weights = np.concatenate([t.attention[:, : len(t.src_tokens)].ravel() for t in best])
+    sources = [sentence_words(translator.src_tokenizer, line) for line in src]
+    references = [sentence_words(translator.tgt_tokenizer, line) for line in ref]
+    hyps = word_links(translator, sources, references)
+    links = eflomal_reference_links(
+        config.data, translator, [s.words for s in sources], [r.words for r in references]
+    )
+    aer = alignment_error_rate(hyps, links, links).aer
+    steps = translator.origin.header.step
+    return name, steps, result.lowercased.bleu, aer, float((weights == 0).mean())
+
+
+if __name__ == "__main__":
+    main()
