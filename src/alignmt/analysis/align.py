@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from alignmt.analysis.attribution import Method, relevance
 from alignmt.config import DataConfig
 from alignmt.decoding.torch_engine.engine import TorchEngine
 from alignmt.decoding.translator import Translator
@@ -99,7 +100,6 @@ def argmax_links(attention: Tensor, src_len: Tensor, tgt_len: Tensor) -> list[se
     return [{(i, j) for j, i in enumerate(row[:m])} if n else set() for row, n, m in rows]
 
 
-@torch.no_grad()
 def attention_links(
     model: Seq2Seq,
     pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
@@ -107,20 +107,24 @@ def attention_links(
     tgt_vocab: Vocab,
     *,
     batch_size: int = 64,
+    method: Method = "attention",
 ) -> list[set[Link]]:
     """Token links from teacher-forcing each reference through the model: for every
-    reference token, the source token its attention weighs most (see `argmax_links`).
+    reference token, the source token its attention (or the attribution `method`) weighs
+    most (see `argmax_links` and `attribution.relevance`).
 
     Args:
-        model: an attention model (switched to eval mode here).
+        model: an attention model (switched to eval mode here); any model for an
+            attribution other than "attention" and "shift".
         pairs: (source ids, reference ids), encoded without specials.
         src_vocab, tgt_vocab: the model's vocabularies.
         batch_size: pairs per forward pass; pairs go in sorted by length, to limit padding.
+        method: one of `attribution.METHODS`.
 
     Returns:
         One set of (source position, reference position) links per pair, in input order.
     """
-    if not model.has_attention:
+    if method in ("attention", "shift") and not model.has_attention:
         raise ValueError("the model has no attention to align with (model.attention=none)")
     model.eval()
     device = next(model.parameters()).device
@@ -129,8 +133,8 @@ def attention_links(
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
         batch = make_batch([pairs[k] for k in rows], src_vocab, tgt_vocab).to(device)
-        attention = model(batch.src, batch.src_len, batch.tgt_in).attention
-        found = argmax_links(attention, batch.src_len - 1, batch.tgt_len - 1)
+        scores = relevance(model, batch, method)  # (B, T_tgt, T_src)
+        found = argmax_links(scores, batch.src_len - 1, batch.tgt_len - 1)
         for k, sentence_links in zip(rows, found, strict=True):
             links[k] = sentence_links
     return links
@@ -142,6 +146,7 @@ def word_links(
     references: Sequence[Words],
     *,
     batch_size: int = 64,
+    method: Method = "attention",
 ) -> list[set[Link]]:
     """The model's teacher-forced argmax alignments (`attention_links`) between words.
 
@@ -150,6 +155,7 @@ def word_links(
         sources, references: the sentence pairs, cut by `sentence_words` with the
             translator's source and target tokenizers.
         batch_size: pairs per forward pass.
+        method: what is argmaxed: the attention, or an attribution (`attribution.METHODS`).
 
     Returns:
         One set of (source word, reference word) links per pair.
@@ -159,9 +165,10 @@ def word_links(
         for s, r in zip(sources, references, strict=True)
     ]
     engine = translator.engine
-    engine.require(["teacher-forced attention"])
+    feature = "teacher-forced attention" if method in ("attention", "shift") else "attribution"
+    engine.require([feature])
     if not isinstance(engine, TorchEngine):  # the table gives it to the torch engine alone
-        raise TypeError(f"teacher-forced attention needs the torch engine, not {engine.label}")
+        raise TypeError(f"{feature} needs the torch engine, not {engine.label}")
     with engine.numerics():
         found = attention_links(
             engine.model,
@@ -169,6 +176,7 @@ def word_links(
             translator.src_vocab,
             translator.tgt_vocab,
             batch_size=batch_size,
+            method=method,
         )
     return [
         {(s.word_of[i], r.word_of[j]) for i, j in links}

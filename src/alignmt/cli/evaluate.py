@@ -45,6 +45,11 @@ def load_test_set(
 def run(args: argparse.Namespace) -> int:
     if args.gold_alignments or args.reference_aligner:
         return run_alignment_evaluation(args)
+    if args.alignment_from:
+        raise ValueError(
+            "--alignment-from chooses the links that --gold-alignments or "
+            "--reference-aligner score: give one of them"
+        )
     run_dir = args.run_dirs[0]  # an ensemble's first run names its test set and folder
     translator = translator_for(args.run_dirs, args)
     src, ref, lang = load_test_set(args, run_dir, translator.origin.header.config)
@@ -99,7 +104,8 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
     src, ref, _ = load_test_set(args, run_dir, config)
     sources = [sentence_words(translator.src_tokenizer, line) for line in src]
     references = [sentence_words(translator.tgt_tokenizer, line) for line in ref]
-    hyps = word_links(translator, sources, references, batch_size=args.batch_size)
+    method = args.alignment_from or "attention"
+    hyps = word_links(translator, sources, references, batch_size=args.batch_size, method=method)
     golds: dict[str, tuple[list[set[Link]], list[set[Link]]]] = {}
     if args.gold_alignments:
         lengths = [(len(s.words), len(r.words)) for s, r in zip(sources, references, strict=True)]
@@ -122,15 +128,25 @@ def run_alignment_evaluation(args: argparse.Namespace) -> int:
             ),
         )
         golds["eflomal (forward links, all sure)"] = (links, links)
-    _print_alignment_scores(Path(run_dir).name, hyps, golds)
+    _print_alignment_scores(f"{FROM[method]} of {Path(run_dir).name}", hyps, golds)
     return 0
 
 
+# how each --alignment-from names its links
+FROM = {
+    "attention": "Attention",
+    "shift": "Attention one step later (shift-att)",
+    "gradient": "Gradient x input",
+    "integrated": "Integrated gradients",
+    "erasure": "Erasure",
+}
+
+
 def _print_alignment_scores(
-    name: str, hyps: list[set[Link]], golds: dict[str, tuple[list[set[Link]], list[set[Link]]]]
+    what: str, hyps: list[set[Link]], golds: dict[str, tuple[list[set[Link]], list[set[Link]]]]
 ) -> None:
     print(
-        f"Attention of {name}, teacher-forced argmax over {len(hyps):,} sentence pairs "
+        f"{what}, teacher-forced argmax over {len(hyps):,} sentence pairs "
         f"({sum(map(len, hyps)):,} links):\n"
     )
     print("| reference | sure links | sure + possible | precision | recall | AER |")

@@ -213,6 +213,14 @@ def _evaluate(commands: Commands) -> None:
         help="instead of BLEU, score them against eflomal's links, learnt on data.train + "
         "the test set",
     )
+    evaluate.add_argument(
+        "--alignment-from",
+        # attribution.METHODS, not imported: --help stays light
+        choices=["attention", "shift", "gradient", "integrated", "erasure"],
+        help="the links those score: each target word's most-attended source word (attention, "
+        "the default), the next step's (shift), or its most relevant by gradient x input, "
+        "integrated gradients or erasure (PyTorch only)",
+    )
 
 
 def _compare(commands: Commands) -> None:

@@ -35,6 +35,7 @@ Feature = Literal[
     "a GPU",
     "stepping through the decoder",
     "teacher-forced attention",
+    "attribution",
 ]
 EVERY: frozenset[Feature] = frozenset(Feature.__args__)  # type: ignore[attr-defined]
 

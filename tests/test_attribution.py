@@ -1,0 +1,148 @@
+"""Attribution beside attention (analysis/attribution.py): gradient x input, integrated
+gradients and erasure on models whose answer is known, against finite differences, under
+padding; shift-att; and the evaluate command's --alignment-from."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from alignmt.analysis.attribution import METHODS, relevance
+from alignmt.cli import main
+from alignmt.model.batch import make_batch
+from alignmt.text.vocab import Vocab
+from tests.conftest import VOCAB, tiny_model
+from tests.test_align import _evaluate, _toy_test_set
+
+VOCABULARY = Vocab([f"w{k}" for k in range(VOCAB - 4)])  # 4 specials + 9 words: ids 4..12
+ATTRIBUTIONS = ["gradient", "integrated", "erasure"]
+
+
+def batch_of(pairs):
+    return make_batch(pairs, VOCABULARY, VOCABULARY)
+
+
+PAIRS = [([5, 7, 9, 4], [6, 8, 10]), ([8, 4], [5, 5, 11, 12]), ([7, 12, 6], [9])]
+
+
+def one_word_model(word: int = 7, **arch):
+    """A tiny model whose encoder reads one word alone: every other embedding, </s>
+    included, is zero, so that nothing else in the source can move the output."""
+    model = tiny_model(**arch)
+    with torch.no_grad():
+        keep = model.encoder.embed.weight[word].clone()
+        model.encoder.embed.weight.zero_()
+        model.encoder.embed.weight[word] = keep
+    return model
+
+
+@pytest.mark.parametrize("method", ATTRIBUTIONS)
+@pytest.mark.parametrize("order", ["bahdanau", "luong"])
+def test_a_model_that_reads_one_word_is_explained_by_that_word_alone(method, order):
+    model = one_word_model(attention="general", order=order)
+    batch = batch_of([([5, 7, 9, 4], [6, 8, 10, 11])])
+    scores = relevance(model, batch, method)[0]  # (T_tgt, T_src)
+    assert (scores[:, 1].abs() > 1e-6).all()  # every output token moves with word 7...
+    others = scores[:, [0, 2, 3, 4]]
+    assert torch.equal(others, torch.zeros_like(others))  # ...and with nothing else
+    # attention gives no such answer: it is spread over the sentence
+    attention = relevance(model, batch, "attention")[0]
+    assert (attention[:, [0, 2, 3, 4]] > 0.01).any()
+
+
+def test_gradient_times_input_is_the_derivative_of_scaling_each_words_embedding():
+    """x_j . df_i/dx_j = d/de f_i(x with x_j scaled by 1 + e) at e = 0, by central
+    differences in float64."""
+    model = tiny_model(attention="additive", order="cgru", rnn="lstm")
+    batch = batch_of(PAIRS[:1])
+    found = relevance(model, batch, "gradient")[0]  # (T_tgt, T_src)
+    expected = torch.zeros_like(found, dtype=torch.float64)
+    eps = 1e-6
+    for j in range(batch.src.size(1)):
+        values = []
+        for sign in (1, -1):
+            handle = model.encoder.embed.register_forward_hook(
+                lambda m, i, out, j=j, s=sign: torch.cat(
+                    [out[:, :j], out[:, j : j + 1] * (1 + s * eps), out[:, j + 1 :]], 1
+                )
+            )
+            with torch.no_grad():
+                logits = model(batch.src, batch.src_len, batch.tgt_in).logits
+            handle.remove()
+            values.append(logits.log_softmax(-1).gather(-1, batch.tgt_out[..., None])[0, :, 0])
+        expected[:, j] = ((values[0] - values[1]) / (2 * eps)).abs()
+    np.testing.assert_allclose(found.numpy(), expected.float().numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_integrated_gradients_add_up_to_the_change_from_the_zero_source():
+    """Completeness (Sundararajan et al. 2017): sum_j IG_j = f(x) - f(0), so the sum of
+    their sizes is at least its size, and equal where all IG_j share a sign."""
+    model = one_word_model(word=5, attention="additive")
+    batch = batch_of([([5, 4, 9], [6, 8])])
+    found = relevance(model, batch, "integrated", steps=64)[0]  # (T_tgt, T_src)
+    with torch.no_grad():
+        full = model(batch.src, batch.src_len, batch.tgt_in).logits.log_softmax(-1)
+        model.encoder.embed.weight.zero_()
+        empty = model(batch.src, batch.src_len, batch.tgt_in).logits.log_softmax(-1)
+    index = batch.tgt_out[0][:, None]
+    change = (full[0].gather(-1, index) - empty[0].gather(-1, index))[:, 0].abs()
+    # one word read: its IG is the whole change
+    torch.testing.assert_close(found.sum(-1), change.float(), rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_padding_changes_no_attribution(method):
+    model = tiny_model(attention="general", order="luong")
+    together = relevance(model, batch_of(PAIRS), method)
+    for b, pair in enumerate(PAIRS):
+        alone = relevance(model, batch_of([pair]), method)[0]
+        n, m = alone.shape
+        torch.testing.assert_close(together[b, :n, :m], alone, rtol=1e-6, atol=1e-9)
+        assert torch.equal(together[b, n:], torch.zeros_like(together[b, n:]))
+        assert torch.equal(together[b, :, m:], torch.zeros_like(together[b, :, m:]))
+
+
+def test_shift_reads_each_tokens_attention_from_the_step_after_it():
+    model = tiny_model(attention="additive")
+    batch = batch_of(PAIRS)
+    attention, shifted = (relevance(model, batch, m) for m in ("attention", "shift"))
+    for b, m in enumerate(batch.tgt_len.tolist()):
+        torch.testing.assert_close(shifted[b, : m - 1], attention[b, 1:m])
+        torch.testing.assert_close(shifted[b, m - 1], attention[b, m - 1])  # </s> keeps its own
+
+
+def test_erasure_works_without_attention_and_attention_needs_it():
+    model = tiny_model(attention="none")
+    assert relevance(model, batch_of(PAIRS), "erasure").abs().sum() > 0
+    with pytest.raises(ValueError, match="no attention to read"):
+        relevance(model, batch_of(PAIRS), "shift")
+    with pytest.raises(ValueError, match="unknown attribution 'saliency'"):
+        relevance(model, batch_of(PAIRS), "saliency")
+
+
+def test_evaluate_scores_each_attribution_against_gold_links(toy_run, tmp_path, capsys):
+    gold = tmp_path / "gold.align"
+    gold.write_text("0-0 1-1 2-2 3-3\n0-0 1-1 2-2 2?3\n\n0-0 1-1\n")
+    _toy_test_set(tmp_path)
+    argv = _evaluate(toy_run, tmp_path, "--gold-alignments", str(gold))
+    for method, said in (("integrated", "Integrated gradients"), ("shift", "shift-att")):
+        assert main([*argv, "--alignment-from", method]) == 0
+        printed = capsys.readouterr().out
+        assert said in printed and "over 4 sentence pairs (12 links)" in printed
+    assert main(_evaluate(toy_run, tmp_path, "--alignment-from", "erasure")) == 2
+    assert "--alignment-from chooses the links" in capsys.readouterr().err
+
+
+def test_the_flax_engine_refuses_attribution(toy_run):
+    pytest.importorskip("jax")
+    from alignmt.analysis.align import word_links
+    from alignmt.decoding.door import open_translator
+    from alignmt.decoding.engine import Unavailable
+    from alignmt.text.links import sentence_words
+
+    translator = open_translator(toy_run, engine="flax", device="cpu")
+    words = [sentence_words(translator.src_tokenizer, "a red dog")]
+    refs = [sentence_words(translator.tgt_tokenizer, "ein roter hund")]
+    with pytest.raises(Unavailable, match="attribution is not available with the flax engine"):
+        word_links(translator, words, refs, method="gradient")
