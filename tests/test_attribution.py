@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from alignmt.analysis.attribution import METHODS, relevance
+from alignmt.analysis.attribution import (
+    METHODS,
+    counterfactual_flips,
+    rank_agreement,
+    relevance,
+)
 from alignmt.cli import main
 from alignmt.model.batch import make_batch
 from alignmt.text.vocab import Vocab
@@ -146,3 +151,82 @@ def test_the_flax_engine_refuses_attribution(toy_run):
     refs = [sentence_words(translator.tgt_tokenizer, "ein roter hund")]
     with pytest.raises(Unavailable, match="attribution is not available with the flax engine"):
         word_links(translator, words, refs, method="gradient")
+
+
+def test_the_step_answer_gives_each_output_tokens_attribution(client, toy_run):
+    from alignmt.analysis.attribution import translation_relevance
+    from alignmt.decoding.door import open_translator
+    from tests.conftest import post
+
+    sentence = "a red dog runs"
+    _, plain = post(client, "/v1/step", {"sentence": sentence})
+    status, body = post(client, "/v1/step", {"sentence": sentence, "attribution": "erasure"})
+    assert status == 200 and body["tokens"] == plain["tokens"]
+    assert all(s["attribution"] is None for s in plain["steps"])
+    translator = open_translator(toy_run)
+    src = translator.src_vocab.encode(body["source_tokens"][:-1])
+    expected = translation_relevance(
+        translator, src, translator.tgt_vocab.encode(body["tokens"]), "erasure"
+    )
+    found = np.array([s["attribution"] for s in body["steps"]])
+    np.testing.assert_allclose(found, expected, rtol=0, atol=1e-5)
+
+    status, refused = post(
+        client, "/v1/step", {"sentence": sentence, "attribution": "gradient", "override": {"1": 0}}
+    )
+    assert status == 422 and refused["error"]["field"] == "attribution"
+    status, refused = post(
+        client, "/v1/step", {"sentence": sentence, "model": "vanilla", "attribution": "shift"}
+    )
+    assert status == 422 and "has none" in refused["error"]["message"]
+    status, _ = post(client, "/v1/step", {"sentence": sentence, "attribution": "saliency"})
+    assert status == 422
+
+
+def test_a_notebook_run_gives_attention_and_attribution_as_arrays_and_heatmaps(toy_run):
+    import alignmt
+
+    run = alignmt.load(toy_run)
+    found = run.attribution("a red dog runs", "gradient")
+    (best,) = run.translate("a red dog runs")
+    assert found.tokens == best.tokens and found.src_tokens == best.src_tokens
+    shape = (len(best.tokens), len(best.src_tokens))
+    assert found.scores.shape == found.attention.shape == shape
+    assert (found.scores >= 0).all() and found.scores.sum() > 0
+    figure = found.heatmap()
+    titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
+    assert titles == ["attention", "|gradient × input|"]
+
+
+def test_rank_agreement_is_kendalls_tau_row_by_row_over_the_real_source():
+    model = tiny_model(attention="additive")
+    batch = batch_of(PAIRS)
+    attention = relevance(model, batch, "attention")
+    same = rank_agreement(attention, attention, batch)
+    assert len(same) == int(batch.tgt_len.sum()) and same == pytest.approx([1.0] * len(same))
+    reversed_ = rank_agreement(attention, -attention, batch)
+    assert reversed_ == pytest.approx([-1.0] * len(same))
+    flat = torch.ones_like(attention)  # a constant row has no ranking: left out
+    assert rank_agreement(attention, flat, batch) == []
+
+
+def test_counterfactual_flips_are_the_explorers_what_if_at_every_step(toy_run):
+    from alignmt.decoding.door import open_translator
+
+    translator = open_translator(toy_run)
+    vocab = translator.tgt_vocab
+    for line in ("the big dog sleeps now", "a small cat runs"):
+        steps = translator.step_through(line).steps
+        tokens = [s.token for s in steps]
+        assert tokens[-1] == vocab.eos_id
+        src = translator.src_vocab.encode(translator.source_tokens(line))
+        batch = make_batch([(src, tokens[:-1])], translator.src_vocab, vocab)
+        flipped, tried = counterfactual_flips(translator.engine.model, batch)
+        assert tried == len(tokens)
+        expected = 0
+        for i, step in enumerate(steps):
+            second = int(np.argsort(-step.attention[: len(src)], kind="stable")[1])
+            prefix = [vocab.itos[t] for t in tokens[:i]]
+            moved = translator.step_through(line, prefix=prefix, override={i: second})
+            expected += moved.steps[i].token != step.token
+        assert flipped == expected

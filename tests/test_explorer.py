@@ -280,6 +280,23 @@ def test_a_user_steps_forces_overrides_and_opens_the_beam(
             if not steered["whatif"]["changed"]:
                 assert "did not change" in steered["whatif"]["text"]
 
+            # Beside attention: erasure at step 2, as the server computes it
+            page.js("document.querySelector('.panel .whatif button').click()")  # back
+            page.act(
+                "const pick = document.querySelector('.panel .attribution-pick');"
+                "pick.value = 'erasure'; pick.dispatchEvent(new Event('change'))"
+            )
+            bars = page.js(
+                "return [...document.querySelectorAll('.panel .attribution .src')]"
+                ".map((bar) => Number(bar.dataset.score))"
+            )
+            erased = api.post("/v1/step", json={"sentence": SENTENCE, "attribution": "erasure"})
+            assert bars == pytest.approx(erased.json()["steps"][1]["attribution"], abs=1e-6)
+            page.act(
+                "const pick = document.querySelector('.panel .attribution-pick');"
+                "pick.value = ''; pick.dispatchEvent(new Event('change'))"
+            )
+
             tree = page.open_beam()
             assert tree["nodes"] == len(beam["nodes"])
             assert tree["nbest"] == [h["text"] for h in beam["finished"]]

@@ -95,7 +95,7 @@ def test_local_p_position_network_passes_gradcheck_in_float64():
 def test_a_local_model_trains_end_to_end_with_gradients_on_every_weight(window):
     model = tiny_model(attention="additive", attention_window=window, window=1)
     model.train()
-    src, src_len, tgt_in, tgt_len = padded_batch()
+    src, src_len, tgt_in, _ = padded_batch()
     out = model(src, src_len, tgt_in)
     out.logits.logsumexp(-1).sum().backward()
     for name, parameter in model.named_parameters():
@@ -105,7 +105,7 @@ def test_a_local_model_trains_end_to_end_with_gradients_on_every_weight(window):
 
 def test_the_location_score_reads_positions_not_words_and_refuses_longer_sentences():
     model = tiny_model(attention="location", order="luong")  # positions=8
-    src, src_len, tgt_in, _ = padded_batch()
+    src, src_len, _, _ = padded_batch()
     memory, state = model.encode(src, src_len)
     swapped = memory._replace(states=memory.states.flip(0), keys=memory.keys.flip(0))
     _, _, alpha = model.decode_step(torch.full((3,), 5), state, memory)
@@ -119,7 +119,7 @@ def test_the_location_score_reads_positions_not_words_and_refuses_longer_sentenc
 
 def test_a_window_needs_attention():
     cfg = ModelConfig(attention="none", attention_window="local_p")
-    with pytest.raises(ValueError, match="model.attention=none has none"):
+    with pytest.raises(ValueError, match=r"model\.attention=none has none"):
         Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB)
 
 
@@ -214,7 +214,9 @@ def test_each_engines_beam_search_over_a_local_model_is_the_reference_search(
 
     translator = local_translators[engine]
     search = replace(translator.search, beam_size=3)
-    ids = [translator.src_vocab.encode(translator.source_tokens(line), add_eos=True) for line in LINES]
+    ids = [
+        translator.src_vocab.encode(translator.source_tokens(line), add_eos=True) for line in LINES
+    ]
     found = translator.engine.searcher(Call(search=search, nbest=2, width=8))(ids, None)
     for src, hyps in zip(ids, found, strict=True):
         expected = ref.beam_search(

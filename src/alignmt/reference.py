@@ -366,9 +366,9 @@ def conditional_step(
     window: Window | None = None,
 ):
     """Sennrich et al. 2017, §2.3: s'_i = RNN_1(s_{i-1}, y_{i-1}) in the first layer; query
-    s'_i; c_i = attend (within `window`); s_i = RNN_2(s'_i, c_i), the layers above reading the layer below;
-    logits from [s_i; c_i; y_{i-1}]. `first` is RNN_1's one layer, `second` RNN_2's and
-    those above. Returns (logits, hs', cs', alpha)."""
+    s'_i; c_i = attend (within `window`); s_i = RNN_2(s'_i, c_i), the layers above reading
+    the layer below; logits from [s_i; c_i; y_{i-1}]. `first` is RNN_1's one layer,
+    `second` RNN_2's and those above. Returns (logits, hs', cs', alpha)."""
     lstm = cs is not None
     (h1,), c1 = run_layers(y_emb, hs[:1], cs[:1] if lstm else None, [first])
     c, alpha = attend_query(h1, H, mask, score, normalise, window)

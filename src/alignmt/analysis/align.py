@@ -16,9 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from alignmt.analysis.attribution import Method, relevance
+from alignmt.analysis.attribution import Method, relevance, torch_model
 from alignmt.config import DataConfig
-from alignmt.decoding.torch_engine.engine import TorchEngine
 from alignmt.decoding.translator import Translator
 from alignmt.model.batch import make_batch
 from alignmt.model.seq2seq import Seq2Seq
@@ -164,14 +163,10 @@ def word_links(
         (translator.src_vocab.encode(s.tokens), translator.tgt_vocab.encode(r.tokens))
         for s, r in zip(sources, references, strict=True)
     ]
-    engine = translator.engine
-    feature = "teacher-forced attention" if method in ("attention", "shift") else "attribution"
-    engine.require([feature])
-    if not isinstance(engine, TorchEngine):  # the table gives it to the torch engine alone
-        raise TypeError(f"{feature} needs the torch engine, not {engine.label}")
-    with engine.numerics():
+    model = torch_model(translator, method)
+    with translator.engine.numerics():
         found = attention_links(
-            engine.model,
+            model,
             pairs,
             translator.src_vocab,
             translator.tgt_vocab,

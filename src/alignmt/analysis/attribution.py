@@ -24,6 +24,12 @@ gives a whole column of the matrix, where Captum's ablation would run one per (i
 
 Every method gives a (B, T_tgt, T_src) matrix, 0 at padding. PyTorch only: attribution needs
 gradients, which the ONNX graphs do not have and the Flax backend does not give here.
+
+Two measures put attention beside the rest: `rank_agreement`, Kendall's tau between a step's
+attention and an attribution over the source words (Jain & Wallace 2019, §4.1), and
+`counterfactual_flips`, how often moving a step's attention to its second-ranked word changes
+the word the step writes (their §4.2 asks it of adversarial attention; this asks it of the
+explorer's what-if, run over a test set).
 """
 
 from __future__ import annotations
@@ -32,16 +38,46 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Literal, get_args
 
+import numpy as np
 import torch
 from captum.attr import LayerGradientXActivation, LayerIntegratedGradients
+from scipy.stats import kendalltau
 from torch import Tensor
 
-from alignmt.model.batch import Batch
+from alignmt.decoding.torch_engine.engine import TorchEngine
+from alignmt.decoding.translator import Translator
+from alignmt.model.batch import Batch, make_batch
 from alignmt.model.seq2seq import Seq2Seq
 
 Method = Literal["attention", "shift", "gradient", "integrated", "erasure"]
 METHODS: tuple[Method, ...] = get_args(Method)
-GRADIENT_METHODS = ("gradient", "integrated")
+
+
+def torch_model(translator: Translator, method: Method) -> Seq2Seq:
+    """The translator's PyTorch model, or the engine's refusal: attention read teacher-forced
+    and attribution are the torch engine's alone."""
+    engine = translator.engine
+    feature = "teacher-forced attention" if method in ("attention", "shift") else "attribution"
+    engine.require([feature])
+    if not isinstance(engine, TorchEngine):  # the table gives them to the torch engine alone
+        raise TypeError(f"{feature} needs the torch engine, not {engine.label}")
+    return engine.model
+
+
+def translation_relevance(
+    translator: Translator, src: list[int], output: list[int], method: Method
+) -> np.ndarray:
+    """`relevance` of one translation: (len(output), len(src) + 1) for the source ids `src`
+    (without </s>, which gets the last column) and the output ids, </s> included where the
+    output has it, teacher-forced."""
+    model = torch_model(translator, method)
+    eos = translator.tgt_vocab.eos_id
+    body = output[:-1] if output and output[-1] == eos else output
+    device = next(model.parameters()).device
+    batch = make_batch([(src, body)], translator.src_vocab, translator.tgt_vocab).to(device)
+    with translator.engine.numerics():
+        scores = relevance(model, batch, method)[0]  # (len(body) + 1, len(src) + 1)
+    return scores[: len(output)].cpu().numpy()
 
 
 def relevance(model: Seq2Seq, batch: Batch, method: Method, *, steps: int = 16) -> Tensor:
@@ -103,8 +139,8 @@ def _captum(model: Seq2Seq, batch: Batch, *, integrated: bool, steps: int) -> Te
     """|sum over the embedding of the attribution to x_j|, for each target position i."""
     layer = model.encoder.embed
     forward = _token_log_prob(model)
-    method = LayerIntegratedGradients(forward, layer) if integrated else None
-    method = method or LayerGradientXActivation(forward, layer)
+    kind = LayerIntegratedGradients if integrated else LayerGradientXActivation
+    method = kind(forward, layer)
     rows = []
     with _rnn_backward_in_eval_mode(batch.src.device):
         for i in range(batch.tgt_out.size(1)):
@@ -162,3 +198,53 @@ def _rnn_backward_in_eval_mode(device: torch.device):
         return
     with torch.backends.cudnn.flags(enabled=False):
         yield
+
+
+def rank_agreement(first: Tensor, second: Tensor, batch: Batch) -> list[float]:
+    """Kendall's tau between two (B, T_tgt, T_src) relevance matrices, row by row, over
+    each row's real source tokens (</s> included); rows where either is constant (tau is
+    undefined) are left out.
+
+    Returns:
+        One tau per target token kept, in batch order.
+    """
+    taus = []
+    rows = zip(first.cpu().numpy(), second.cpu().numpy(), batch.src_len.tolist(), strict=True)
+    for (a, b, n), m in zip(rows, batch.tgt_len.tolist(), strict=True):
+        for i in range(m):
+            tau = kendalltau(a[i, :n], b[i, :n]).statistic
+            if not np.isnan(tau):
+                taus.append(float(tau))
+    return taus
+
+
+@torch.no_grad()
+def counterfactual_flips(model: Seq2Seq, batch: Batch) -> tuple[int, int]:
+    """Teacher-force the batch's targets (the model's own output, for the explorer's
+    question) and decode each step again with all of its attention on the source word its
+    attention ranks second (</s> set aside): how many steps then pick another word than
+    they did.
+
+    Returns:
+        (steps whose word changed, steps tried); a step is tried where its source has two
+        words or more to move between.
+    """
+    if not model.has_attention:
+        raise ValueError("the model has no attention to move (model.attention=none)")
+    model.eval()
+    memory, state = model.encode(batch.src, batch.src_len)
+    columns = torch.arange(batch.src.size(1), device=batch.src.device)
+    real = columns < (batch.src_len - 1)[:, None]  # (B, T_src) words, not </s>
+    flipped = tried = 0
+    for t in range(batch.tgt_in.size(1)):
+        prev = batch.tgt_in[:, t]
+        logits, after, alpha = model.decode_step(prev, state, memory)
+        second = alpha.masked_fill(~real, float("-inf")).topk(2, dim=-1).indices[:, 1]  # (B,)
+        steer = torch.nn.functional.one_hot(second, batch.src.size(1)).to(alpha.dtype)
+        moved, _, _ = model.decode_step(prev, state, memory._replace(steer=steer))
+        counted = (batch.tgt_out[:, t] != model.pad_id) & (real.sum(-1) >= 2)  # (B,)
+        changed = moved.argmax(-1) != logits.argmax(-1)
+        flipped += int((changed & counted).sum())
+        tried += int(counted.sum())
+        state = after
+    return flipped, tried

@@ -6,6 +6,8 @@ answers stored in its offline page (page.py); each returns its response's JSON b
 
 from __future__ import annotations
 
+import numpy as np
+
 from alignmt.answers.limits import Limits, invalid
 from alignmt.answers.registry import ServedModel
 from alignmt.answers.schemas import (
@@ -27,7 +29,8 @@ from alignmt.answers.translate import (
     rounded,
     source_tokens,
 )
-from alignmt.decoding.engine import Check
+from alignmt.decoding.engine import Check, Unavailable
+from alignmt.decoding.results import Stepped
 from alignmt.decoding.translator import Translator
 
 
@@ -48,6 +51,9 @@ def step(
         translator.target_ids(request.prefix)
     except ValueError as error:
         raise invalid("prefix", str(error).removeprefix("prefix: "), request.prefix) from None
+    if request.attribution and request.override:
+        message = "explains the model's own decoding; ask for it without an override"
+        raise invalid("attribution", message, request.attribution)
     stepped = translator.step_through(
         request.sentence,
         prefix=request.prefix,
@@ -57,6 +63,7 @@ def step(
         check=check,
     )
     out = stepped.translation
+    relevance = _attribution(translator, src_tokens, stepped, request.attribution)
     steps = [
         Step(
             token=vocab.itos[s.token],
@@ -69,6 +76,7 @@ def step(
                 for t, p in zip(s.top_tokens, s.top_log_probs, strict=True)
             ],
             centre=s.centre,
+            attribution=None if relevance is None else rounded(relevance[position]),
         )
         for position, s in enumerate(stepped.steps)
     ]
@@ -81,6 +89,26 @@ def step(
         score=out.score,
     )
     return response.model_dump_json().encode()
+
+
+def _attribution(
+    translator: Translator, src_tokens: list[str], stepped: Stepped, method: str | None
+) -> np.ndarray | None:
+    """(steps, T_src) relevance of each source token for each step's token, or None."""
+    if method is None:
+        return None
+    if method == "shift" and not translator.has_attention:
+        raise invalid("attribution", "shift reads attention, and this model has none", method)
+    feature = "teacher-forced attention" if method == "shift" else "attribution"
+    try:
+        translator.engine.require([feature])
+    except Unavailable as refused:
+        raise invalid("attribution", str(refused), method) from None
+    # imported here: attribution needs PyTorch and Captum, which a torch-free server lacks
+    from alignmt.analysis.attribution import translation_relevance
+
+    src = translator.src_vocab.encode(src_tokens)
+    return translation_relevance(translator, src, [s.token for s in stepped.steps], method)
 
 
 def _check_forcing(request: StepRequest, limit: int, source_length: int) -> None:

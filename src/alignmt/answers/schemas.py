@@ -190,6 +190,12 @@ class StepRequest(_OneSentence):
     )
     top_k: PositiveInt = Field(5, description="candidates listed per step")
     beam_size: PositiveInt = Field(1, description="after the prefix: 1 greedy, more a beam")
+    attribution: Literal["shift", "gradient", "integrated", "erasure"] | None = Field(
+        None,
+        description="also say how much each source token moved each output token: the next "
+        "step's attention (shift), gradient x input, integrated gradients or erasure "
+        "(PyTorch models; not with an override); null: none",
+    )
 
     @field_validator("override", mode="before")
     @classmethod
@@ -279,6 +285,11 @@ class Step(BaseModel):
     overridden: bool = Field(description="its attention was put on one source position")
     attention: list[float] | None = Field(description="weights over the source tokens")
     top_k: list[Candidate] = Field(description="the most probable tokens at this step")
+    attribution: list[float] | None = Field(
+        default=None,
+        description="the request's attribution over the source tokens (the output "
+        "teacher-forced); null when none was asked",
+    )
     centre: float | None = Field(
         default=None,
         description="p_i, the centre of the step's local attention window (Luong et al. "

@@ -14,8 +14,9 @@ comes from, on `decoder.Decoder`'s recurrence and unroll.
   [s_i; c_i; y_{i-1}] as Bahdanau's does. The query has seen y_{i-1}, Bahdanau's s_{i-1} has not.
 
 `AttentionDecoder` holds what the three share: the scorer, the key projection made once per
-sentence (`prepare`), the coverage model, and the window of local attention (window.py). The scorers live in `attention.py`; the step
-interface, the unroll, the readout layer and the decoder without attention in `decoder.py`.
+sentence (`prepare`), the coverage model, and the window of local attention (window.py).
+The scorers live in `attention.py`; the step interface, the unroll, the readout layer and the
+decoder without attention in `decoder.py`.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ et al. 2015, eq. 8; Vaswani et al. 2017, eq. 1; Martins & Astudillo 2016; Peters
 
 The same two-call interface as the PyTorch scorers: `project_keys(keys)` once per source
 batch, then `scorer(query, proj_keys, values, mask, prior)` once per decoder step (`prior`:
-local-p's Gaussian, or None). Luong's location score reads no keys (Luong et al. 2015, eq. 8). Kernels are
-(in, out), Flax's layout; `checkpoint.flax_io` transposes them to and from PyTorch's (out, in).
+local-p's Gaussian, or None). Luong's location score reads no keys (Luong et al. 2015, eq.
+8). Kernels are (in, out), Flax's layout; `checkpoint.flax_io` transposes them to and from
+PyTorch's (out, in).
 """
 
 from __future__ import annotations

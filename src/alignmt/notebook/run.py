@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from matplotlib.figure import Figure
 
 from alignmt.analysis.align import alignment_error_rate, word_links
+from alignmt.analysis.attribution import Method, translation_relevance
 from alignmt.analysis.coverage import coverage_rates
 from alignmt.analysis.evaluation import read_test_set, translate_and_score
 from alignmt.analysis.plot import attention_heatmap, loss_curves
@@ -24,7 +25,7 @@ from alignmt.checkpoint.torch_io import Checkpoint
 from alignmt.config import Config, apply_overrides, config_path, load_config, with_fields
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.translator import Translator
-from alignmt.notebook.views import Report, Translations
+from alignmt.notebook.views import Attributed, Report, Translations
 from alignmt.text.constraints import parse_phrases
 from alignmt.text.corpus import CorpusError, read_lines
 from alignmt.text.links import read_alignments, sentence_words
@@ -144,6 +145,20 @@ class Run:
         if best.attention is None:
             raise ValueError(f"{self.run_dir}: a model without attention has no heatmap")
         return attention_heatmap(best.attention, best.src_tokens, best.tokens)
+
+    def attribution(
+        self, sentence: str, method: Method = "integrated", *, beam: int | None = None
+    ) -> Attributed:
+        """How much each source token moved each output token of `sentence`'s translation,
+        beside its attention: `method` is shift, gradient, integrated or erasure (see
+        `alignmt.analysis.attribution`), the output teacher-forced. The result holds both
+        as (T_out, T_src) arrays and draws them side by side (`.heatmap()`)."""
+        (best,) = self.translate(sentence, beam=beam)
+        translator = self.translator
+        src = translator.src_vocab.encode(best.src_tokens[:-1])  # </s> is added back
+        output = translator.tgt_vocab.encode(best.tokens)
+        scores = translation_relevance(translator, src, output, method)
+        return Attributed(best.src_tokens, best.tokens, best.attention, scores, method)
 
     def curves(self) -> Figure:
         """Training loss and, where the run validated, validation loss, against step."""

@@ -7,8 +7,12 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+from matplotlib.figure import Figure
+
 from alignmt.analysis.align import AlignmentScore
 from alignmt.analysis.coverage import COVERED, CoverageRates
+from alignmt.analysis.plot import attention_grid
 from alignmt.analysis.scores import Evaluation
 from alignmt.analysis.tables import format_bucket_table, format_scores_table
 from alignmt.decoding.results import Translation
@@ -116,3 +120,33 @@ class Report:
             row = [[f"{a.precision:.1%}", f"{a.recall:.1%}", f"{a.aer:.1%}"]]
             parts.append(_table(["precision", "recall", "AER"], row))
         return "\n".join(parts)
+
+
+# how an attribution method is named above its heatmap
+METHOD_NAMES = {
+    "shift": "attention one step later (shift-att)",
+    "gradient": "|gradient × input|",
+    "integrated": "|integrated gradients|",
+    "erasure": "erasure: log p lost",
+}
+
+
+@dataclass
+class Attributed:
+    """One translation's attention and an attribution beside it (`Run.attribution`)."""
+
+    src_tokens: list[str]  # T_src, </s> included
+    tokens: list[str]  # T_out, </s> included where the output has it
+    attention: np.ndarray | None  # (T_out, T_src) alpha; None without attention
+    scores: np.ndarray  # (T_out, T_src) how much source token j moved output token i
+    method: str
+
+    def heatmap(self) -> Figure:
+        """Attention and the attribution side by side, the attribution's rows scaled to
+        their largest size (negative erasure scores drawn as 0)."""
+        largest = np.abs(self.scores).max(axis=1, keepdims=True)
+        scaled = np.clip(self.scores / np.where(largest > 0, largest, 1.0), 0.0, 1.0)
+        panels = [(scaled, self.src_tokens, self.tokens, METHOD_NAMES[self.method])]
+        if self.attention is not None:
+            panels.insert(0, (self.attention, self.src_tokens, self.tokens, "attention"))
+        return attention_grid(panels, ncols=len(panels))

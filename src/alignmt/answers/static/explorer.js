@@ -34,8 +34,8 @@ export function serverSource() {
   };
   return {
     models: async () => (await call("GET", "v1/models")).models,
-    step: (model, sentence, prefix = [], override = {}) =>
-      call("POST", "v1/step", { model, sentence, prefix, override, top_k: TOP_K }),
+    step: (model, sentence, prefix = [], override = {}, attribution = null) =>
+      call("POST", "v1/step", { model, sentence, prefix, override, top_k: TOP_K, attribution }),
     beam: (model, sentence, beamSize, constraints = null) =>
       call("POST", "v1/beam", { model, sentence, beam_size: beamSize, constraints }),
     snapshots: (model, sentence) => call("POST", "v1/snapshots", { model, sentence }),
@@ -51,9 +51,12 @@ export function pageSource(data) {
   return {
     stored: data,
     models: async () => data.models,
-    step: async (model, sentence, prefix = [], override = {}) => {
+    step: async (model, sentence, prefix = [], override = {}, attribution = null) => {
       if (prefix.length || Object.keys(override).length) {
         throw new NeedsServer(`what-if decodes again, so it needs the server: ${live}`);
+      }
+      if (attribution) {
+        throw new NeedsServer(`attribution takes the model's gradients, so it needs ${live}`);
       }
       return stored(model, sentence).step;
     },
@@ -94,8 +97,8 @@ export function kernelSource(model) {
   });
   return {
     models: () => ask("models", {}),
-    step: (name, sentence, prefix = [], override = {}) =>
-      ask("step", { model: name, sentence, prefix, override, top_k: TOP_K }),
+    step: (name, sentence, prefix = [], override = {}, attribution = null) =>
+      ask("step", { model: name, sentence, prefix, override, top_k: TOP_K, attribution }),
     beam: (name, sentence, beamSize, constraints = null) =>
       ask("beam", { model: name, sentence, beam_size: beamSize, constraints }),
     snapshots: (name, sentence) => ask("snapshots", { model: name, sentence }),
@@ -188,6 +191,24 @@ function attentionBars(sourceTokens, alpha,
     coverage ? coverageMeter(coverage[j]) : null));
 }
 
+/* How much each source word moved this step's word, as bars scaled to the largest size;
+   a negative share (erasure: leaving the word out made the output more likely) in orange. */
+function attributionBars(sourceTokens, scores) {
+  const largest = Math.max(...scores.map(Math.abs)) || 1;
+  const top = argmax(scores);
+  return sourceTokens.map((token, j) =>
+    el("div", {
+      class: `src attr${j === top ? " top" : ""}${scores[j] < 0 ? " neg" : ""}`,
+      "data-j": j,
+      "data-score": scores[j],
+      title: `${token}: ${fixed(scores[j], 4)}`,
+    },
+    el("span", { class: "bar-area" }, el("span", {
+      class: "bar", style: `height: ${Math.round(100 * Math.abs(scores[j]) / largest)}%`,
+    })),
+    el("span", { class: "word" }, token)));
+}
+
 /* p_i as a line over word j's bar, shifted right by p_i's fraction of a word. */
 function centreMark(window, j) {
   const into = Math.min(1, window.centre - j);
@@ -263,6 +284,16 @@ const PANEL = `
   <div class="source" aria-label="source tokens"></div>
   <p class="legend">Under each word, its coverage: the attention it has had up to this step.
     Words still under 0.5 when the output ends (orange) are likely left untranslated.</p>
+  <div class="attribution-box">
+    <label>Beside attention: <select class="attribution-pick" aria-label="attribution">
+      <option value="">nothing</option>
+      <option value="shift">attention one step later (shift-att)</option>
+      <option value="gradient">gradient × input</option>
+      <option value="integrated">integrated gradients</option>
+      <option value="erasure">erasure (one word left out)</option>
+    </select></label>
+    <div class="attribution" aria-label="attribution over the source tokens"></div>
+  </div>
   <h3>Candidates at this step <small>(click one to force it)</small></h3>
   <ol class="topk"></ol>
   <div class="whatif" hidden></div>
@@ -304,6 +335,7 @@ class Panel {
     this.at = 0; // the output step shown
     this.undo = []; // earlier (result, request) pairs, for "back"
     this.whatifAt = null; // the step a what-if changed the output from
+    this.attribution = null; // the attribution asked beside attention, if any
     this.q(".title").textContent = info.name;
     this.q(".about").textContent = describe(info);
     this.wire();
@@ -329,6 +361,29 @@ class Panel {
       if (e.target.open && !this.training && this.sentence) this.x.timed("training", () => this.follow());
     };
     if (!this.hasAttention) this.q(".training-box").hidden = true;
+    const pick = this.q(".attribution-pick");
+    if (!this.hasAttention) pick.querySelector('option[value="shift"]').remove();
+    if (stored) {
+      pick.disabled = true;
+      pick.title = "attribution takes the model's gradients: it needs a live model";
+    }
+    pick.onchange = () => this.x.timed("attribution", () => this.attribute(pick.value || null));
+  }
+
+  /* Ask the shown output again, with `method`'s attribution beside its attention. */
+  async attribute(method) {
+    this.attribution = method;
+    if (!this.result) return;
+    const { prefix, override } = this.request;
+    this.show(await this.ask(prefix, override), this.request, this.at);
+  }
+
+  /* The step-through of this sentence, with the attribution asked where it can be given:
+     it explains the model's own attention, so not under an override. */
+  ask(prefix = [], override = {}) {
+    const steered = Object.keys(override).length > 0;
+    return this.x.source.step(this.info.name, this.sentence, prefix, override,
+      steered ? null : this.attribution);
   }
 
   async translate(sentence) {
@@ -337,7 +392,7 @@ class Panel {
     this.whatifAt = null;
     this.beam = this.training = null;
     this.q(".whatif").hidden = true;
-    this.show(await this.x.source.step(this.info.name, sentence), { prefix: [], override: {} }, 0);
+    this.show(await this.ask(), { prefix: [], override: {} }, 0);
     if (this.q(".beam-box").open) await this.searchBeam();
     else this.q(".beam").replaceChildren();
     if (this.q(".training-box").open) await this.follow();
@@ -403,6 +458,19 @@ class Panel {
     }), ...(local ? [el("p", { class: "window-note" },
       `${this.info.attention_window.replace("_", "-")} window: p_i = ${fixed(local.centre, 2)}, ` +
       `D = ${local.half}; the shaded words are the ones this step may weigh`)] : []));
+    this.drawAttribution(step);
+  }
+
+  drawAttribution(step) {
+    const box = this.q(".attribution");
+    if (!step.attribution) {
+      const steered = this.attribution && Object.keys(this.request.override).length;
+      box.replaceChildren(steered ? el("p", { class: "muted" },
+        "Attribution explains the model's own decoding: go back before the what-if to see it.")
+        : "");
+      return;
+    }
+    box.replaceChildren(...attributionBars(this.result.source_tokens, step.attribution));
   }
 
   drawCandidates(step) {
@@ -449,8 +517,7 @@ class Panel {
 
   async whatIf(kind, at, request, what) {
     const before = this.result;
-    const after = await this.x.source.step(this.info.name, this.sentence, request.prefix,
-      request.override);
+    const after = await this.ask(request.prefix, request.override);
     this.undo.push([before, this.request]);
     this.whatifAt = at;
     this.show(after, request, at);
