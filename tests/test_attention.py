@@ -16,7 +16,7 @@ from alignmt.model.attention import (
     make_attention,
     masked_softmax,
 )
-from tests.conftest import ATTENTIONS
+from tests.architectures import ATTENTIONS
 
 D, C, A = 3, 4, 5
 

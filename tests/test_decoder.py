@@ -10,14 +10,8 @@ from alignmt import reference as ref
 from alignmt.model.attention_decoder import BahdanauDecoder, ConditionalDecoder, LuongDecoder
 from alignmt.model.cell import StackedCell
 from alignmt.model.decoder import VanillaDecoder
-from tests.conftest import (
-    ARCHITECTURES,
-    LOCAL_ARCHITECTURES,
-    SPARSE_ARCHITECTURES,
-    arch_id,
-    padded_batch,
-    tiny_model,
-)
+from tests.architectures import ARCHITECTURES, LOCAL_ARCHITECTURES, SPARSE_ARCHITECTURES, arch_id
+from tests.conftest import padded_batch, tiny_model
 from tests.test_attention import reference_scores
 
 

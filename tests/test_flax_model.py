@@ -39,7 +39,8 @@ from alignmt.checkpoint.flax_io import params_from_tensors, tensors_from_params
 from alignmt.config import ModelConfig
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq, check_config, sequence_loss
 from alignmt.model.seq2seq import Seq2Seq
-from tests.conftest import ARCHITECTURES, VOCAB, arch_id, padded_batch
+from tests.architectures import ARCHITECTURES, arch_id
+from tests.conftest import VOCAB, padded_batch
 from tests.test_decoder import CASES, reference_step
 from tests.test_encoder import cell_weights
 

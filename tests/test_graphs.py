@@ -13,7 +13,8 @@ from alignmt.config import Config, DataConfig, ModelConfig, TrainConfig
 from alignmt.training import graphs
 from alignmt.training.graphs import GraphedObjective, check_graphs, padded_rows
 from alignmt.training.run import train
-from tests.conftest import ARCHITECTURES, arch_id, loss_targets, padded_batch, tiny_model
+from tests.architectures import ARCHITECTURES, arch_id
+from tests.conftest import loss_targets, padded_batch, tiny_model
 
 
 def test_rows_are_padded_to_four_buckets_per_power_of_two():

@@ -8,15 +8,8 @@ import torch
 from alignmt.config import ModelConfig
 from alignmt.model.loss import sequence_loss
 from alignmt.model.seq2seq import Seq2Seq
-from tests.conftest import (
-    ARCHITECTURES,
-    LOCAL_ARCHITECTURES,
-    SPARSE_ARCHITECTURES,
-    VOCAB,
-    arch_id,
-    padded_batch,
-    tiny_model,
-)
+from tests.architectures import ARCHITECTURES, LOCAL_ARCHITECTURES, SPARSE_ARCHITECTURES, arch_id
+from tests.conftest import VOCAB, padded_batch, tiny_model
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)

@@ -11,7 +11,7 @@ import torch
 
 from alignmt import reference as ref
 from alignmt.model.attention import make_attention, masked_sparse
-from tests.conftest import ATTENTIONS
+from tests.architectures import ATTENTIONS
 from tests.test_attention import A, C, D, make_inputs, reference_scores
 
 FNS = ["sparsemax", "entmax15"]

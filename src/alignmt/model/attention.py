@@ -30,6 +30,7 @@ Niculae & Martins 2019), from the `entmax` package, its authors' own.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import Literal, get_args
 
 import torch
@@ -111,16 +112,16 @@ def with_coverage(pre: Tensor, layer: nn.Linear | None, coverage: Tensor | None)
     return pre + layer(coverage.unsqueeze(-1))
 
 
-class Scorer(nn.Module):
+class Scorer(nn.Module, ABC):
     """What every score shares: `forward` normalises the e_ij that `score` gives."""
 
     def __init__(self, fn: AttentionFn) -> None:
         super().__init__()
         self.fn = fn
 
+    @abstractmethod
     def score(self, query: Tensor, proj_keys: Tensor, coverage: Tensor | None) -> Tensor:
         """(B, D) query, (B, T_src, .) projected keys -> (B, T_src) scores e_ij."""
-        raise NotImplementedError
 
     def forward(
         self,
