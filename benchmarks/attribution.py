@@ -22,19 +22,12 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from alignmt.analysis.align import alignment_error_rate, argmax_links, eflomal_reference_links
-from alignmt.analysis.attribution import (
-    METHODS,
-    counterfactual_flips,
-    rank_agreement,
-    relevance,
-    torch_model,
-)
+from alignmt.analysis.align import eflomal_reference_links
+from alignmt.analysis.attribution import METHODS
 from alignmt.analysis.evaluation import read_test_set
+from alignmt.analysis.explanation import compare_words, greedy_flips
 from alignmt.decoding.door import open_translator
-from alignmt.model.batch import make_batch
 from alignmt.text.links import sentence_words
 
 
@@ -46,11 +39,9 @@ def main() -> None:
     args = parser.parse_args()
     aer_rows, flip_rows = [], []
     for run in args.runs:
-        name, aers, taus, flips = measure(Path(run), args.limit, args.batch_size)
-        for method in METHODS:
-            tau = taus.get(method)
-            aer_rows.append((name, method, aers[method], tau))
-        flip_rows.append((name, *flips))
+        name, aers, taus, (flipped, tried) = measure(Path(run), args.limit, args.batch_size)
+        aer_rows += [(name, method, aers[method], taus.get(method)) for method in METHODS]
+        flip_rows.append((name, flipped, tried))
     print("| run | links from | AER vs eflomal | Kendall tau with attention | tau > 0.5 |")
     print("| --- | --- | ---: | ---: | ---: |")
     for name, method, aer, tau in aer_rows:
@@ -76,55 +67,13 @@ def measure(run: Path, limit: int, batch_size: int):
     golds = eflomal_reference_links(
         config.data, translator, [s.words for s in sources], [r.words for r in references]
     )
-    model = torch_model(translator, "gradient")
-    pairs = [
-        (translator.src_vocab.encode(s.tokens), translator.tgt_vocab.encode(r.tokens))
-        for s, r in zip(sources, references, strict=True)
-    ]
-    links = {method: [set() for _ in pairs] for method in METHODS}
-    taus: dict[str, list[float]] = {m: [] for m in METHODS if m != "attention"}
-    done = 0
-    for rows, batch in batches(pairs, translator, batch_size):
-        attention = relevance(model, batch, "attention")
-        for method in METHODS:
-            scores = attention if method == "attention" else relevance(model, batch, method)
-            found = argmax_links(scores, batch.src_len - 1, batch.tgt_len - 1)
-            for k, token_links in zip(rows, found, strict=True):
-                s, r = sources[k], references[k]
-                links[method][k] = {(s.word_of[i], r.word_of[j]) for i, j in token_links}
-            if method != "attention":
-                taus[method] += rank_agreement(attention, scores, batch)
-        done += len(rows)
-        print(f"{run.name}: {done:,} of {len(pairs):,} pairs", flush=True)
-    aers = {m: alignment_error_rate(links[m], golds, golds).aer for m in METHODS}
-    flips = greedy_flips(translator, model, src, batch_size)
-    name = f"{run.name} ({config.model.order})"
-    return name, aers, {m: np.array(t) for m, t in taus.items()}, flips
 
+    def progress(done: int, total: int) -> None:
+        print(f"{run.name}: {done:,} of {total:,} pairs", flush=True)
 
-def batches(pairs, translator, batch_size: int):
-    """(indices, batch) over `pairs` in order of length, on the model's device."""
-    order = sorted(range(len(pairs)), key=lambda k: (len(pairs[k][0]), len(pairs[k][1])))
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        batch = make_batch([pairs[k] for k in rows], translator.src_vocab, translator.tgt_vocab)
-        yield rows, batch
-
-
-def greedy_flips(translator, model, src, batch_size: int) -> tuple[int, int]:
-    """`counterfactual_flips` over the greedy translations of `src`."""
-    outputs = translator.translate(list(src), beam_size=1, batch_size=batch_size)
-    pairs = []
-    for line, (best, *_) in zip(src, outputs, strict=True):
-        ids = translator.tgt_vocab.encode(best.tokens)
-        body = ids[:-1] if ids and ids[-1] == translator.tgt_vocab.eos_id else ids
-        pairs.append((translator.src_vocab.encode(translator.source_tokens(line)), body))
-    flipped = tried = 0
-    with torch.no_grad():
-        for _, batch in batches(pairs, translator, batch_size):
-            f, t = counterfactual_flips(model, batch)
-            flipped, tried = flipped + f, tried + t
-    return flipped, tried
+    found = compare_words(translator, sources, references, batch_size=batch_size, progress=progress)
+    flips = greedy_flips(translator, src, batch_size=batch_size)
+    return f"{run.name} ({config.model.order})", found.aer(golds), found.taus, flips
 
 
 if __name__ == "__main__":

@@ -196,6 +196,8 @@ def test_a_notebook_run_gives_attention_and_attribution_as_arrays_and_heatmaps(t
     figure = found.heatmap()
     titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
     assert titles == ["attention", "|gradient × input|"]
+    bars = [ax.get_ylabel() for ax in figure.axes if ax.get_ylabel() != "output"]
+    assert bars == ["α", "share of the row's largest"]
 
 
 def test_rank_agreement_is_kendalls_tau_row_by_row_over_the_real_source():
@@ -230,3 +232,47 @@ def test_counterfactual_flips_are_the_explorers_what_if_at_every_step(toy_run):
             moved = translator.step_through(line, prefix=prefix, override={i: second})
             expected += moved.steps[i].token != step.token
         assert flipped == expected
+
+
+def test_a_comparison_gives_each_methods_links_and_taus_whatever_the_batching():
+    """`explanation.compare`: every method's argmax links equal `attention_links`' for it,
+    and batches of one or of all the pairs (padded) give the same links and taus."""
+    from alignmt.analysis.align import alignment_error_rate, attention_links
+    from alignmt.analysis.explanation import compare
+
+    model = tiny_model(attention="additive", order="luong")
+    alone = compare(model, PAIRS, VOCABULARY, VOCABULARY, batch_size=1)
+    padded = compare(model, PAIRS, VOCABULARY, VOCABULARY, batch_size=len(PAIRS))
+    assert alone.links == padded.links and set(alone.taus) == set(METHODS) - {"attention"}
+    for method in METHODS:
+        expected = attention_links(model, PAIRS, VOCABULARY, VOCABULARY, method=method)
+        assert alone.links[method] == expected
+        if method != "attention":
+            np.testing.assert_allclose(alone.taus[method], padded.taus[method], atol=1e-6)
+    gold = [{(0, 0), (1, 1)}, {(0, 0)}, {(2, 0)}]
+    aers = alone.aer(gold)
+    assert aers["erasure"] == alignment_error_rate(alone.links["erasure"], gold).aer
+    assert len(set(aers.values())) > 1  # the methods do not all agree
+
+
+def test_greedy_flips_sum_the_what_if_over_each_greedy_translation(toy_run):
+    from alignmt.analysis.explanation import compare_words, greedy_flips
+    from alignmt.decoding.door import open_translator
+    from alignmt.text.links import sentence_words
+
+    translator = open_translator(toy_run)
+    lines = ["the big dog sleeps now", "a small cat runs", "a dog"]
+    expected = [0, 0]
+    for line in lines:
+        (best,) = translator.translate([line], beam_size=1)[0]
+        ids = translator.tgt_vocab.encode(best.tokens)[:-1]  # </s> is the last step's output
+        src = translator.src_vocab.encode(translator.source_tokens(line))
+        batch = make_batch([(src, ids)], translator.src_vocab, translator.tgt_vocab)
+        flipped, tried = counterfactual_flips(translator.engine.model, batch)
+        expected = [expected[0] + flipped, expected[1] + tried]
+    assert list(greedy_flips(translator, lines, batch_size=2)) == expected
+
+    sources = [sentence_words(translator.src_tokenizer, line) for line in lines]
+    found = compare_words(translator, sources, sources)  # words link within each sentence
+    for links, words in zip(found.links["integrated"], sources, strict=True):
+        assert links and all(i < len(words.words) and j < len(words.words) for i, j in links)

@@ -10,7 +10,7 @@ are `translate.hard_alignment`'s; the synthetic tasks' alignment accuracy is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -19,7 +19,7 @@ from torch import Tensor
 from alignmt.analysis.attribution import Method, relevance, torch_model
 from alignmt.config import DataConfig
 from alignmt.decoding.translator import Translator
-from alignmt.model.batch import make_batch
+from alignmt.model.batch import Batch, make_batch
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.links import Link, Words, eflomal_links, sentence_words
 from alignmt.text.split import read_split
@@ -127,16 +127,28 @@ def attention_links(
         raise ValueError("the model has no attention to align with (model.attention=none)")
     model.eval()
     device = next(model.parameters()).device
-    order = sorted(range(len(pairs)), key=lambda k: (len(pairs[k][0]), len(pairs[k][1])))
     links: list[set[Link]] = [set() for _ in pairs]
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        batch = make_batch([pairs[k] for k in rows], src_vocab, tgt_vocab).to(device)
+    for rows, batch in sorted_batches(pairs, src_vocab, tgt_vocab, batch_size, device):
         scores = relevance(model, batch, method)  # (B, T_tgt, T_src)
         found = argmax_links(scores, batch.src_len - 1, batch.tgt_len - 1)
         for k, sentence_links in zip(rows, found, strict=True):
             links[k] = sentence_links
     return links
+
+
+def sorted_batches(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    batch_size: int,
+    device: torch.device,
+) -> Iterator[tuple[list[int], Batch]]:
+    """(the pairs' indices, their batch on `device`), `batch_size` pairs at a time, in order
+    of length: sorting first keeps padding, and so wasted work, small."""
+    order = sorted(range(len(pairs)), key=lambda k: (len(pairs[k][0]), len(pairs[k][1])))
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        yield rows, make_batch([pairs[k] for k in rows], src_vocab, tgt_vocab).to(device)
 
 
 def word_links(

@@ -55,6 +55,7 @@ def attention_heatmap(
     title: str | None = None,
     ax: Axes | None = None,
     annotate_above: float = 0.3,
+    scale: str = "α",
 ) -> Figure:
     """Draw one sentence's attention weights as a heatmap (Bahdanau et al. 2015, Fig. 3).
 
@@ -68,6 +69,7 @@ def attention_heatmap(
             counts is created when None.
         annotate_above: cells with a weight above this show its value, if the matrix is at
             most 30×30.
+        scale: what the colour bar measures, for a matrix other than attention's in [0, 1].
 
     Returns:
         The Figure holding the heatmap (`ax.figure` when `ax` is given).
@@ -97,7 +99,7 @@ def attention_heatmap(
             )
     if title is not None:
         ax.set_title(title)
-    ax.figure.colorbar(image, ax=ax, label="α", fraction=0.08, pad=0.03)
+    ax.figure.colorbar(image, ax=ax, label=scale, fraction=0.08, pad=0.03)
     return ax.figure
 
 
@@ -116,7 +118,10 @@ def _label_axes(ax: Axes, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) 
 
 
 def attention_grid(
-    panels: Sequence[tuple[Any, Sequence[str], Sequence[str], str]], *, ncols: int = 4
+    panels: Sequence[tuple[Any, Sequence[str], Sequence[str], str]],
+    *,
+    ncols: int = 4,
+    scales: Sequence[str] | None = None,
 ) -> Figure:
     """Draw several attention heatmaps side by side, e.g. short inputs next to a long one.
 
@@ -124,6 +129,8 @@ def attention_grid(
         panels: (weights, src_tokens, tgt_tokens, title) per heatmap, with weights
             (T_tgt, T_src) as in `attention_heatmap`; sizes may differ between panels.
         ncols: panels per row; fewer columns are used when there are fewer panels.
+        scales: each panel's colour bar label (`attention_heatmap`'s `scale`); α for all
+            when None.
 
     Returns:
         A Figure with one heatmap (and its colorbar) per panel, in row-major order.
@@ -139,8 +146,10 @@ def attention_grid(
     sizes = [_heatmap_figsize(src, tgt) for _, src, tgt, _ in panels]
     cell_w, cell_h = max(w for w, _ in sizes), max(h for _, h in sizes)
     fig = Figure(figsize=(ncols * cell_w, nrows * cell_h), layout="constrained")
-    for k, (weights, src, tgt, title) in enumerate(panels):
-        attention_heatmap(weights, src, tgt, title=title, ax=fig.add_subplot(nrows, ncols, k + 1))
+    scales = ["α"] * len(panels) if scales is None else scales
+    for k, ((weights, src, tgt, title), scale) in enumerate(zip(panels, scales, strict=True)):
+        ax = fig.add_subplot(nrows, ncols, k + 1)
+        attention_heatmap(weights, src, tgt, title=title, ax=ax, scale=scale)
     return fig
 
 

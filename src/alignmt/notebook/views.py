@@ -147,6 +147,8 @@ class Attributed:
         largest = np.abs(self.scores).max(axis=1, keepdims=True)
         scaled = np.clip(self.scores / np.where(largest > 0, largest, 1.0), 0.0, 1.0)
         panels = [(scaled, self.src_tokens, self.tokens, METHOD_NAMES[self.method])]
+        scales = ["share of the row's largest"]
         if self.attention is not None:
             panels.insert(0, (self.attention, self.src_tokens, self.tokens, "attention"))
-        return attention_grid(panels, ncols=len(panels))
+            scales.insert(0, "α")
+        return attention_grid(panels, ncols=len(panels), scales=scales)
