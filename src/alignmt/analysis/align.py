@@ -171,10 +171,7 @@ def word_links(
     Returns:
         One set of (source word, reference word) links per pair.
     """
-    pairs = [
-        (translator.src_vocab.encode(s.tokens), translator.tgt_vocab.encode(r.tokens))
-        for s, r in zip(sources, references, strict=True)
-    ]
+    pairs = token_pairs(translator, sources, references)
     model = torch_model(translator, method)
     with translator.engine.numerics():
         found = attention_links(
@@ -185,9 +182,26 @@ def word_links(
             batch_size=batch_size,
             method=method,
         )
+    return between_words(sources, references, found)
+
+
+def token_pairs(
+    translator: Translator, sources: Sequence[Words], references: Sequence[Words]
+) -> list[tuple[list[int], list[int]]]:
+    """(source ids, reference ids) of each pair of `sentence_words`, without specials."""
     return [
-        {(s.word_of[i], r.word_of[j]) for i, j in links}
-        for s, r, links in zip(sources, references, found, strict=True)
+        (translator.src_vocab.encode(s.tokens), translator.tgt_vocab.encode(r.tokens))
+        for s, r in zip(sources, references, strict=True)
+    ]
+
+
+def between_words(
+    sources: Sequence[Words], references: Sequence[Words], links: Sequence[set[Link]]
+) -> list[set[Link]]:
+    """Token links as links between the words the tokens belong to."""
+    return [
+        {(s.word_of[i], r.word_of[j]) for i, j in found}
+        for s, r, found in zip(sources, references, links, strict=True)
     ]
 
 

@@ -21,7 +21,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from alignmt.analysis.align import alignment_error_rate, argmax_links, sorted_batches
+from alignmt.analysis.align import (
+    alignment_error_rate,
+    argmax_links,
+    between_words,
+    sorted_batches,
+    token_pairs,
+)
 from alignmt.analysis.attribution import (
     METHODS,
     Method,
@@ -104,10 +110,7 @@ def compare_words(
 ) -> Comparison:
     """`compare` over sentence pairs cut by `text.links.sentence_words` with the translator's
     tokenizers, its links between words (as `align.word_links` gives them)."""
-    pairs = [
-        (translator.src_vocab.encode(s.tokens), translator.tgt_vocab.encode(r.tokens))
-        for s, r in zip(sources, references, strict=True)
-    ]
+    pairs = token_pairs(translator, sources, references)
     model = torch_model(translator, "gradient")
     with translator.engine.numerics():
         found = compare(
@@ -118,13 +121,7 @@ def compare_words(
             batch_size=batch_size,
             progress=progress,
         )
-    words = {
-        method: [
-            {(s.word_of[i], r.word_of[j]) for i, j in token_links}
-            for s, r, token_links in zip(sources, references, links, strict=True)
-        ]
-        for method, links in found.links.items()
-    }
+    words = {m: between_words(sources, references, links) for m, links in found.links.items()}
     return Comparison(words, found.taus)
 
 
