@@ -83,7 +83,15 @@ def test_nothing_a_page_shows_comes_from_the_network():
     assert fetched == []
 
 
-TUTORIALS = ["bottleneck", "equations", "translation", "d2l", "steering", "exercises"]
+TUTORIALS = [
+    "bottleneck",
+    "equations",
+    "translation",
+    "d2l",
+    "steering",
+    "explanation",
+    "exercises",
+]
 
 
 def test_every_tutorial_is_on_the_site_with_its_outputs():
