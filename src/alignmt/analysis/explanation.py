@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from alignmt.analysis.align import (
     alignment_error_rate,
@@ -141,7 +140,7 @@ def greedy_flips(
     device = next(model.parameters()).device
     flipped = tried = 0
     batches = sorted_batches(pairs, translator.src_vocab, translator.tgt_vocab, batch_size, device)
-    with translator.engine.numerics(), torch.no_grad():
+    with translator.engine.numerics():
         for _, batch in batches:
             changed, steps = counterfactual_flips(model, batch)
             flipped, tried = flipped + changed, tried + steps
