@@ -98,6 +98,33 @@ def test_the_graphs_step_as_pytorch_does(toy_run, tmp_path, name):
         prev = logits.argmax(-1)
 
 
+def test_a_steering_graph_steers_only_the_rows_it_is_asked_to(toy_run, tmp_path):
+    from alignmt.decoding.onnx_engine.model import OnnxModel
+
+    ckpt = load_checkpoint(toy_run)
+    manifest = export_onnx(ckpt, tmp_path / "web", steer=True)
+    export_onnx(ckpt, tmp_path / "plain")
+    assert manifest.step_inputs[-1] == "steer"
+    web, plain = OnnxModel(tmp_path / "web"), OnnxModel(tmp_path / "plain")
+    assert web.steers and not plain.steers
+    src, src_len = source_batch([ckpt.src_tokenizer.encode(line) for line in LINES], ckpt.src_vocab)
+    state, memory = web.encode(src.numpy(), src_len.numpy())
+    prev = np.full(len(LINES), ckpt.model.bos_id)
+    want = plain.step(prev, state, memory)
+    got = web.step(prev, state, memory)  # OnnxModel steers no row
+    for g, w in ((got[0], want[0]), (got[2], want[2])):
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-6)
+    steer = np.zeros(memory["mask"].shape, np.float32)
+    steer[2, 1] = 1.0  # row 2 onto its second word
+    feed = {"prev": prev, **state, **memory, "steer": steer}
+    log_probs, *_, alpha = web.step_graph.run(None, {n: feed[n] for n in web.takes})
+    assert alpha[2].tolist() == steer[2].tolist()
+    others = [0, 1, 3]
+    np.testing.assert_allclose(alpha[others], want[2][others], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(log_probs[others], want[0][others], rtol=0, atol=1e-6)
+    assert not np.allclose(log_probs[2], want[0][2], atol=1e-3)
+
+
 def close(got: np.ndarray, want: torch.Tensor) -> None:
     """Equal to within 1e-4 (float32, summed in another order), and of the same shape."""
     want = want.numpy()

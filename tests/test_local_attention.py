@@ -133,6 +133,20 @@ def test_steered_attention_puts_all_weight_on_the_chosen_word_even_outside_the_w
     assert torch.equal(alpha, steer)
 
 
+def test_steer_moves_only_the_rows_it_names():
+    model = tiny_model(attention="additive", order="bahdanau")
+    src, src_len, _, _ = padded_batch()
+    memory, state = model.encode(src, src_len)
+    prev = torch.full((3,), 5)
+    logits, _, alpha = model.decode_step(prev, state, memory)
+    steer = torch.zeros_like(alpha)  # (B, T_src)
+    steer[1, 0] = 1.0  # row 1 onto its first word; rows 0 and 2 all zero: not steered
+    moved_logits, _, moved = model.decode_step(prev, state, memory._replace(steer=steer))
+    assert torch.equal(moved[1], steer[1]) and not torch.allclose(moved_logits[1], logits[1])
+    for row in (0, 2):
+        assert torch.equal(moved[row], alpha[row]) and torch.equal(moved_logits[row], logits[row])
+
+
 def test_reference_local_windows_follow_the_equations():
     mask = np.array([True] * 5 + [False])
     inside, prior = ref.local_m(7, D=1)(np.zeros(2), mask)  # past the end: p = S - 1 = 4

@@ -34,6 +34,9 @@ class Manifest:
     state: tuple[str, ...]  # DecoderState's fields that the model has
     memory: tuple[str, ...]  # Memory's fields that the model has
     attention: bool  # whether the step returns alpha
+    # whether the step takes `steer` (N, T_src): weights that replace alpha in the rows where
+    # they are not all zero, the explorer's attention override (`alignmt export --web`)
+    steer: bool = False
 
     @property
     def encoder_outputs(self) -> tuple[str, ...]:
@@ -42,7 +45,7 @@ class Manifest:
 
     @property
     def step_inputs(self) -> tuple[str, ...]:
-        return ("prev", *self.state, *self.memory)
+        return ("prev", *self.state, *self.memory, *self.steer * ("steer",))
 
     @property
     def step_outputs(self) -> tuple[str, ...]:

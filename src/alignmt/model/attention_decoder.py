@@ -109,8 +109,12 @@ class AttentionDecoder(Decoder):
         keys = (query, memory.keys, memory.states, mask)
         context, alpha = self.attention(*keys, state.coverage, prior)
         if memory.steer is not None:
-            alpha = memory.steer
-            context = torch.bmm(alpha.unsqueeze(1), memory.states).squeeze(1)  # (B, C)
+            # rows whose steer is all zero attend as the model does: a graph that always
+            # takes a steer (`alignmt export --web`) steers only the rows asked
+            steered = memory.steer.sum(dim=1, keepdim=True) > 0  # (B, 1)
+            alpha = torch.where(steered, memory.steer, alpha)
+            moved = torch.bmm(alpha.unsqueeze(1), memory.states).squeeze(1)  # (B, C)
+            context = torch.where(steered, moved, context)
         if state.coverage is None:
             return context, alpha, state
         gained = alpha if memory.coverage_rate is None else alpha * memory.coverage_rate

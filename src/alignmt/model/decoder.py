@@ -48,7 +48,7 @@ class Memory(NamedTuple):
     # (0 at padding, whose attention is 0 anyway); None otherwise
     coverage_rate: Tensor | None = None
     # (B, T_src) weights that replace the step's alpha_i, whatever the scores (the explorer's
-    # what-if); None to attend as the model does
+    # what-if), in the rows where they are not all zero; None to attend as the model does
     steer: Tensor | None = None
 
 

@@ -45,6 +45,7 @@ class OnnxModel:
             self.manifest["attention"],
         )
         self.takes = [i.name for i in self.step_graph.get_inputs()]
+        self.steers = "steer" in self.takes
 
     @staticmethod
     def read_header(folder: str | Path) -> Header:
@@ -81,6 +82,8 @@ class OnnxModel:
         """One decoder step over N rows: log-probabilities (N, V), the new state, and alpha
         (N, T_src) or None. The graph reads only the fields it needs."""
         given = {"prev": prev, **state, **memory}
+        if self.steers:  # a web export's graph: all zero, so no row is steered
+            given["steer"] = np.zeros(memory["mask"].shape, np.float32)
         names = self.names
         out = self.step_graph.run(list(names.step_outputs), {n: given[n] for n in self.takes})
         alpha = out[-1] if names.attention else None

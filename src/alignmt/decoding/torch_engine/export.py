@@ -33,12 +33,13 @@ from alignmt.model.seq2seq import Seq2Seq
 
 OPSET = 17
 # the fields, inputs and outputs whose second axis is the source's length
-_ALONG_THE_SOURCE = {"src", "states", "mask", "keys", "coverage_rate", "coverage", "alpha"}
+_ALONG_THE_SOURCE = {"src", "states", "mask", "keys", "coverage_rate", "coverage", "alpha", "steer"}
 
 
-def export_onnx(ckpt: Checkpoint, out: str | Path) -> Manifest:
+def export_onnx(ckpt: Checkpoint, out: str | Path, steer: bool = False) -> Manifest:
     """Write `ckpt`'s model as `encoder.onnx` and `step.onnx` in `out`, with `manifest.json`.
-    The model is put in float32 on the CPU, in eval mode, where it is.
+    The model is put in float32 on the CPU, in eval mode, where it is. With `steer` (a model
+    with attention), the step also takes the attention override (`Manifest.steer`).
 
     Returns:
         What the graphs take and give.
@@ -53,12 +54,17 @@ def export_onnx(ckpt: Checkpoint, out: str | Path) -> Manifest:
         state=tuple(n for n in DecoderState._fields if getattr(state, n) is not None),
         memory=tuple(n for n in Memory._fields if getattr(memory, n) is not None),
         attention=model.has_attention,
+        steer=steer and model.has_attention,
     )
     encoder = _Encoder(model, manifest)
     _export(encoder, (src, src_len), ("src", "src_len"), manifest.encoder_outputs, out / ENCODER)
     prev = torch.full((len(src_len),), model.bos_id)
     fields = [getattr(state, n) for n in manifest.state]
     fields += [getattr(memory, n) for n in manifest.memory]
+    if manifest.steer:  # row 0 steered onto its </s>, the others not
+        steer = torch.zeros(src.shape)  # (B, T_src)
+        steer[0, src_len[0] - 1] = 1.0
+        fields.append(steer)
     step = _Step(model, manifest)
     _export(step, (prev, *fields), manifest.step_inputs, manifest.step_outputs, out / STEP)
     _write_manifest(ckpt, manifest, out / MANIFEST)
@@ -80,6 +86,7 @@ def _write_manifest(ckpt: Checkpoint, manifest: Manifest, path: Path) -> None:
         **ids,
         **fields,
         "attention": manifest.attention,
+        "steer": manifest.steer,
         "parameters": parameters,
     }
     path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")
@@ -108,7 +115,11 @@ class _Step(nn.Module):
     def forward(self, prev: Tensor, *flat: Tensor) -> tuple[Tensor, ...]:
         count = len(self.manifest.state)
         state = _named(DecoderState, self.manifest.state, flat[:count])
-        memory = _named(Memory, self.manifest.memory, flat[count:])
+        steer = flat[-1] if self.manifest.steer else None
+        memory = _named(
+            Memory, self.manifest.memory, flat[count : count + len(self.manifest.memory)]
+        )
+        memory = memory._replace(steer=steer)
         logits, state, alpha = self.model.decode_step(prev, state, memory)
         fields = [getattr(state, n) for n in self.manifest.state]
         return (logits.log_softmax(dim=-1), *fields, *([alpha] if alpha is not None else []))
