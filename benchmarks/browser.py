@@ -10,6 +10,7 @@ a notebook widget) has no answer pending and the page has recorded the interacti
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +23,14 @@ class BrowserUnavailable(RuntimeError):
     """Chromium or its driver is missing, or would not start."""
 
 
-def start_chromium(width: int = 1400, height: int = 1100) -> Any:
-    """A headless Chromium under Selenium, or BrowserUnavailable saying why not."""
+# Chromium flags: no host name resolves, so only what 127.0.0.1 serves can load (the network
+# conditions' "offline" would cut a page served from localhost too)
+LOCAL_ONLY = ("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",)
+
+
+def start_chromium(width: int = 1400, height: int = 1100, flags: Sequence[str] = ()) -> Any:
+    """A headless Chromium under Selenium, with `flags` besides its own, or
+    BrowserUnavailable saying why not."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     driver_path = shutil.which("chromedriver")
     if not chromium or not driver_path:
@@ -45,6 +52,7 @@ def start_chromium(width: int = 1400, height: int = 1100) -> Any:
         "--disable-gpu",
         f"--window-size={width},{height}",
         "--force-device-scale-factor=1",
+        *flags,
     ):
         options.add_argument(flag)
     try:
@@ -71,7 +79,8 @@ class Explorer:
         return self.driver.execute_script(script, *args)
 
     def timings(self) -> list[dict[str, Any]]:
-        """Every interaction so far: {"kind", "ms"}."""
+        """Every interaction so far: {"kind", "ms", "shown"}: its kind, how long it took to
+        show, and when it was shown (ms since the page began to load)."""
         return self.js("return window.alignmtTimings || []")
 
     def wait_for(self, done: int) -> None:

@@ -304,6 +304,19 @@ def _export(commands: Commands) -> None:
         help="also write int8 copies of the graphs (ONNX Runtime's dynamic quantization), "
         "which `translate DIR --weights int8` and `serve DIR --weights int8` run",
     )
+    export.add_argument(
+        "--web",
+        action="store_true",
+        help="make OUT a static site: OUT/index.html runs the explorer on the model in the "
+        "browser (ONNX Runtime Web), with nothing installed; any static file host serves it. "
+        "Its graphs are int8 where that keeps every probability within 0.02 of float32's, "
+        "float32 otherwise; the tokenizer must be char, space or d2l",
+    )
+    export.add_argument(
+        "--float32",
+        action="store_true",
+        help="with --web: keep the float32 graphs even where int8 would do",
+    )
 
 
 def _shortlist(commands: Commands) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from alignmt.checkpoint.format import Header
 from alignmt.config import Precision, SearchConfig
 from alignmt.decoding.engine import FEATURES, EngineName, Feature, Unavailable
-from alignmt.decoding.exported import has_int8, is_exported
+from alignmt.decoding.exported import STEP, has_int8, is_exported
 from alignmt.decoding.translator import Origin, Translator
 
 if TYPE_CHECKING:
@@ -227,6 +227,8 @@ def _onnx(path: str | Path, search: SearchConfig | None, changes: dict) -> Trans
     header = OnnxModel.read_header(path)
     asked_int8 = "int8" in _searches(search, changes)
     search = _search_of("onnxruntime", header.config.search, search, changes)
+    if not (Path(path) / STEP).is_file() and has_int8(path):  # `alignmt export --web` chose int8
+        search = replace(search, weights="int8")
     if search.weights == "int8" and not asked_int8 and not has_int8(path):
         log.warning(
             "the model searches with search.weights=int8, but %s has no int8 graphs "

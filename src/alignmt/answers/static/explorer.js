@@ -1,12 +1,15 @@
 /* alignmt explorer: the decoder one step at a time, "what if" by forcing a token or moving a
    step's attention, the beam as a tree, and attention over training.
 
-   One ES module, three hosts, the same drawing:
+   One ES module, four hosts, the same drawing:
    - the page `alignmt serve` serves at / asks the server's HTTP API (/v1/step, /v1/beam, ...);
    - the one-file page `alignmt explore` writes reads the same answers from the page itself;
    - the notebook widget (`run.explore()`, an anywidget: this module's default export) asks
-     the kernel, and keeps the sentence, the models and the step in sync with Python.
-   Plain JavaScript, no library, no build step; it fetches nothing but the server's answers.
+     the kernel, and keeps the sentence, the models and the step in sync with Python;
+   - the page `alignmt export --web` writes runs the model itself, in a Web Worker
+     (web/worker.js, ONNX Runtime Web), with nothing installed and no server.
+   Plain JavaScript, no library, no build step; it fetches nothing but the answers (and, in the
+   worker, the model's own files).
    Every interaction's time, from the click to the frame that shows its result, is kept in
    window.alignmtTimings; each explorer's element says on data-pending how many answers it
    is waiting for. */
@@ -103,6 +106,39 @@ export function kernelSource(model) {
       ask("beam", { model: name, sentence, beam_size: beamSize, constraints }),
     snapshots: (name, sentence) => ask("snapshots", { model: name, sentence }),
     close: () => model.off("msg:custom", listen),
+  };
+}
+
+/** A Web Worker that runs the model's graphs in this page (web/worker.js: `alignmt export
+    --web`); it answers as the server does, and says why for what it cannot answer
+    (attribution, snapshots, constraints), which the explorer then shows as a note. */
+export function workerSource(url, folders) {
+  const worker = new Worker(url, { type: "module" });
+  const waiting = new Map();
+  let last = 0;
+  worker.onmessage = ({ data }) => {
+    const call = waiting.get(data.id);
+    waiting.delete(data.id);
+    if (data.error === undefined) call.resolve(data.answer);
+    else call.reject(data.needsServer ? new NeedsServer(data.error) : new Error(data.error));
+  };
+  const ask = (what, body) => new Promise((resolve, reject) => {
+    waiting.set(++last, { resolve, reject });
+    worker.postMessage({ id: last, what, body });
+  });
+  const opened = ask("open", { folders });
+  const live = "a live model: `alignmt serve RUN_DIR`, or `run.explore()` in a notebook";
+  return {
+    cannot: {
+      attribution: `attribution takes the model's gradients, which need ${live}`,
+      snapshots: `attention over training reads the run's snapshots, which need ${live}`,
+    },
+    models: async () => (await opened, ask("models", {})),
+    step: async (name, sentence, prefix = [], override = {}, attribution = null) =>
+      (await opened, ask("step", { model: name, sentence, prefix, override, top_k: TOP_K, attribution })),
+    beam: async (name, sentence, beamSize, constraints = null) =>
+      (await opened, ask("beam", { model: name, sentence, beam_size: beamSize, constraints })),
+    snapshots: async (name, sentence) => (await opened, ask("snapshots", { model: name, sentence })),
   };
 }
 
@@ -360,12 +396,13 @@ class Panel {
     this.q(".training-box").ontoggle = (e) => {
       if (e.target.open && !this.training && this.sentence) this.x.timed("training", () => this.follow());
     };
-    if (!this.hasAttention) this.q(".training-box").hidden = true;
+    const cannot = this.x.source.cannot ?? {};
+    if (!this.hasAttention || cannot.snapshots) this.q(".training-box").hidden = true;
     const pick = this.q(".attribution-pick");
     if (!this.hasAttention) pick.querySelector('option[value="shift"]').remove();
-    if (stored) {
+    if (stored || cannot.attribution) {
       pick.disabled = true;
-      pick.title = "attribution takes the model's gradients: it needs a live model";
+      pick.title = cannot.attribution ?? "attribution takes the model's gradients: it needs a live model";
     }
     pick.onchange = () => this.x.timed("attribution", () => this.attribute(pick.value || null));
   }
@@ -772,7 +809,8 @@ export class Explorer {
     try {
       await work();
       await new Promise((done) => requestAnimationFrame(() => setTimeout(done, 0)));
-      timings.push({ kind, ms: performance.now() - start });
+      const shown = performance.now(); // ms since the page began to load
+      timings.push({ kind, ms: shown - start, shown });
     } catch (error) {
       this.notice(error.message, !(error instanceof NeedsServer));
     }
@@ -950,7 +988,12 @@ const pageRoot = document.getElementById("alignmt-page");
 if (pageRoot) {
   const data = document.getElementById("alignmt-data");
   const stored = data ? JSON.parse(data.textContent) : null;
-  const source = stored ? pageSource(stored) : serverSource();
+  // a page `alignmt export --web` wrote names its model folders and runs them itself
+  const folders = pageRoot.dataset.models;
+  const source = stored ? pageSource(stored)
+    : folders ? workerSource(new URL("web/worker.js", import.meta.url),
+      folders.split(" ").map((folder) => new URL(folder, location.href).href))
+    : serverSource();
   const params = new URLSearchParams(location.search);
   const explorer = new Explorer(pageRoot, source, { keys: document });
   explorer.start({

@@ -1,0 +1,81 @@
+"""`alignmt export RUN_DIR --out DIR --web`: an exported folder made a static site. DIR gets
+index.html (the explorer's page), static/ (explorer.js and .css; web/ with the Web Worker
+that runs the graphs, the tokenizers and ONNX Runtime Web) and site.json, which tells the
+worker what the server's /v1/models would say of the model and how it searches. Any static
+file host serves DIR; the page fetches nothing from outside it.
+
+Only the tokenizers that have a twin in static/web/tokenize.js run in the browser: a model
+cut with Moses' rules or SentencePiece is refused before anything is written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from alignmt.answers.registry import model_info
+from alignmt.checkpoint.format import Header
+from alignmt.decoding.door import open_translator
+from alignmt.decoding.exported import ENCODER, STEP, has_int8, int8_name
+
+STATIC = Path(__file__).parent / "static"
+SITE = "site.json"
+INDEX = "index.html"
+# static/web/tokenize.js's twins of alignmt.text.tokenize
+WEB_TOKENIZERS = ("char", "space", "d2l")
+# what the worker's searches read of the run's SearchConfig
+_SEARCH = (
+    "max_len_ratio",
+    "max_len_offset",
+    "beam_size",
+    "length_penalty",
+    "coverage_penalty",
+    "replace_unk",
+)
+
+
+def check_web_tokenizers(header: Header, run_dir: str | Path) -> None:
+    """Raise a ValueError naming the run and the tokenizer unless both sides' tokenizers run
+    in the browser."""
+    for side, tok in (("source", header.src_tokenizer), ("target", header.tgt_tokenizer)):
+        if tok.kind not in WEB_TOKENIZERS:
+            raise ValueError(
+                f"{run_dir}: its {side} tokenizer is {tok.kind}, which does not run in the "
+                f"browser (--web runs {', '.join(WEB_TOKENIZERS)}); export it without --web "
+                "and serve it with `alignmt serve DIR`"
+            )
+
+
+def write_site(folder: str | Path, name: str | None = None) -> list[Path]:
+    """Make the exported `folder` a static site around the graphs it holds: the int8 ones
+    where only they are there, else the float32 ones. `name` is the model's in the page
+    (the folder's name if None).
+
+    Returns:
+        The files and folders written.
+    """
+    folder = Path(folder)
+    int8 = not (folder / STEP).is_file() and has_int8(folder)
+    translator = open_translator(folder)
+    info = model_info(name or folder.resolve().name, translator)
+    search = {key: getattr(translator.search, key) for key in _SEARCH}
+    graphs = {"encoder": ENCODER, "step": STEP}
+    if int8:
+        graphs = {part: int8_name(graph) for part, graph in graphs.items()}
+    site = {"info": info.model_dump(), "search": search, "graphs": graphs}
+    (folder / SITE).write_text(json.dumps(site, indent=1, ensure_ascii=False) + "\n")
+    static = folder / "static"
+    shutil.rmtree(static, ignore_errors=True)
+    static.mkdir()
+    for page_file in ("explorer.js", "explorer.css"):
+        shutil.copy(STATIC / page_file, static / page_file)
+    shutil.copytree(STATIC / "web", static / "web")
+    page = (STATIC / "explorer.html").read_text(encoding="utf-8")
+    page = page.replace(
+        '<div id="alignmt-page"></div>', '<div id="alignmt-page" data-models="."></div>'
+    )
+    page = page.replace(
+        "</title>", '</title>\n<link rel="icon" href="data:,">'
+    )  # no favicon.ico 404
+    (folder / INDEX).write_text(page, encoding="utf-8")
+    return [folder / INDEX, folder / SITE, static]

@@ -1,0 +1,401 @@
+"""The explorer in the browser with nothing installed (`alignmt export RUN --out DIR --web`):
+the site it writes, served as any static host would, runs the model in Chromium with ONNX
+Runtime Web and answers as PyTorch and the server do."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from alignmt.cli import main
+from tests.conftest import SHARED
+
+SENTENCES = 50
+
+
+# --- a static host --------------------------------------------------------------------------
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    asked: list[str]
+
+    def log_message(self, *args) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.asked.append(self.path)
+        super().do_GET()
+
+
+@pytest.fixture
+def host():
+    """Serve a folder over HTTP on localhost, as `python -m http.server` does; yields a
+    function folder -> URL, and the paths the browser asked for are on its `.asked`."""
+    servers = []
+
+    def serve(folder: Path) -> str:
+        handler = type("Handler", (_Quiet,), {"asked": serve.asked})
+        server = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), functools.partial(handler, directory=str(folder))
+        )
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_port}/"
+
+    serve.asked = []
+    yield serve
+    for server in servers:
+        server.shutdown()
+
+
+def ask_worker(browser, url: str, requests: list[dict]) -> list[dict]:
+    """Open `url` (a site's index.html) and put each {what, body} to a Web Worker of its own,
+    as the explorer does; its answers ({answer} or {error, needsServer}), in order."""
+    browser.get(url)
+    browser.set_script_timeout(300)
+    return browser.execute_async_script(
+        """
+        const [requests, done] = arguments;
+        const worker = new Worker("static/web/worker.js", { type: "module" });
+        let last = 0;
+        const ask = (what, body) => new Promise((resolve) => {
+          const id = ++last;
+          const heard = ({ data }) => {
+            if (data.id !== id) return;
+            worker.removeEventListener("message", heard);
+            resolve(data);
+          };
+          worker.addEventListener("message", heard);
+          worker.postMessage({ id, what, body });
+        });
+        (async () => {
+          const opened = await ask("open", { folders: [new URL(".", location.href).href] });
+          if (opened.error) return done([opened]);
+          const answers = [];
+          for (const { what, body } of requests) answers.push(await ask(what, body));
+          done(answers);
+        })();
+        """,
+        requests,
+    )
+
+
+def assert_same(got, want, where: str = "answer", tol: float = 1e-4) -> None:
+    """`got` (the page's) equals `want` (the server's): the same keys and strings, numbers
+    within `tol`."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), f"{where}: {set(got) ^ set(want)}"
+        for key in want:
+            assert_same(got[key], want[key], f"{where}.{key}", tol)
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), f"{where}: {got} != {want}"
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert_same(g, w, f"{where}[{i}]", tol)
+    elif isinstance(want, float) or (isinstance(got, float) and isinstance(want, int)):
+        assert got == pytest.approx(want, abs=tol), f"{where}: {got} != {want}"
+    else:
+        assert got == want, f"{where}: {got!r} != {want!r}"
+
+
+# --- the runs -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def reverse_run(tmp_path_factory) -> Path:
+    """The reversal task's shipped model, trained until it reverses (400 steps)."""
+    from alignmt.config import config_path, load_config
+    from alignmt.training.run import train
+
+    out = tmp_path_factory.mktemp("reverse") / "reverse"
+    cfg = load_config(config_path("reverse"), ["train.steps=400", f"out_dir={out}"])
+    return train(cfg, progress=False).run_dir
+
+
+@pytest.fixture(scope="module")
+def tatoeba_run(tmp_path_factory) -> tuple[Path, list[str]]:
+    """The d2l config on Tatoeba En->Fr (its tokenizer: the book's), smaller and briefly
+    trained, and English sentences from past the pairs it trains and validates on."""
+    from alignmt.config import config_path, load_config
+    from alignmt.text.corpora import CATALOGUE
+    from alignmt.text.download import get
+    from alignmt.training.run import train
+
+    if not (SHARED / "data").is_dir():
+        pytest.skip(f"../shared/data is absent (looked in {SHARED})")
+    root = tmp_path_factory.mktemp("tatoeba")
+    got = get(CATALOGUE["tatoeba"], root / "data", mirror=SHARED / "data")
+    assert not (got.missing or got.refused), got.summary()
+    small = ["model.emb_dim=64", "model.enc_hidden=64", "model.dec_hidden=64", "model.attn_dim=64"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ALIGNMT_DATA", str(root / "data"))
+        cfg = load_config(
+            config_path("d2l_fra_eng"),
+            [*small, "train.steps=300", f"out_dir={root / 'run'}", f"data.cache_dir={root}"],
+        )
+        run = train(cfg, progress=False).run_dir
+    pairs = (root / "data" / "tatoeba" / "eng-fra.tsv").read_text(encoding="utf-8").splitlines()
+    return run, [pair.split("\t")[0] for pair in pairs[1000 : 1000 + SENTENCES]]
+
+
+def export_web(run: Path, out: Path, *flags: str) -> Path:
+    assert main(["export", str(run), "--out", str(out), "--web", *flags]) == 0
+    return out
+
+
+def reversal_sentences() -> list[str]:
+    rng = np.random.default_rng(5)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    return ["".join(rng.choice(letters, rng.integers(3, 11))) for _ in range(SENTENCES)]
+
+
+def server_answers(run: Path, requests: list[dict]) -> list[dict]:
+    """What `alignmt serve RUN` answers to each {what, body}, PyTorch decoding."""
+    from alignmt.answers import inside
+    from alignmt.answers.limits import Limits
+    from alignmt.answers.registry import load_models
+    from alignmt.answers.schemas import BeamRequest, StepRequest
+
+    (model,) = load_models([run]).values()
+    ask = {"step": (inside.step, StepRequest), "beam": (inside.beam, BeamRequest)}
+    answers = []
+    for request in requests:
+        answer, schema = ask[request["what"]]
+        answers.append(json.loads(answer(model, Limits(), schema(**request["body"]))))
+    return answers
+
+
+# --- the page equals PyTorch and the server ---------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["reversal", "tatoeba"])
+def test_the_page_translates_as_pytorch_greedy_and_beam(task, request, browser, host, tmp_path):
+    if task == "reversal":
+        run, sentences = request.getfixturevalue("reverse_run"), reversal_sentences()
+    else:
+        run, sentences = request.getfixturevalue("tatoeba_run")
+    site = export_web(run, tmp_path / "site", "--float32")
+    requests = [{"what": "step", "body": {"sentence": s}} for s in sentences]
+    requests += [{"what": "beam", "body": {"sentence": s, "beam_size": 5}} for s in sentences]
+    got = ask_worker(browser, host(site) + "index.html", requests)
+    want = server_answers(run, requests)
+    for asked, page, server in zip(requests, got, want, strict=True):
+        assert "answer" in page, f"{asked}: the page says {page.get('error')}"
+        answer = page["answer"]
+        if asked["what"] == "step":  # PyTorch's greedy tokens exactly
+            assert answer["tokens"] == server["tokens"], asked
+        else:  # and its best beam-5 hypothesis
+            assert answer["finished"][0]["tokens"] == server["finished"][0]["tokens"], asked
+        # the whole answer: every step's attention and candidates, the tree's every node
+        assert_same(answer, server, f"{asked['what']} {asked['body']['sentence']!r}")
+
+
+@pytest.mark.slow
+def test_forcing_steering_and_the_beam_tree_answer_as_the_server(
+    reverse_run, browser, host, tmp_path
+):
+    site = export_web(reverse_run, tmp_path / "site", "--float32")
+    sentence = "attention"
+    requests = [
+        {"what": "step", "body": {"sentence": sentence, "prefix": ["n", "o"], "top_k": 3}},
+        {"what": "step", "body": {"sentence": sentence, "override": {"1": 0, "4": 8}}},
+        {"what": "step", "body": {"sentence": sentence, "prefix": ["x"], "override": {"0": 2}}},
+        {"what": "step", "body": {"sentence": "abc", "prefix": ["c", "</s>"]}},
+        {"what": "beam", "body": {"sentence": sentence, "beam_size": 3}},
+        {"what": "beam", "body": {"sentence": "zyxwvutsrqpo"}},  # the run's beam: 5
+    ]
+    got = ask_worker(browser, host(site) + "index.html", requests)
+    for asked, page, server in zip(
+        requests, got, server_answers(reverse_run, requests), strict=True
+    ):
+        assert "answer" in page, f"{asked}: the page says {page.get('error')}"
+        assert_same(page["answer"], server, f"{asked}")
+    steered = got[1]["answer"]["steps"]
+    assert steered[1]["overridden"] and steered[1]["attention"][0] == 1.0
+
+
+@pytest.mark.slow
+def test_what_the_browser_cannot_answer_is_refused_with_the_reason(
+    reverse_run, browser, host, tmp_path
+):
+    site = export_web(reverse_run, tmp_path / "site", "--float32")
+    requests = [
+        {"what": "step", "body": {"sentence": "abc", "attribution": "gradient"}},
+        {"what": "snapshots", "body": {"sentence": "abc"}},
+        {"what": "beam", "body": {"sentence": "abc", "constraints": {"include": ["c"]}}},
+        # and what the server refuses, the page refuses with its words
+        {"what": "step", "body": {"sentence": "abc", "prefix": ["no such", "it's"]}},
+        {"what": "step", "body": {"sentence": "abc", "prefix": ["a", "</s>", "b"]}},
+        {"what": "step", "body": {"sentence": "abc", "override": {"0": 9}}},
+        {"what": "step", "body": {"sentence": "abc", "override": {"99": 1}}},
+        {"what": "step", "body": {"sentence": "abc", "top_k": 31}},
+    ]
+    got = ask_worker(browser, host(site) + "index.html", requests)
+    assert [g.get("needsServer") for g in got] == [True] * 3 + [False] * 5
+    assert "gradients" in got[0]["error"] and "snapshots" in got[1]["error"]
+    assert "alignmt serve" in got[2]["error"]
+    assert [g["error"] for g in got[3:]] == server_refusals(reverse_run, requests[3:])
+
+
+def server_refusals(run: Path, requests: list[dict]) -> list[str]:
+    """The message of the 422 the server answers each request with."""
+    from alignmt.answers.limits import RequestError
+
+    said = []
+    for request in requests:
+        with pytest.raises(RequestError) as refused:
+            server_answers(run, [request])
+        said.append(str(refused.value))
+    return said
+
+
+TRICKY = [
+    "I'm home.",
+    "Hello,world!Is it?  Yes .",
+    "ΟΔΟΣ Σ İstanbul STRASSE ß",
+    "caf\u00e9\u202fau\u00a0lait , d'accord ?",
+    "tabs\tstay\tinside  two  spaces",
+    "&amp;apos; &apos;s &quot;q&quot; &#124; &bar; &lt;b&gt; &AMP; & bare",
+    "emoji 👍🏽 e\u0301 ▁ underline",
+    "",
+]
+
+
+@pytest.mark.slow
+def test_the_browser_tokenizers_equal_the_python_ones(reverse_run, browser, host, tmp_path):
+    from alignmt.text.tokenize import CharTokenizer, D2lTokenizer, SpaceTokenizer
+
+    site = export_web(reverse_run, tmp_path / "site", "--float32")
+    browser.get(host(site) + "index.html")
+    tokenizers = [
+        CharTokenizer(lowercase=False),
+        CharTokenizer(lowercase=True),
+        D2lTokenizer(lowercase=True),
+        D2lTokenizer(lowercase=False),
+        SpaceTokenizer(lowercase=False, unescape=False),
+        SpaceTokenizer(lowercase=True, unescape=True),
+    ]
+    specs = [json.loads(t.to_json()) for t in tokenizers]
+    got = browser.execute_async_script(
+        """
+        const [specs, texts, done] = arguments;
+        import(new URL("static/web/tokenize.js", location.href).href).then(({ tokenizer }) =>
+          done(specs.map((spec) => texts.map((text) => {
+            const t = tokenizer(spec);
+            const tokens = t.encode(text);
+            return [tokens, t.decode(tokens)];
+          }))));
+        """,
+        specs,
+        TRICKY,
+    )
+    for tok, answers in zip(tokenizers, got, strict=True):
+        for text, (tokens, decoded) in zip(TRICKY, answers, strict=True):
+            assert tokens == tok.encode(text), (tok, text)
+            assert decoded == tok.decode(tok.encode(text)), (tok, text)
+
+
+def test_the_export_refuses_a_tokenizer_the_browser_lacks_before_writing(toy_run, tmp_path, capsys):
+    out = tmp_path / "site"
+    assert main(["export", str(toy_run), "--out", str(out), "--web"]) == 2
+    said = capsys.readouterr().err
+    assert "source tokenizer is moses, which does not run in the browser" in said
+    assert "char, space, d2l" in said and not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tolerance", [0.0, 1.0])
+def test_the_site_keeps_int8_graphs_only_within_the_tolerance(
+    tolerance, reverse_run, tmp_path, monkeypatch, capsys
+):
+    from alignmt.decoding.door import open_translator
+    from alignmt.decoding.onnx_engine import int8
+
+    monkeypatch.setattr(int8, "INT8_TOLERANCE", tolerance)
+    site = export_web(reverse_run, tmp_path / "site")
+    kept = "int8" if tolerance else "float32"
+    assert f"the site runs the {kept} graphs" in capsys.readouterr().out
+    graphs = sorted(p.name for p in site.glob("*.onnx"))
+    want = ["encoder.int8.onnx", "step.int8.onnx"] if tolerance else ["encoder.onnx", "step.onnx"]
+    assert graphs == want
+    site_json = json.loads((site / "site.json").read_text())
+    assert site_json["graphs"] == {"encoder": want[0], "step": want[1]}
+    assert site_json["info"]["weights"] == kept and site_json["info"]["name"] == reverse_run.name
+    translator = open_translator(site)  # `alignmt translate DIR` runs what the page runs
+    assert translator.search.weights == kept
+    (best, *_), *_ = translator.translate(["abcdef"])
+    assert best.tokens[:6] == list("fedcba")
+
+
+@pytest.fixture(scope="module")
+def local_browser():
+    """A headless Chromium in which no host name resolves: the page can load only what the
+    static host on 127.0.0.1 serves, as offline as a page over HTTP can be."""
+    from benchmarks.browser import LOCAL_ONLY, BrowserUnavailable, start_chromium
+
+    try:
+        driver = start_chromium(flags=LOCAL_ONLY)
+    except BrowserUnavailable as error:
+        if os.environ.get("CI"):
+            pytest.fail(f"the browser test cannot run: {error}")
+        pytest.skip(f"no browser: {error}")
+    yield driver
+    driver.quit()
+
+
+@pytest.mark.slow
+def test_a_link_opens_the_page_on_a_sentence_that_steps_forces_and_steers_offline(
+    reverse_run, local_browser, host, tmp_path
+):
+    from benchmarks.browser import Explorer
+
+    site = export_web(reverse_run, tmp_path / "site")
+    url = host(site)
+    page = Explorer(local_browser)
+    page.open(url + "index.html?sentence=attention")
+    page.wait_for(1)  # translated and shown at once
+    greedy = {"sentence": "attention"}
+    assert (
+        page.panel()["tokens"]
+        == server_answers(reverse_run, [{"what": "step", "body": greedy}])[0]["tokens"]
+    )
+    page.key("ArrowRight")
+    page.key("ArrowRight")
+    shown = page.panel()
+    assert shown["current"] == 2
+    forced, prefix = shown["candidates"][1], shown["tokens"][:2]
+    bodies = [
+        {"sentence": "attention", "prefix": [*prefix, forced]},
+        {"sentence": "attention", "prefix": prefix, "override": {"2": 0}},
+    ]
+    want = server_answers(reverse_run, [{"what": "step", "body": b} for b in bodies])
+    beam = server_answers(reverse_run, [{"what": "beam", "body": {"sentence": "attention"}}])[0]
+    page.force(forced)
+    assert page.panel()["tokens"] == want[0]["tokens"]
+    page.override(0)
+    now = page.panel()
+    assert now["whatif"]["kind"] == "override" and now["current"] == 2
+    assert now["alpha"][0] == 1.0 and now["tokens"] == want[1]["tokens"]
+    assert page.open_beam()["nodes"] == len(beam["nodes"])
+    # what needs a live model is hidden or says why, never broken
+    pick = page.js(
+        "const p = document.querySelector('.attribution-pick'); return [p.disabled, p.title]"
+    )
+    assert pick[0] and "gradients" in pick[1]
+    assert page.js("return document.querySelector('.training-box').hidden")
+    shot = Path(os.environ.get("ALIGNMT_SCREENSHOT", tmp_path / "web.png"))
+    local_browser.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000
+    # every file came from the folder, and the folder's graphs, worker and runtime were used
+    assert all(resource.startswith(url) for resource in page.resources())
+    files = {"/" + p.relative_to(site).as_posix() for p in site.rglob("*") if p.is_file()}
+    fetched = {path.split("?")[0] for path in host.asked}
+    assert fetched <= files, fetched - files
+    assert {"/step.onnx", "/encoder.onnx", "/static/web/ort/ort-wasm-simd-threaded.wasm"} <= fetched
