@@ -160,10 +160,15 @@ def server_answers(run: Path, requests: list[dict]) -> list[dict]:
     from alignmt.answers import inside
     from alignmt.answers.limits import Limits
     from alignmt.answers.registry import load_models
-    from alignmt.answers.schemas import BeamRequest, StepRequest
+    from alignmt.answers.schemas import BeamRequest, StepRequest, TranslateRequest
+    from alignmt.answers.translate import translate_batch
 
     (model,) = load_models([run]).values()
-    ask = {"step": (inside.step, StepRequest), "beam": (inside.beam, BeamRequest)}
+    ask = {
+        "step": (inside.step, StepRequest),
+        "beam": (inside.beam, BeamRequest),
+        "translate": (lambda *a: translate_batch(*a[:2], [a[2]])[0], TranslateRequest),
+    }
     answers = []
     for request in requests:
         answer, schema = ask[request["what"]]
@@ -184,6 +189,10 @@ def test_the_page_translates_as_pytorch_greedy_and_beam(task, request, browser, 
     site = export_web(run, tmp_path / "site", "--float32")
     requests = [{"what": "step", "body": {"sentence": s}} for s in sentences]
     requests += [{"what": "beam", "body": {"sentence": s, "beam_size": 5}} for s in sentences]
+    requests += [  # all at once, as /v1/translate: greedy in one batch, and beam 5's two best
+        {"what": "translate", "body": {"sentences": sentences, "beam_size": 1, "attention": True}},
+        {"what": "translate", "body": {"sentences": sentences, "beam_size": 5, "nbest": 2}},
+    ]
     got = ask_worker(browser, host(site) + "index.html", requests)
     want = server_answers(run, requests)
     for asked, page, server in zip(requests, got, want, strict=True):
@@ -191,10 +200,10 @@ def test_the_page_translates_as_pytorch_greedy_and_beam(task, request, browser, 
         answer = page["answer"]
         if asked["what"] == "step":  # PyTorch's greedy tokens exactly
             assert answer["tokens"] == server["tokens"], asked
-        else:  # and its best beam-5 hypothesis
+        elif asked["what"] == "beam":  # and its best beam-5 hypothesis
             assert answer["finished"][0]["tokens"] == server["finished"][0]["tokens"], asked
         # the whole answer: every step's attention and candidates, the tree's every node
-        assert_same(answer, server, f"{asked['what']} {asked['body']['sentence']!r}")
+        assert_same(answer, server, f"{asked['what']} {asked['body'].get('sentence')!r}")
 
 
 @pytest.mark.slow

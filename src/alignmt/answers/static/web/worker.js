@@ -51,6 +51,7 @@ class Model {
     this.tgt = { vocab: new Vocab(JSON.parse(manifest.tgt_vocab).itos),
       tokenizer: tokenizer(JSON.parse(manifest.tgt_tokenizer)) };
     this.bos = manifest.bos_id;
+    this.pad = manifest.pad_id;
     this.eos = manifest.eos_id;
     this.stateNames = manifest.state;
     this.memoryNames = manifest.memory;
@@ -67,14 +68,20 @@ class Model {
     return Math.max(Math.trunc(product) + this.search.max_len_offset, 1);
   }
 
-  /** Source ids (ending in </s>) -> the first state and the memory, one row each. */
-  async encode(ids) {
-    const src = new ort.Tensor("int64", BigInt64Array.from(ids, BigInt), [1, ids.length]);
-    const srcLen = new ort.Tensor("int64", BigInt64Array.of(BigInt(ids.length)), [1]);
-    const out = await this.encoder.run({ src, src_len: srcLen });
+  /** Sentences' source ids (each ending in </s>) -> the first state and the memory, a row
+      each, the batch padded to its longest. */
+  async encode(sentences) {
+    const T = Math.max(...sentences.map((ids) => ids.length));
+    const src = new BigInt64Array(sentences.length * T).fill(BigInt(this.pad));
+    sentences.forEach((ids, b) => src.set(ids.map(BigInt), b * T));
+    const lengths = BigInt64Array.from(sentences, (ids) => BigInt(ids.length));
+    const out = await this.encoder.run({
+      src: new ort.Tensor("int64", src, [sentences.length, T]),
+      src_len: new ort.Tensor("int64", lengths, [sentences.length]),
+    });
     const memory = Object.fromEntries(this.memoryNames.map((n) => [n, out[n]]));
     const state = Object.fromEntries(this.stateNames.map((n) => [n, out[`first_${n}`]]));
-    return { state, memory, length: ids.length };
+    return { state, memory };
   }
 
   /** One decoder step over N rows: log-probabilities (N x V, flat), the new state, alpha
@@ -171,7 +178,7 @@ async function step(model, { sentence, prefix = [], override = {}, top_k: k = 5,
   }
   checkForcing(prefix, steered, limit, src.tokens.length, vocab);
   const follow = prefix.map((t) => vocab.stoi.get(t));
-  let { state, memory } = await model.encode(src.ids);
+  let { state, memory } = await model.encode([src.ids]);
   const V = vocab.size, T = src.ids.length;
   const steps = [];
   let prev = model.bos;
@@ -245,7 +252,7 @@ async function beam(model, { sentence, beam_size: size = null, constraints = nul
   const src = source(model, sentence);
   const limit = model.limit(src.tokens.length);
   const V = model.tgt.vocab.size, T = src.ids.length;
-  const encoded = await model.encode(src.ids);
+  const encoded = await model.encode([src.ids]);
   const repeat = new Array(K).fill(0);
   let state = pick(encoded.state, repeat);
   const memory = pick(encoded.memory, repeat);
@@ -333,6 +340,74 @@ function hypothesis(model, src, nodes, id) {
   };
 }
 
+/** /v1/translate: many sentences at once, greedy in one batch (every sentence's rows step
+    together) or each by beam search, the n best of each. */
+async function translate(model, { sentences, beam_size: size = null, nbest = 1, attention = false,
+  sample = null, constraints = null }) {
+  if (sample || constraints) {
+    throw new Refused("sampling and constrained search run on the server (`alignmt serve`)");
+  }
+  const K = size ?? model.search.beam_size;
+  if (nbest > K) throw new Invalid(`nbest: ${nbest} hypotheses need a beam of at least ${nbest}, not ${K}`);
+  const sources = sentences.map((sentence) => source(model, sentence));
+  const found = K === 1 ? await greedy(model, sources)
+    : await Promise.all(sentences.map(async (sentence) =>
+      (await beam(model, { sentence, beam_size: K })).finished.slice(0, nbest)));
+  return {
+    model: model.info.name,
+    beam_size: K,
+    translations: sources.map((src, b) => ({
+      source_tokens: src.read,
+      hypotheses: found[b].map((h) => ({ ...h, attention: attention ? h.attention : null })),
+    })),
+  };
+}
+
+/** Greedy decoding of `sources` in one batch, each row until its </s> or its length limit,
+    the rows still going stepped together (ended ones leave the batch): one hypothesis
+    each, as `hypothesis` words it. */
+async function greedy(model, sources) {
+  let { memory, state } = await model.encode(sources.map((src) => src.ids));
+  const V = model.tgt.vocab.size, T = memory.mask.dims[1];
+  const limits = sources.map((src) => model.limit(src.tokens.length));
+  const rows = sources.map(() => ({ ids: [], logProbs: [], attention: [] }));
+  let going = sources.map((_, b) => b); // the sentence of each row of the batch
+  let prev = going.map(() => model.bos);
+  while (going.length) {
+    const out = await model.step(prev, state, memory);
+    going.forEach((b, r) => {
+      const [[id, logProb]] = topK(out.logProbs, r * V, V, 1);
+      rows[b].ids.push(id);
+      rows[b].logProbs.push(logProb);
+      if (out.alpha) rows[b].attention.push(row(out.alpha, r, T).slice(0, sources[b].ids.length));
+    });
+    const kept = [...going.keys()].filter((r) => !ended(rows[going[r]], limits[going[r]], model.eos));
+    if (kept.length < going.length) {
+      memory = pick(memory, kept);
+      state = pick(out.state, kept);
+    } else {
+      state = out.state;
+    }
+    going = kept.map((r) => going[r]);
+    prev = going.map((b) => rows[b].ids.at(-1));
+  }
+  return rows.map((r, b) => {
+    const attention = model.attention ? r.attention : null;
+    const said = words(model, sources[b], r.ids, attention);
+    return [{
+      text: said.text,
+      tokens: said.tokens,
+      score: r.logProbs.reduce((sum, lp) => sum + lp, 0),
+      probabilities: r.logProbs.map((lp) => round(Math.exp(lp))),
+      attention: attention && attention.map((a) => a.map(round)),
+      alignment: said.alignment,
+      met: null,
+    }];
+  });
+}
+
+const ended = (r, limit, eos) => r.ids.length >= limit || r.ids.at(-1) === eos;
+
 // ---- The messages ------------------------------------------------------------------------------------
 
 let models = null; // name -> Model, once opened
@@ -344,6 +419,7 @@ const ANSWERS = {
     return [...models.keys()];
   },
   models: async () => [...models.values()].map((m) => m.info),
+  translate: (body) => translate(named(body.model), body),
   step: (body) => step(named(body.model), body),
   beam: (body) => beam(named(body.model), body),
   snapshots: async () => {
