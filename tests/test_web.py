@@ -408,3 +408,27 @@ def test_a_link_opens_the_page_on_a_sentence_that_steps_forces_and_steers_offlin
     fetched = {path.split("?")[0] for path in host.asked}
     assert fetched <= files, fetched - files
     assert {"/step.onnx", "/encoder.onnx", "/static/web/ort/ort-wasm-simd-threaded.wasm"} <= fetched
+
+
+@pytest.mark.slow
+def test_opened_from_a_file_the_page_says_to_serve_it(reverse_run, browser, tmp_path):
+    site = export_web(reverse_run, tmp_path / "site", "--float32")
+    browser.get((site / "index.html").as_uri())  # module scripts do not run from file://
+    said = browser.find_element("css selector", "#alignmt-page").text
+    assert "served over HTTP" in said and "python -m http.server" in said
+
+
+def test_the_runtime_in_the_package_is_the_one_the_lock_file_pins():
+    root = Path(__file__).resolve().parents[1]
+    pinned = json.loads((root / "web" / "package.json").read_text())["dependencies"]
+    locked = json.loads((root / "web" / "package-lock.json").read_text())["packages"]
+    version = locked["node_modules/onnxruntime-web"]["version"]
+    assert pinned["onnxruntime-web"] == version
+    ort = root / "src" / "alignmt" / "answers" / "static" / "web" / "ort"
+    assert (ort / "VERSION").read_text().startswith(f"onnxruntime-web {version},")
+    names = {"ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"}
+    assert names <= {p.name for p in ort.iterdir()}
+    assert (
+        f"ONNX Runtime Web v{version}\n"
+        in (ort / "ort.wasm.min.mjs").read_text(encoding="utf-8")[:200]
+    )

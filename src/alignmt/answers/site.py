@@ -34,6 +34,16 @@ _SEARCH = (
 )
 
 
+# What the page shows until the explorer replaces it: all it can show where the browser runs
+# none of its scripts, as for a page opened from a file (module scripts need HTTP).
+_OVER_HTTP = (
+    '<p style="font: 16px sans-serif; margin: 2em">This page runs a translation model in your '
+    "browser, which browsers allow only for a page served over HTTP: in this folder, run "
+    '<code>python -m http.server</code> and open <a href="http://localhost:8000">'
+    "http://localhost:8000</a>, or put the folder on any static host.</p>"
+)
+
+
 def check_web_tokenizers(header: Header, run_dir: str | Path) -> None:
     """Raise a ValueError naming the run and the tokenizer unless both sides' tokenizers run
     in the browser."""
@@ -72,7 +82,8 @@ def write_site(folder: str | Path, name: str | None = None) -> list[Path]:
     shutil.copytree(STATIC / "web", static / "web")
     page = (STATIC / "explorer.html").read_text(encoding="utf-8")
     page = page.replace(
-        '<div id="alignmt-page"></div>', '<div id="alignmt-page" data-models="."></div>'
+        '<div id="alignmt-page"></div>',
+        f'<div id="alignmt-page" data-models=".">{_OVER_HTTP}</div>',
     )
     page = page.replace(
         "</title>", '</title>\n<link rel="icon" href="data:,">'

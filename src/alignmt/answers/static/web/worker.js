@@ -1,11 +1,11 @@
 /* The explorer's fourth host: a Web Worker that runs an exported model's two graphs with ONNX
    Runtime Web (WebAssembly) and answers the explorer's questions in the page, with nothing
-   installed and no server. It answers as the server's /v1/models, /v1/step and /v1/beam do
-   (alignmt.answers.inside, over the torch engine's decoding/torch_engine/trace.py): the same
-   step-through with a forced prefix and an attention override, the same beam search and
-   tree, under the same length limit, length penalty and stopping rule
-   (alignmt.decoding.rules). What needs the model's gradients or its training run (attribution,
-   snapshots) or a constrained search is refused with the reason.
+   installed and no server. It answers as the server's /v1/models, /v1/translate, /v1/step
+   and /v1/beam do (alignmt.answers, over the torch engine's decoding/torch_engine/trace.py):
+   the same translations, the same step-through with a forced prefix and an attention
+   override, the same beam search and tree, under the same length limit, length penalty and
+   stopping rule (alignmt.decoding.rules). What needs the model's gradients or its training
+   run (attribution, snapshots), sampling or a constrained search is refused with the reason.
 
    Messages: {id, what, body} in; {id, answer} or {id, error, needsServer} out. The first
    message, {what: "open", body: {folders}}, opens the exported folders (URLs relative to the
