@@ -12,6 +12,7 @@ their offline form.
 
 from __future__ import annotations
 
+import os
 from importlib.metadata import version as _version
 from pathlib import Path
 
@@ -45,6 +46,15 @@ nb_output_stderr = "remove"
 # offline form (HTML) is shown instead.
 nb_ipywidgets_js = {}
 nb_mime_priority_overrides = [("html", "application/vnd.jupyter.widget-view+json", None)]
+
+# The live explorers: the bottleneck and d2l tutorials export the models they train with
+# `alignmt export --web` into live/ here (their kernels read ALIGNMT_DOCS_LIVE), and the build
+# copies it into the site, beside the pages that open it. It lives in _build with the
+# notebooks' execution cache, so a tutorial the cache does not run again keeps its export.
+_EXTRA = Path(__file__).parent / "_build" / "extra"
+(_EXTRA / "live").mkdir(parents=True, exist_ok=True)
+os.environ["ALIGNMT_DOCS_LIVE"] = str(_EXTRA / "live")
+html_extra_path = [str(_EXTRA)]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
