@@ -9,6 +9,7 @@ CI builds the site (which executes the tutorials) and then runs this file."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from html.parser import HTMLParser
@@ -157,3 +158,50 @@ def test_pages_open_offline_in_a_browser(browser, page, tmp_path):
         finally:
             browser.switch_to.default_content()
     browser.save_screenshot(str(tmp_path / f"{page.replace('/', '_')}.png"))
+
+
+def test_the_tutorials_export_their_models_into_the_site_as_live_explorers():
+    for name in ("bottleneck", "d2l"):
+        live = SITE / "live" / name
+        site = json.loads((live / "site.json").read_text())
+        assert (live / "index.html").is_file() and (live / site["graphs"]["step"]).is_file()
+        assert (live / "static" / "web" / "ort" / "ort-wasm-simd-threaded.wasm").is_file()
+        page = (SITE / "tutorials" / f"{name}.html").read_text()
+        assert f'src="../live/{name}/index.html?sentence=' in page
+    assert (SITE / "try.html").read_text().count('class="alignmt-live"') == 2
+
+
+def test_a_reader_types_a_sentence_into_a_live_explorer_and_steps_it(tmp_path):
+    """Served over HTTP, as a static host serves the site, in a browser that can reach no
+    other host: the try page's reversal explorer answers a typed string."""
+    import functools
+    import http.server
+    import threading
+
+    from benchmarks.browser import LOCAL_ONLY, Explorer, start_chromium
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(SITE))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    driver = start_chromium(flags=LOCAL_ONLY)
+    try:
+        driver.get(f"http://127.0.0.1:{server.server_port}/try.html")
+        frame = driver.find_element("css selector", "iframe.alignmt-live")
+        driver.execute_script("arguments[0].scrollIntoView()", frame)
+        driver.switch_to.frame(frame)
+        page = Explorer(driver, timeout=60)
+        page.wait_for(1)  # the linked sentence, translated at once
+        page.translate("student")
+        page.act("document.querySelector('.panel .next').click()")
+        shown = page.panel()
+        assert shown["source"][:7] == list("student") and shown["current"] == 1
+        assert "".join(shown["tokens"][:7]) == "tneduts"  # the model reverses it
+        driver.switch_to.default_content()
+        driver.save_screenshot(str(tmp_path / "try.png"))
+    finally:
+        driver.quit()
+        server.shutdown()

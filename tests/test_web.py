@@ -144,6 +144,12 @@ def tatoeba_run(tmp_path_factory) -> tuple[Path, list[str]]:
     return run, [pair.split("\t")[0] for pair in pairs[1000 : 1000 + SENTENCES]]
 
 
+@pytest.fixture(scope="module")
+def reverse_site(reverse_run, tmp_path_factory) -> Path:
+    """The reversal run exported with --web, float32 graphs; no test writes to it."""
+    return export_web(reverse_run, tmp_path_factory.mktemp("reverse_site") / "site", "--float32")
+
+
 def export_web(run: Path, out: Path, *flags: str) -> Path:
     assert main(["export", str(run), "--out", str(out), "--web", *flags]) == 0
     return out
@@ -208,9 +214,9 @@ def test_the_page_translates_as_pytorch_greedy_and_beam(task, request, browser, 
 
 @pytest.mark.slow
 def test_forcing_steering_and_the_beam_tree_answer_as_the_server(
-    reverse_run, browser, host, tmp_path
+    reverse_run, reverse_site, browser, host, tmp_path
 ):
-    site = export_web(reverse_run, tmp_path / "site", "--float32")
+    site = reverse_site
     sentence = "attention"
     requests = [
         {"what": "step", "body": {"sentence": sentence, "prefix": ["n", "o"], "top_k": 3}},
@@ -232,9 +238,9 @@ def test_forcing_steering_and_the_beam_tree_answer_as_the_server(
 
 @pytest.mark.slow
 def test_what_the_browser_cannot_answer_is_refused_with_the_reason(
-    reverse_run, browser, host, tmp_path
+    reverse_run, reverse_site, browser, host, tmp_path
 ):
-    site = export_web(reverse_run, tmp_path / "site", "--float32")
+    site = reverse_site
     requests = [
         {"what": "step", "body": {"sentence": "abc", "attribution": "gradient"}},
         {"what": "snapshots", "body": {"sentence": "abc"}},
@@ -278,11 +284,10 @@ TRICKY = [
 
 
 @pytest.mark.slow
-def test_the_browser_tokenizers_equal_the_python_ones(reverse_run, browser, host, tmp_path):
+def test_the_browser_tokenizers_equal_the_python_ones(reverse_site, browser, host):
     from alignmt.text.tokenize import CharTokenizer, D2lTokenizer, SpaceTokenizer
 
-    site = export_web(reverse_run, tmp_path / "site", "--float32")
-    browser.get(host(site) + "index.html")
+    browser.get(host(reverse_site) + "index.html")
     tokenizers = [
         CharTokenizer(lowercase=False),
         CharTokenizer(lowercase=True),
@@ -361,11 +366,11 @@ def local_browser():
 
 @pytest.mark.slow
 def test_a_link_opens_the_page_on_a_sentence_that_steps_forces_and_steers_offline(
-    reverse_run, local_browser, host, tmp_path
+    reverse_run, reverse_site, local_browser, host, tmp_path
 ):
     from benchmarks.browser import Explorer
 
-    site = export_web(reverse_run, tmp_path / "site")
+    site = reverse_site
     url = host(site)
     page = Explorer(local_browser)
     page.open(url + "index.html?sentence=attention")
@@ -411,9 +416,8 @@ def test_a_link_opens_the_page_on_a_sentence_that_steps_forces_and_steers_offlin
 
 
 @pytest.mark.slow
-def test_opened_from_a_file_the_page_says_to_serve_it(reverse_run, browser, tmp_path):
-    site = export_web(reverse_run, tmp_path / "site", "--float32")
-    browser.get((site / "index.html").as_uri())  # module scripts do not run from file://
+def test_opened_from_a_file_the_page_says_to_serve_it(reverse_site, browser):
+    browser.get((reverse_site / "index.html").as_uri())  # module scripts do not run from file://
     said = browser.find_element("css selector", "#alignmt-page").text
     assert "served over HTTP" in said and "python -m http.server" in said
 
