@@ -9,14 +9,47 @@ a notebook widget) has no answer pending and the page has recorded the interacti
 
 from __future__ import annotations
 
+import functools
+import http.server
 import shutil
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # The explorer in the page: the first, as a page holds one (a notebook may hold several).
 _ROOT = "const root = document.querySelector('.alignmt');"
 OFFLINE = {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1}
+
+
+class StaticHost:
+    """A folder served on 127.0.0.1 by Python's http.server in a thread, as
+    `python -m http.server` or any static host serves it: `with StaticHost(folder) as url`.
+    `asked` lists the paths the browser fetched, in order."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.asked: list[str] = []
+        asked = self.asked
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:  # quiet: the tests print their own
+                return None
+
+            def do_GET(self) -> None:
+                asked.append(self.path)
+                super().do_GET()
+
+        handler = functools.partial(Handler, directory=str(folder))
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+
+    def __enter__(self) -> str:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_port}/"
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class BrowserUnavailable(RuntimeError):

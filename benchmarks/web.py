@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.browser import LOCAL_ONLY, Explorer, start_chromium
+from benchmarks.browser import LOCAL_ONLY, Explorer, StaticHost, start_chromium
 
 from alignmt.cli import main as alignmt
 from alignmt.text.corpus import read_lines
@@ -58,7 +58,7 @@ def main() -> None:
         flags = ["--float32"] if args.float32 else []
         assert alignmt(["export", args.run_dir, "--out", str(site), "--web", *flags]) == 0
         sizes = folder_sizes(site)
-        with static_host(site) as url:
+        with StaticHost(site) as url:
             opens = [open_seconds(url, sentences[0]) for _ in range(args.opens)]
             page_rate = page_sentences_per_second(url, sentences)
         python_rate = python_sentences_per_second(site, sentences)
@@ -98,31 +98,6 @@ def folder_sizes(site: Path) -> dict[str, tuple[int, int]]:
         parts[part][1] += len(gzip.compress(data, compresslevel=6))
     total = [sum(p[0] for p in parts.values()), sum(p[1] for p in parts.values())]
     return {name: tuple(size) for name, size in {**parts, "whole folder": total}.items()}
-
-
-class static_host:
-    """The folder served on 127.0.0.1 by Python's http.server, in a thread."""
-
-    def __init__(self, folder: Path) -> None:
-        import functools
-        import http.server
-
-        class Quiet(http.server.SimpleHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(
-            ("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder))
-        )
-
-    def __enter__(self) -> str:
-        import threading
-
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.server.server_port}/"
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
 
 
 def open_seconds(url: str, sentence: str) -> float:

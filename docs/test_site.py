@@ -174,34 +174,23 @@ def test_the_tutorials_export_their_models_into_the_site_as_live_explorers():
 def test_a_reader_types_a_sentence_into_a_live_explorer_and_steps_it(tmp_path):
     """Served over HTTP, as a static host serves the site, in a browser that can reach no
     other host: the try page's reversal explorer answers a typed string."""
-    import functools
-    import http.server
-    import threading
+    from benchmarks.browser import LOCAL_ONLY, Explorer, StaticHost, start_chromium
 
-    from benchmarks.browser import LOCAL_ONLY, Explorer, start_chromium
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
-
-    handler = functools.partial(Quiet, directory=str(SITE))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     driver = start_chromium(flags=LOCAL_ONLY)
-    try:
-        driver.get(f"http://127.0.0.1:{server.server_port}/try.html")
-        frame = driver.find_element("css selector", "iframe.alignmt-live")
-        driver.execute_script("arguments[0].scrollIntoView()", frame)
-        driver.switch_to.frame(frame)
-        page = Explorer(driver, timeout=60)
-        page.wait_for(1)  # the linked sentence, translated at once
-        page.translate("student")
-        page.act("document.querySelector('.panel .next').click()")
-        shown = page.panel()
-        assert shown["source"][:7] == list("student") and shown["current"] == 1
-        assert "".join(shown["tokens"][:7]) == "tneduts"  # the model reverses it
-        driver.switch_to.default_content()
-        driver.save_screenshot(str(tmp_path / "try.png"))
-    finally:
-        driver.quit()
-        server.shutdown()
+    with StaticHost(SITE) as url:
+        try:
+            driver.get(f"{url}try.html")
+            frame = driver.find_element("css selector", "iframe.alignmt-live")
+            driver.execute_script("arguments[0].scrollIntoView()", frame)
+            driver.switch_to.frame(frame)
+            page = Explorer(driver, timeout=60)
+            page.wait_for(1)  # the linked sentence, translated at once
+            page.translate("student")
+            page.act("document.querySelector('.panel .next').click()")
+            shown = page.panel()
+            assert shown["source"][:7] == list("student") and shown["current"] == 1
+            assert "".join(shown["tokens"][:7]) == "tneduts"  # the model reverses it
+            driver.switch_to.default_content()
+            driver.save_screenshot(str(tmp_path / "try.png"))
+        finally:
+            driver.quit()

@@ -4,11 +4,9 @@ Runtime Web and answers as PyTorch and the server do."""
 
 from __future__ import annotations
 
-import functools
-import http.server
+import contextlib
 import json
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -23,36 +21,21 @@ SENTENCES = 50
 # --- a static host --------------------------------------------------------------------------
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    asked: list[str]
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        self.asked.append(self.path)
-        super().do_GET()
-
-
 @pytest.fixture
 def host():
     """Serve a folder over HTTP on localhost, as `python -m http.server` does; yields a
     function folder -> URL, and the paths the browser asked for are on its `.asked`."""
-    servers = []
+    from benchmarks.browser import StaticHost
 
-    def serve(folder: Path) -> str:
-        handler = type("Handler", (_Quiet,), {"asked": serve.asked})
-        server = http.server.ThreadingHTTPServer(
-            ("127.0.0.1", 0), functools.partial(handler, directory=str(folder))
-        )
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_port}/"
+    with contextlib.ExitStack() as hosts:
 
-    serve.asked = []
-    yield serve
-    for server in servers:
-        server.shutdown()
+        def serve(folder: Path) -> str:
+            host = StaticHost(folder)
+            serve.asked = host.asked
+            return hosts.enter_context(host)
+
+        serve.asked = []
+        yield serve
 
 
 def ask_worker(browser, url: str, requests: list[dict]) -> list[dict]:
