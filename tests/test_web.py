@@ -145,7 +145,8 @@ def reversal_sentences() -> list[str]:
 
 
 def server_answers(run: Path, requests: list[dict]) -> list[dict]:
-    """What `alignmt serve RUN` answers to each {what, body}, PyTorch decoding."""
+    """What `alignmt serve RUN` answers to each {what, body}: PyTorch decoding for a run
+    folder, ONNX Runtime for an exported one (which answers translate alone)."""
     from alignmt.answers import inside
     from alignmt.answers.limits import Limits
     from alignmt.answers.registry import load_models
@@ -305,6 +306,27 @@ def test_the_export_refuses_a_tokenizer_the_browser_lacks_before_writing(toy_run
     said = capsys.readouterr().err
     assert "source tokenizer is moses, which does not run in the browser" in said
     assert "char, space, d2l" in said and not out.exists()
+
+
+@pytest.mark.slow
+def test_int8_graphs_run_in_the_page_as_onnx_runtime_runs_them(
+    reverse_run, browser, host, tmp_path, monkeypatch
+):
+    from alignmt.decoding.onnx_engine import int8
+
+    monkeypatch.setattr(int8, "INT8_TOLERANCE", 1.0)  # int8 kept, whatever it moves
+    site = export_web(reverse_run, tmp_path / reverse_run.name)  # the server names it so
+    assert not (site / "step.onnx").exists()
+    # one sentence a request: dynamic quantization reads each batch's range
+    requests = [
+        {"what": "translate", "body": {"sentences": [s], "beam_size": b, "attention": True}}
+        for s in reversal_sentences()[:10]
+        for b in (1, 3)
+    ]
+    got = ask_worker(browser, host(site) + "index.html", requests)
+    for asked, page, native in zip(requests, got, server_answers(site, requests), strict=True):
+        assert "answer" in page, f"{asked}: the page says {page.get('error')}"
+        assert_same(page["answer"], native, f"{asked['body']}")
 
 
 @pytest.mark.slow
