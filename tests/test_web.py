@@ -196,6 +196,41 @@ def test_the_page_translates_as_pytorch_greedy_and_beam(task, request, browser, 
         assert_same(answer, server, f"{asked['what']} {asked['body'].get('sentence')!r}")
 
 
+ARCHITECTURES = {
+    "lstm-vanilla": ["model.rnn=lstm", "model.attention=none"],
+    "lstm-luong-local_p-general": [
+        "model.rnn=lstm",
+        "model.order=luong",
+        "model.attention=general",
+        "model.attention_window=local_p",
+        "model.window=2",
+    ],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ARCHITECTURES)
+def test_other_architectures_answer_in_the_page_as_on_the_server(name, browser, host, tmp_path):
+    """A cell with a memory cell, a model without attention, and Luong's order with a local
+    window, whose every step also says its centre p_i."""
+    from alignmt.config import config_path, load_config
+    from alignmt.training.run import train
+
+    overrides = [*ARCHITECTURES[name], "train.steps=200", f"out_dir={tmp_path / name}"]
+    run = train(load_config(config_path("reverse"), overrides), progress=False).run_dir
+    site = export_web(run, tmp_path / "site", "--float32")
+    sentences = reversal_sentences()[:8]
+    requests = [{"what": "step", "body": {"sentence": s, "prefix": ["z"]}} for s in sentences]
+    requests += [{"what": "beam", "body": {"sentence": s, "beam_size": 4}} for s in sentences]
+    requests.append({"what": "translate", "body": {"sentences": sentences, "beam_size": 1}})
+    got = ask_worker(browser, host(site) + "index.html", requests)
+    for asked, page, server in zip(requests, got, server_answers(run, requests), strict=True):
+        assert "answer" in page, f"{asked}: the page says {page.get('error')}"
+        assert_same(page["answer"], server, f"{name} {asked['what']}")
+    if "local" in name:  # the window's centre, step by step
+        assert all(step["centre"] is not None for step in got[0]["answer"]["steps"])
+
+
 @pytest.mark.slow
 def test_forcing_steering_and_the_beam_tree_answer_as_the_server(
     reverse_run, reverse_site, browser, host, tmp_path

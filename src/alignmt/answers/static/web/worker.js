@@ -89,14 +89,16 @@ class Model {
       attention at this step, or null. */
   async step(prev, state, memory, steer = null) {
     const rows = prev.length;
-    const feeds = { prev: new ort.Tensor("int64", BigInt64Array.from(prev, BigInt), [rows]),
+    const given = { prev: new ort.Tensor("int64", BigInt64Array.from(prev, BigInt), [rows]),
       ...state, ...memory };
     if (this.steers) {
       const T = memory.mask.dims[1];
       const weights = new Float32Array(rows * T);
       if (steer !== null) for (let r = 0; r < rows; r++) weights[r * T + steer] = 1;
-      feeds.steer = new ort.Tensor("float32", weights, [rows, T]);
+      given.steer = new ort.Tensor("float32", weights, [rows, T]);
     }
+    // the graph takes only the fields it reads (a vanilla step no states, local-p's no centre)
+    const feeds = Object.fromEntries(this.stepGraph.inputNames.map((n) => [n, given[n]]));
     const out = await this.stepGraph.run(feeds);
     const next = Object.fromEntries(this.stateNames.map((n) => [n, out[`next_${n}`]]));
     return { logProbs: out.log_probs.data, state: next, alpha: this.attention ? out.alpha.data : null };
