@@ -361,19 +361,25 @@ def brief_demo(out: Path, *flags: str):
     return run
 
 
-@pytest.fixture(scope="module")
-def browser():
-    """A headless Chromium for the module's tests; a skip without one, a failure in CI."""
+def chromium(*flags: str):
+    """A headless Chromium with `flags`, quit after the test module; a skip without one, a
+    failure in CI."""
     from benchmarks.browser import BrowserUnavailable, start_chromium
 
     try:
-        driver = start_chromium()
+        driver = start_chromium(flags=flags)
     except BrowserUnavailable as error:
         if os.environ.get("CI"):  # CI installs Chromium: a browser that will not start is a failure
             pytest.fail(f"the browser test cannot run: {error}")
         pytest.skip(f"no browser: {error}")
     yield driver
     driver.quit()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium for the module's tests (see `chromium`)."""
+    yield from chromium()
 
 
 # --- the HTTP service through FastAPI's TestClient (test_serve.py, test_serve_refusals.py) ---

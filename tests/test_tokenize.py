@@ -346,3 +346,54 @@ def test_moses_round_trip_restores_almost_every_multi30k_german_line():
     # One line is known to change: "120\xa0cm" comes back with an ordinary space.
     assert len(lines) == 200
     assert len(changed) <= 2, changed
+
+
+# --- the browser's twins (static/web/tokenize.js, for `alignmt export --web`) ----------------
+
+TRICKY = [
+    "I'm home.",
+    "Hello,world!Is it?  Yes .",
+    "ΟΔΟΣ Σ İstanbul STRASSE ß",
+    "caf\u00e9\u202fau\u00a0lait , d'accord ?",
+    "tabs\tstay\tinside  two  spaces",
+    "&amp;apos; &apos;s &quot;q&quot; &#124; &bar; &lt;b&gt; &AMP; & bare",
+    "emoji 👍🏽 e\u0301 ▁ underline",
+    "",
+]
+
+
+@pytest.mark.slow
+def test_the_browser_tokenizers_equal_the_python_ones(browser):
+    """static/web/tokenize.js, which `alignmt export --web` ships, run in Chromium."""
+    from benchmarks.browser import StaticHost
+
+    from alignmt.answers.site import STATIC
+
+    tokenizers = [
+        CharTokenizer(lowercase=False),
+        CharTokenizer(lowercase=True),
+        D2lTokenizer(lowercase=True),
+        D2lTokenizer(lowercase=False),
+        SpaceTokenizer(lowercase=False, unescape=False),
+        SpaceTokenizer(lowercase=True, unescape=True),
+    ]
+    specs = [json.loads(t.to_json()) for t in tokenizers]
+    with StaticHost(STATIC / "web") as url:
+        browser.get(f"{url}tokenize.js")  # a document of that origin, to import the module from
+        got = browser.execute_async_script(
+            """
+            const [specs, texts, done] = arguments;
+            import(new URL("tokenize.js", location.href).href).then(({ tokenizer }) =>
+              done(specs.map((spec) => texts.map((text) => {
+                const t = tokenizer(spec);
+                const tokens = t.encode(text);
+                return [tokens, t.decode(tokens)];
+              }))));
+            """,
+            specs,
+            TRICKY,
+        )
+    for tok, answers in zip(tokenizers, got, strict=True):
+        for text, (tokens, decoded) in zip(TRICKY, answers, strict=True):
+            assert tokens == tok.encode(text), (tok, text)
+            assert decoded == tok.decode(tok.encode(text)), (tok, text)

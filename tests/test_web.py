@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from alignmt.cli import main
-from tests.conftest import SHARED
+from tests.conftest import chromium
 
 SENTENCES = 50
 
@@ -102,28 +102,22 @@ def reverse_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tatoeba_run(tmp_path_factory) -> tuple[Path, list[str]]:
+def tatoeba_run(_shared_corpora, tmp_path_factory) -> tuple[Path, list[str]]:
     """The d2l config on Tatoeba En->Fr (its tokenizer: the book's), smaller and briefly
     trained, and English sentences from past the pairs it trains and validates on."""
     from alignmt.config import config_path, load_config
-    from alignmt.text.corpora import CATALOGUE
-    from alignmt.text.download import get
     from alignmt.training.run import train
 
-    if not (SHARED / "data").is_dir():
-        pytest.skip(f"../shared/data is absent (looked in {SHARED})")
     root = tmp_path_factory.mktemp("tatoeba")
-    got = get(CATALOGUE["tatoeba"], root / "data", mirror=SHARED / "data")
-    assert not (got.missing or got.refused), got.summary()
     small = ["model.emb_dim=64", "model.enc_hidden=64", "model.dec_hidden=64", "model.attn_dim=64"]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ALIGNMT_DATA", str(root / "data"))
+        patch.setenv("ALIGNMT_DATA", str(_shared_corpora))
         cfg = load_config(
             config_path("d2l_fra_eng"),
             [*small, "train.steps=300", f"out_dir={root / 'run'}", f"data.cache_dir={root}"],
         )
         run = train(cfg, progress=False).run_dir
-    pairs = (root / "data" / "tatoeba" / "eng-fra.tsv").read_text(encoding="utf-8").splitlines()
+    pairs = (_shared_corpora / "tatoeba" / "eng-fra.tsv").read_text(encoding="utf-8").splitlines()
     return run, [pair.split("\t")[0] for pair in pairs[1000 : 1000 + SENTENCES]]
 
 
@@ -290,51 +284,6 @@ def server_refusals(run: Path, requests: list[dict]) -> list[str]:
     return said
 
 
-TRICKY = [
-    "I'm home.",
-    "Hello,world!Is it?  Yes .",
-    "ΟΔΟΣ Σ İstanbul STRASSE ß",
-    "caf\u00e9\u202fau\u00a0lait , d'accord ?",
-    "tabs\tstay\tinside  two  spaces",
-    "&amp;apos; &apos;s &quot;q&quot; &#124; &bar; &lt;b&gt; &AMP; & bare",
-    "emoji 👍🏽 e\u0301 ▁ underline",
-    "",
-]
-
-
-@pytest.mark.slow
-def test_the_browser_tokenizers_equal_the_python_ones(reverse_site, browser, host):
-    from alignmt.text.tokenize import CharTokenizer, D2lTokenizer, SpaceTokenizer
-
-    browser.get(host(reverse_site) + "index.html")
-    tokenizers = [
-        CharTokenizer(lowercase=False),
-        CharTokenizer(lowercase=True),
-        D2lTokenizer(lowercase=True),
-        D2lTokenizer(lowercase=False),
-        SpaceTokenizer(lowercase=False, unescape=False),
-        SpaceTokenizer(lowercase=True, unescape=True),
-    ]
-    specs = [json.loads(t.to_json()) for t in tokenizers]
-    got = browser.execute_async_script(
-        """
-        const [specs, texts, done] = arguments;
-        import(new URL("static/web/tokenize.js", location.href).href).then(({ tokenizer }) =>
-          done(specs.map((spec) => texts.map((text) => {
-            const t = tokenizer(spec);
-            const tokens = t.encode(text);
-            return [tokens, t.decode(tokens)];
-          }))));
-        """,
-        specs,
-        TRICKY,
-    )
-    for tok, answers in zip(tokenizers, got, strict=True):
-        for text, (tokens, decoded) in zip(TRICKY, answers, strict=True):
-            assert tokens == tok.encode(text), (tok, text)
-            assert decoded == tok.decode(tok.encode(text)), (tok, text)
-
-
 def test_the_export_refuses_a_tokenizer_the_browser_lacks_before_writing(toy_run, tmp_path, capsys):
     out = tmp_path / "site"
     assert main(["export", str(toy_run), "--out", str(out), "--web"]) == 2
@@ -392,16 +341,9 @@ def test_the_site_keeps_int8_graphs_only_within_the_tolerance(
 def local_browser():
     """A headless Chromium in which no host name resolves: the page can load only what the
     static host on 127.0.0.1 serves, as offline as a page over HTTP can be."""
-    from benchmarks.browser import LOCAL_ONLY, BrowserUnavailable, start_chromium
+    from benchmarks.browser import LOCAL_ONLY
 
-    try:
-        driver = start_chromium(flags=LOCAL_ONLY)
-    except BrowserUnavailable as error:
-        if os.environ.get("CI"):
-            pytest.fail(f"the browser test cannot run: {error}")
-        pytest.skip(f"no browser: {error}")
-    yield driver
-    driver.quit()
+    yield from chromium(*LOCAL_ONLY)
 
 
 @pytest.mark.slow

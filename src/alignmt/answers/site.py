@@ -16,7 +16,7 @@ from pathlib import Path
 from alignmt.answers.registry import model_info
 from alignmt.checkpoint.format import Header
 from alignmt.decoding.door import open_translator
-from alignmt.decoding.exported import ENCODER, STEP, has_int8, int8_name
+from alignmt.decoding.exported import ENCODER, STEP, int8_name
 
 STATIC = Path(__file__).parent / "static"
 SITE = "site.json"
@@ -65,12 +65,11 @@ def write_site(folder: str | Path, name: str | None = None) -> list[Path]:
         The files and folders written.
     """
     folder = Path(folder)
-    int8 = not (folder / STEP).is_file() and has_int8(folder)
-    translator = open_translator(folder)
+    translator = open_translator(folder)  # on the int8 graphs where they are all there is
     info = model_info(name or folder.resolve().name, translator)
     search = {key: getattr(translator.search, key) for key in _SEARCH}
     graphs = {"encoder": ENCODER, "step": STEP}
-    if int8:
+    if translator.search.weights == "int8":
         graphs = {part: int8_name(graph) for part, graph in graphs.items()}
     site = {"info": info.model_dump(), "search": search, "graphs": graphs}
     (folder / SITE).write_text(json.dumps(site, indent=1, ensure_ascii=False) + "\n")

@@ -328,14 +328,21 @@ function candidates(scores, logProbs, K, V, eos) {
 function hypothesis(model, src, nodes, id) {
   const path = [];
   for (let at = id; at !== null; at = nodes[at].parent) path.unshift(nodes[at]);
-  const attention = model.attention ? path.map((n) => n.attention) : null;
-  const said = words(model, src, path.map((n) => n.token), attention);
   const sums = path.map((n) => n.score);
+  const logProbs = sums.map((s, i) => s - (i ? sums[i - 1] : 0));
+  const attention = model.attention ? path.map((n) => n.attention) : null;
+  return asHypothesis(model, src, path.map((n) => n.token), logProbs, sums.at(-1), attention);
+}
+
+/** An output as the server's Hypothesis: `ids` with each one's log-probability, the summed
+    `score`, and the attention rows (null without attention). */
+function asHypothesis(model, src, ids, logProbs, score, attention) {
+  const said = words(model, src, ids, attention);
   return {
     text: said.text,
     tokens: said.tokens,
-    score: sums.at(-1),
-    probabilities: sums.map((s, i) => round(Math.exp(s - (i ? sums[i - 1] : 0)))),
+    score,
+    probabilities: logProbs.map((lp) => round(Math.exp(lp))),
     attention: attention && attention.map((r) => r.map(round)),
     alignment: said.alignment,
     met: null,
@@ -393,19 +400,8 @@ async function greedy(model, sources) {
     going = kept.map((r) => going[r]);
     prev = going.map((b) => rows[b].ids.at(-1));
   }
-  return rows.map((r, b) => {
-    const attention = model.attention ? r.attention : null;
-    const said = words(model, sources[b], r.ids, attention);
-    return [{
-      text: said.text,
-      tokens: said.tokens,
-      score: r.logProbs.reduce((sum, lp) => sum + lp, 0),
-      probabilities: r.logProbs.map((lp) => round(Math.exp(lp))),
-      attention: attention && attention.map((a) => a.map(round)),
-      alignment: said.alignment,
-      met: null,
-    }];
-  });
+  return rows.map((r, b) => [asHypothesis(model, sources[b], r.ids, r.logProbs,
+    r.logProbs.reduce((sum, lp) => sum + lp, 0), model.attention ? r.attention : null)]);
 }
 
 const ended = (r, limit, eos) => r.ids.length >= limit || r.ids.at(-1) === eos;
