@@ -9,6 +9,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from alignmt.model import fused
 from alignmt.model.encoder import RNNKind
 
 
@@ -86,7 +87,10 @@ class StackedCell(nn.Module):
 
 
 def _gru_update(gi: Tensor, gh: Tensor, hidden: Tensor) -> Tensor:
-    """nn.GRU's equations; gi and gh are (B, 3D) with gate order r, z, n."""
+    """nn.GRU's equations; gi and gh are (B, 3D) with gate order r, z, n (fused.gru_update
+    where it applies: the same numbers, with a hand-written backward)."""
+    if fused.applies(gi):
+        return fused.gru_update(gi, gh, hidden)
     i_r, i_z, i_n = gi.chunk(3, dim=-1)
     h_r, h_z, h_n = gh.chunk(3, dim=-1)
     reset = torch.sigmoid(i_r + h_r)
@@ -96,7 +100,10 @@ def _gru_update(gi: Tensor, gh: Tensor, hidden: Tensor) -> Tensor:
 
 
 def _lstm_update(gates: Tensor, cell: Tensor) -> tuple[Tensor, Tensor]:
-    """nn.LSTM's equations; gates is (B, 4D) with gate order i, f, g, o."""
+    """nn.LSTM's equations; gates is (B, 4D) with gate order i, f, g, o (fused.lstm_update
+    where it applies)."""
+    if fused.applies(gates):
+        return fused.lstm_update(gates, cell)
     i, f, g, o = gates.chunk(4, dim=-1)
     cell = torch.sigmoid(f) * cell + torch.sigmoid(i) * torch.tanh(g)
     return torch.sigmoid(o) * torch.tanh(cell), cell
