@@ -1,8 +1,10 @@
 """Where a training step's time goes, by operator group, on the matched Multi30k model of
 benchmarks/speed.py: PyTorch's profiler over N steps after warm-up, each operator's own
-(self) CPU time put in one group:
+(self) CPU time put in one group, for the decoder step's eager operators and for its
+hand-written paths (model/fused.py), alternated `--rounds` times in one process so that the
+machine's drift falls on both alike:
 
-    python benchmarks/train_profile.py --steps 20          # about a minute on two cores
+    python benchmarks/train_profile.py --steps 20          # about 3 minutes on two cores
 
 - matmuls: mm, addmm, bmm and their kin, forward and backward;
 - attention per-element and GRU per-element: the element-wise work (tanh, sigmoid, the
@@ -16,9 +18,9 @@ benchmarks/speed.py: PyTorch's profiler over N steps after warm-up, each operato
 - copies and shapes: cat, copy_, index, stack, embedding and the like;
 - other operators; and Python: the wall time no operator accounts for.
 
-Prints a table: milliseconds per step and share of the profiled step, and the step's time
-without the profiler. Run from the repository root after `alignmt data get multi30k`, with
-nothing else using the CPU.
+Prints one table: for each path, milliseconds per step and share of the profiled step, and
+the step's time with and without the profiler. Run from the repository root after `alignmt
+data get multi30k`, with nothing else using the CPU.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ import argparse
 import sys
 import time
 from collections import defaultdict
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -37,6 +41,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from speed import matched_config  # beside this script
 
+from alignmt.model import fused
+from alignmt.model.allocator import keep_freed_memory
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.prepare import prepare_text
 from alignmt.training.batches import Progress, steps
@@ -45,6 +51,7 @@ from alignmt.training.optim import make_optimizer, train_step
 from alignmt.training.start import seed_everything
 
 MATMULS = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm", "aten::mv"}
+MATMULS |= {"aten::addmv_"}  # what torch.mv runs
 # the output layer and cross-entropy are one autograd Function (model/loss.py), whose forward
 # and backward the profiler names; its products count as matmuls
 LOSS = ("_LinearCrossEntropy", "autograd::engine::evaluate_function: _LinearCrossEntropy")
@@ -60,9 +67,11 @@ SCOPES = {"attention": "attention per-element", "cell": "GRU per-element", "enco
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=20, help="N profiled steps")
+    parser.add_argument("--steps", type=int, default=20, help="N batches, the same for both")
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=2, help="alternations of the two paths")
     args = parser.parse_args()
+    keep_freed_memory()  # as `alignmt train` and benchmarks/speed.py do
     cfg = matched_config(args.warmup + args.steps, "cpu")
     torch.set_num_threads(cfg.train.threads)
     seed_everything(cfg.seed)
@@ -75,22 +84,51 @@ def main() -> None:
     objective = Objective(model)
     updates = steps(text, cfg.data, cfg.train, cfg.seed, Progress(), World())
 
-    def step() -> None:
+    for _ in range(args.warmup):
         update = next(updates)
         train_step(objective, update.batches, update.tokens, optimizer, cfg.train)
+    timed = [next(updates) for _ in range(args.steps)]  # the same batches for both paths
 
-    for _ in range(args.warmup):
-        step()
-    start = time.perf_counter()  # the same number of steps without the profiler's overhead
-    for _ in range(args.steps):
-        step()
+    def run() -> None:
+        for update in timed:
+            train_step(objective, update.batches, update.tokens, optimizer, cfg.train)
+
+    totals = {path: Totals() for path in PATHS}
+    for _ in range(args.rounds):
+        for path, context in PATHS.items():
+            with context():
+                totals[path].add(profiled(run))
+    report(totals, args.rounds * args.steps)
+
+
+PATHS = {"eager": fused.eager, "fused": nullcontext}  # eager operators, model/fused.py's
+
+
+@dataclass
+class Totals:
+    """Seconds over the profiled steps: per group, wall time profiled, and without."""
+
+    groups: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    wall: float = 0.0
+    plain: float = 0.0
+
+    def add(self, other: Totals) -> None:
+        for name, value in other.groups.items():
+            self.groups[name] += value
+        self.wall += other.wall
+        self.plain += other.plain
+
+
+def profiled(run) -> Totals:
+    """`run` without the profiler (its time), then under it (groups and time)."""
+    start = time.perf_counter()
+    run()
     plain = time.perf_counter() - start
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         start = time.perf_counter()
-        for _ in range(args.steps):
-            step()
+        run()
         wall = time.perf_counter() - start
-    report(groups(prof.events()), wall, args.steps, plain)
+    return Totals(groups(prof.events()), wall, plain)
 
 
 def scoped(model: Seq2Seq) -> None:
@@ -166,17 +204,23 @@ def _backward_of(event) -> int:
     return -1
 
 
-def report(seconds: dict[str, float], wall: float, n: int, plain: float) -> None:
-    seconds = dict(seconds)
-    seconds["Python and the rest"] = wall - sum(seconds.values())
-    print(
-        f"\n{n} training steps of the matched model: {wall / n * 1000:.1f} ms a step profiled, "
-        f"{plain / n * 1000:.1f} ms without the profiler\n"
-    )
-    print(f"| {'group':<24} | {'ms a step':>9} | {'share':>6} |")
-    print(f"| {'-' * 24} | {'-' * 9}:| {'-' * 6}:|")
-    for name, value in sorted(seconds.items(), key=lambda kv: -kv[1]):
-        print(f"| {name:<24} | {value / n * 1000:>9.1f} | {value / wall:>6.1%} |")
+def report(totals: dict[str, Totals], n: int) -> None:
+    """One table: ms a step and share of the profiled step per group, for each path."""
+    for total in totals.values():
+        total.groups["Python and the rest"] = total.wall - sum(total.groups.values())
+    print(f"\n{n} training steps of the matched model a path, interleaved\n")
+    print("| group | " + " | ".join(f"{p}, ms a step | share" for p in totals) + " |")
+    print("| --- |" + " ---: | ---: |" * len(totals))
+    first = next(iter(totals.values()))
+    for name in sorted(first.groups, key=lambda g: -first.groups[g]):
+        cells = [
+            f"{t.groups[name] / n * 1000:.1f} | {t.groups[name] / t.wall:.1%}"
+            for t in totals.values()
+        ]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    for label, attr in (("step, profiled", "wall"), ("step, without the profiler", "plain")):
+        cells = [f"{getattr(t, attr) / n * 1000:.1f} |" for t in totals.values()]
+        print(f"| {label} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def _names(out: torch.Tensor) -> set[str]:
 
 @pytest.mark.parametrize("arch", SERVED, ids=arch_id)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
-def test_a_model_gives_the_eager_operators_loss_and_gradients(arch, dtype):
+def test_a_model_gives_the_eager_operators_loss_gradients_and_outputs(arch, dtype):
     model = tiny_model(**arch, dtype=dtype).train()
     batch = padded_batch(src_lens=(7, 2, 5, 4), tgt_lens=(3, 6, 1, 4))
     with fused.eager():
@@ -83,6 +83,12 @@ def test_a_model_gives_the_eager_operators_loss_and_gradients(arch, dtype):
     for name, grad in grads.items():
         torch.testing.assert_close(grad, eager_grads[name], **tight, msg=name)
     src, src_len, tgt_in, _ = batch
+    with torch.no_grad():  # decoding's path: the forward alone
+        fast = model(src, src_len, tgt_in)
+        with fused.eager():
+            slow = model(src, src_len, tgt_in)
+    torch.testing.assert_close(fast.logits, slow.logits, **tight)
+    torch.testing.assert_close(fast.attention, slow.attention, **tight)
     nodes = _names(model(src, src_len, tgt_in).logits)
     cell = "_LSTMUpdateBackward" if arch["rnn"] == "lstm" else "_GRUUpdateBackward"
     assert cell in nodes
@@ -122,7 +128,7 @@ def test_the_eager_operators_run_under_autocast_with_the_reason_logged_once(capl
     ]
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.trace` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.trace:DeprecationWarning")
 def test_a_traced_step_keeps_the_papers_operators():
     """Export traces the step (torch.onnx's TorchScript exporter): the traced score has its
     tanh, no sigmoid and no Python function."""

@@ -7,7 +7,7 @@ model's sizes (64 rows, 512 units, some 20 source positions) most of that time i
 passing over the same (B, T_src, A) block again and again, or in per-operator overhead.
 Each `torch.autograd.Function` here runs its forward in a few in-place operators, keeps only
 what its backward needs, and computes the whole backward in one call, from the closed-form
-derivatives.
+derivatives. Without gradients (decoding) the same forward runs with no Function around it.
 
 The additive score also avoids `torch.tanh`, which costs about eight times `torch.sigmoid`
 on a CPU (1.6 against 0.2 ns an element on the 2-core machine of docs/benchmarks.md):
@@ -68,15 +68,22 @@ def _tell(key: str, why: str) -> None:
         log.info("the decoder step runs eager PyTorch operators %s", why)
 
 
+def _attend(query: Tensor, keys: Tensor, v: Tensor, values: Tensor, mask: Tensor):
+    """`additive_attend`'s context and alpha, and sigmoid(2 x_ij) (B, T_src, A)."""
+    # 2 (q_i + k_j) in one pass, and its sigmoid in place
+    s = torch.add(2 * query.unsqueeze(1), keys, alpha=2).sigmoid_()
+    scores = torch.mv(s.flatten(0, 1), v).view(mask.shape).mul_(2).sub_(v.sum())
+    alpha = scores.masked_fill_(~mask, float("-inf")).softmax(dim=-1)  # (B, T_src)
+    context = torch.bmm(alpha.unsqueeze(1), values).squeeze(1)  # (B, C)
+    return context, alpha, s
+
+
 class _AdditiveAttend(Function):
     """context, alpha = attend(v^T tanh(q_i + k_j)) for one decoder step."""
 
     @staticmethod
     def forward(ctx, query: Tensor, keys: Tensor, v: Tensor, values: Tensor, mask: Tensor):
-        s = _doubled_sigmoid(query, keys)  # (B, T_src, A) sigmoid(2 x_ij)
-        scores = torch.mv(s.flatten(0, 1), v).view(mask.shape).mul_(2).sub_(v.sum())
-        alpha = scores.masked_fill_(~mask, float("-inf")).softmax(dim=-1)  # (B, T_src)
-        context = torch.bmm(alpha.unsqueeze(1), values).squeeze(1)  # (B, C)
+        context, alpha, s = _attend(query, keys, v, values, mask)
         ctx.save_for_backward(s, v, values, alpha)
         return context, alpha
 
@@ -95,11 +102,6 @@ class _AdditiveAttend(Function):
         return d_x.sum(1), d_x, d_v, d_values, None
 
 
-def _doubled_sigmoid(query: Tensor, keys: Tensor) -> Tensor:
-    """(B, A) q_i, (B, T_src, A) k_j -> (B, T_src, A) sigmoid(2 (q_i + k_j)), in two passes."""
-    return torch.add(2 * query.unsqueeze(1), keys, alpha=2).sigmoid_()
-
-
 def additive_attend(
     query: Tensor, keys: Tensor, v: Tensor, values: Tensor, mask: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -115,7 +117,19 @@ def additive_attend(
     Returns:
         context (B, C) = sum_j alpha_ij h_j and weights alpha (B, T_src).
     """
-    return _AdditiveAttend.apply(query, keys, v, values, mask)
+    if torch.is_grad_enabled():
+        return _AdditiveAttend.apply(query, keys, v, values, mask)
+    return _attend(query, keys, v, values, mask)[:2]  # decoding: no Function to build
+
+
+def _gru(gi: Tensor, gh: Tensor, hidden: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The next h (B, D), and what the backward reads: r and z (B, 2D), n (B, D)."""
+    size = hidden.size(-1)
+    rz = torch.sigmoid_(gi[:, : 2 * size] + gh[:, : 2 * size])  # (B, 2D) r and z
+    reset, update = rz.split(size, dim=-1)
+    # the reset gate scales W_hn h + b_hn, as in nn.GRU
+    new = torch.addcmul(gi[:, 2 * size :], reset, gh[:, 2 * size :]).tanh_()  # (B, D) n
+    return torch.lerp(new, hidden, update), rz, new  # (1 - z) n + z h
 
 
 class _GRUUpdate(Function):
@@ -123,13 +137,9 @@ class _GRUUpdate(Function):
 
     @staticmethod
     def forward(ctx, gi: Tensor, gh: Tensor, hidden: Tensor):
-        size = hidden.size(-1)
-        rz = torch.sigmoid_(gi[:, : 2 * size] + gh[:, : 2 * size])  # (B, 2D) r and z
-        reset, update = rz.split(size, dim=-1)
-        h_n = gh[:, 2 * size :]  # W_hn h + b_hn, which the reset gate scales
-        new = torch.addcmul(gi[:, 2 * size :], reset, h_n).tanh_()  # (B, D) n
-        ctx.save_for_backward(rz, new, h_n, hidden)
-        return torch.lerp(new, hidden, update)  # (1 - z) n + z h
+        out, rz, new = _gru(gi, gh, hidden)
+        ctx.save_for_backward(rz, new, gh[:, 2 * hidden.size(-1) :], hidden)
+        return out
 
     @staticmethod
     @once_differentiable
@@ -146,7 +156,21 @@ class _GRUUpdate(Function):
 def gru_update(gi: Tensor, gh: Tensor, hidden: Tensor) -> Tensor:
     """(B, 3D) input gates W_i x + b_i, (B, 3D) hidden gates W_h h + b_h, (B, D) h ->
     (B, D) the next h, with nn.GRU's equations."""
-    return _GRUUpdate.apply(gi, gh, hidden)
+    if torch.is_grad_enabled():
+        return _GRUUpdate.apply(gi, gh, hidden)
+    return _gru(gi, gh, hidden)[0]
+
+
+def _lstm(gates: Tensor, cell: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The next h and c (B, D), and what the backward reads: the gates' sigmoids (B, 4D),
+    g and tanh(c) (B, D)."""
+    size = cell.size(-1)
+    sig = torch.sigmoid(gates)  # (B, 4D); the g block is unused, cheaper than 3 slices
+    candidate = torch.tanh(gates[:, 2 * size : 3 * size])  # (B, D) g
+    i, f, o = sig[:, :size], sig[:, size : 2 * size], sig[:, 3 * size :]
+    after = torch.addcmul(f * cell, i, candidate)  # (B, D) the next c
+    squashed = torch.tanh(after)
+    return o * squashed, after, sig, candidate, squashed
 
 
 class _LSTMUpdate(Function):
@@ -154,14 +178,9 @@ class _LSTMUpdate(Function):
 
     @staticmethod
     def forward(ctx, gates: Tensor, cell: Tensor):
-        size = cell.size(-1)
-        sig = torch.sigmoid(gates)  # (B, 4D); the g block is unused, cheaper than 3 slices
-        candidate = torch.tanh(gates[:, 2 * size : 3 * size])  # (B, D) g
-        i, f, o = sig[:, :size], sig[:, size : 2 * size], sig[:, 3 * size :]
-        after = torch.addcmul(f * cell, i, candidate)  # (B, D) the next c
-        squashed = torch.tanh(after)
+        hidden, after, sig, candidate, squashed = _lstm(gates, cell)
         ctx.save_for_backward(sig, candidate, cell, squashed)
-        return o * squashed, after
+        return hidden, after
 
     @staticmethod
     @once_differentiable
@@ -184,4 +203,6 @@ class _LSTMUpdate(Function):
 
 def lstm_update(gates: Tensor, cell: Tensor) -> tuple[Tensor, Tensor]:
     """(B, 4D) summed gates, (B, D) c -> (B, D) the next h and c, with nn.LSTM's equations."""
-    return _LSTMUpdate.apply(gates, cell)
+    if torch.is_grad_enabled():
+        return _LSTMUpdate.apply(gates, cell)
+    return _lstm(gates, cell)[:2]
