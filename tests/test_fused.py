@@ -116,7 +116,7 @@ def test_padding_changes_no_gradient_of_a_sentence():
 def test_the_eager_operators_run_under_autocast_with_the_reason_logged_once(caplog):
     model = tiny_model(dtype=torch.float32).train()
     src, src_len, tgt_in, _ = padded_batch()
-    fused._told.clear()
+    fused._autocast_noted.cache_clear()
     autocast = torch.autocast("cpu", dtype=torch.bfloat16)
     with caplog.at_level(logging.INFO, logger="alignmt.model.fused"), autocast:
         logits = model(src, src_len, tgt_in).logits

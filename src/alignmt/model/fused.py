@@ -28,6 +28,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 
 import torch
 from torch import Tensor
@@ -37,7 +38,6 @@ from torch.autograd.function import once_differentiable
 log = logging.getLogger(__name__)
 
 _enabled = os.environ.get("ALIGNMT_FUSED", "1") != "0"
-_told: set[str] = set()
 
 
 @contextmanager
@@ -57,15 +57,18 @@ def applies(like: Tensor) -> bool:
     if not _enabled or torch.jit.is_tracing():
         return False
     if torch.is_autocast_enabled(like.device.type):
-        _tell("autocast", "under autocast: their backward is written for one dtype")
+        _autocast_noted()
         return False
     return True
 
 
-def _tell(key: str, why: str) -> None:
-    if key not in _told:
-        _told.add(key)
-        log.info("the decoder step runs eager PyTorch operators %s", why)
+@cache
+def _autocast_noted() -> None:
+    """Log, once a process, why autocast keeps the eager operators."""
+    log.info(
+        "the decoder step runs eager PyTorch operators under autocast: their backward is "
+        "written for one dtype"
+    )
 
 
 def _attend(query: Tensor, keys: Tensor, v: Tensor, values: Tensor, mask: Tensor):
