@@ -16,23 +16,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from contextlib import nullcontext
 
 import torch
-from speed import MAX_OUTPUT, matched_config, test_batches  # beside this script
+from speed import MAX_OUTPUT, test_batches  # beside this script
+from train_profile import PATHS, warmed_up
 
 from alignmt.decoding.torch_engine.search import search
 from alignmt.decoding.torch_engine.settings import Search
-from alignmt.model import fused
-from alignmt.model.allocator import keep_freed_memory
-from alignmt.model.seq2seq import Seq2Seq
-from alignmt.text.prepare import prepare_text
-from alignmt.training.batches import Progress, steps
-from alignmt.training.distributed import Objective, World
-from alignmt.training.optim import make_optimizer, train_step
-from alignmt.training.start import seed_everything
-
-PATHS = {"eager": fused.eager, "fused": nullcontext}
 
 
 def main() -> None:
@@ -40,30 +30,16 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30, help="training steps before timing")
     parser.add_argument("--rounds", type=int, default=3, help="alternations of the two paths")
     args = parser.parse_args()
-    keep_freed_memory()
-    cfg = matched_config(args.warmup + 8, "cpu")
-    torch.set_num_threads(cfg.train.threads)
-    seed_everything(cfg.seed)
-    text = prepare_text(cfg.data, cfg.seed)
-    model = Seq2Seq.from_config(
-        cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
-    )
-    optimizer, objective = make_optimizer(model, cfg.train), Objective(model)
-    updates = steps(text, cfg.data, cfg.train, cfg.seed, Progress(), World())
-    for _ in range(args.warmup):
-        update = next(updates)
-        train_step(objective, update.batches, update.tokens, optimizer, cfg.train)
-    timed = [next(updates) for _ in range(8)]
+    trained = warmed_up(args.warmup, 8)
+    model, cfg = trained.model, trained.cfg
 
     def train() -> float:
         """ms a training step over the 8 timed batches."""
         start = time.perf_counter()
-        for update in timed:
-            train_step(objective, update.batches, update.tokens, optimizer, cfg.train)
-        return (time.perf_counter() - start) / len(timed) * 1000
+        trained.run()
+        return (time.perf_counter() - start) / 8 * 1000
 
-    model.eval()
-    test = test_batches(text, cfg, torch.device("cpu"))
+    test = test_batches(trained.text, cfg, torch.device("cpu"))
     sentences = len(test.pairs)
     searches = {
         "greedy": Search(width=64, **MAX_OUTPUT),
@@ -78,7 +54,6 @@ def main() -> None:
         rate = sentences / (time.perf_counter() - start)
         return rate, [(o[0] if isinstance(o, list) else o).tokens for o in outputs]
 
-    model.train()
     results = {path: {"train": []} for path in PATHS}
     for _ in range(args.rounds):
         for path, context in PATHS.items():

@@ -29,10 +29,12 @@ import argparse
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -41,6 +43,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from speed import matched_config  # beside this script
 
+from alignmt.config import Config
 from alignmt.model import fused
 from alignmt.model.allocator import keep_freed_memory
 from alignmt.model.seq2seq import Seq2Seq
@@ -71,37 +74,54 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=2, help="alternations of the two paths")
     args = parser.parse_args()
-    keep_freed_memory()  # as `alignmt train` and benchmarks/speed.py do
-    cfg = matched_config(args.warmup + args.steps, "cpu")
+    trained = warmed_up(args.warmup, args.steps)
+    scoped(trained.model)
+    totals = {path: Totals() for path in PATHS}
+    for _ in range(args.rounds):
+        for path, context in PATHS.items():
+            with context():
+                totals[path].add(profiled(trained.run))
+    report(totals, args.rounds * args.steps)
+
+
+PATHS = {"eager": fused.eager, "fused": nullcontext}  # eager operators, model/fused.py's
+
+
+@dataclass
+class Trained:
+    """The matched model after warm-up, and `run`: a training step on each of the same
+    timed batches, whichever path is on."""
+
+    cfg: Config
+    text: Any
+    model: Seq2Seq
+    run: Callable[[], None]
+
+
+def warmed_up(warmup: int, batches: int) -> Trained:
+    """The matched model of benchmarks/speed.py on two threads, trained `warmup` steps, with
+    glibc keeping freed memory as `alignmt train` does, and the next `batches` batches set
+    aside to time."""
+    keep_freed_memory()
+    cfg = matched_config(warmup + batches, "cpu")
     torch.set_num_threads(cfg.train.threads)
     seed_everything(cfg.seed)
     text = prepare_text(cfg.data, cfg.seed)
     model = Seq2Seq.from_config(
         cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
     )
-    scoped(model)
-    optimizer = make_optimizer(model, cfg.train)
-    objective = Objective(model)
+    optimizer, objective = make_optimizer(model, cfg.train), Objective(model)
     updates = steps(text, cfg.data, cfg.train, cfg.seed, Progress(), World())
-
-    for _ in range(args.warmup):
+    for _ in range(warmup):
         update = next(updates)
         train_step(objective, update.batches, update.tokens, optimizer, cfg.train)
-    timed = [next(updates) for _ in range(args.steps)]  # the same batches for both paths
+    timed = [next(updates) for _ in range(batches)]
 
     def run() -> None:
         for update in timed:
             train_step(objective, update.batches, update.tokens, optimizer, cfg.train)
 
-    totals = {path: Totals() for path in PATHS}
-    for _ in range(args.rounds):
-        for path, context in PATHS.items():
-            with context():
-                totals[path].add(profiled(run))
-    report(totals, args.rounds * args.steps)
-
-
-PATHS = {"eager": fused.eager, "fused": nullcontext}  # eager operators, model/fused.py's
+    return Trained(cfg, text, model, run)
 
 
 @dataclass
