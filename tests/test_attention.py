@@ -1,24 +1,32 @@
-"""Scorers and the masked softmax against the papers' equations, hand arithmetic and NumPy."""
+"""The attention room's scores and its composer against the papers' equations, hand
+arithmetic and the entries' float64 references; its declarations, and run folders written
+before the room."""
 
 from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from alignmt import reference as ref
-from alignmt.model.attention import (
-    AdditiveAttention,
-    ConcatAttention,
-    DotAttention,
-    GeneralAttention,
-    LocationAttention,
-    make_attention,
-    masked_softmax,
-)
+from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.config import ModelConfig
+from alignmt.model.attention import registry
+from alignmt.model.attention.additive import reference as additive_ref
+from alignmt.model.attention.coverage import reference as coverage_ref
+from alignmt.model.attention.location import reference as location_ref
+from alignmt.model.attention.mappings import reference as mappings_ref
+from alignmt.model.attention.mappings.torch import masked_softmax
+from alignmt.model.attention.multiplicative import reference as multiplicative_ref
+from alignmt.model.attention.torch import Attention
+from alignmt.model.decoder import Memory
 from tests.architectures import ATTENTIONS
 
 D, C, A = 3, 4, 5
+LEGACY = Path(__file__).parent / "data" / "legacy"
 
 
 def make_inputs(query_dim=D, key_dim=C, lengths=(4, 2, 3), seed=0):
@@ -31,43 +39,63 @@ def make_inputs(query_dim=D, key_dim=C, lengths=(4, 2, 3), seed=0):
     return query, keys, mask
 
 
-def scorer(kind: str, query_dim=D, key_dim=C):
+def attention(kind: str = "additive", query_dim=D, key_dim=C, **model) -> Attention:
+    """The room's composer for a config's attention (A = 5 unless `attn_dim`), in float64."""
     torch.manual_seed(0)
-    return make_attention(kind, query_dim=query_dim, key_dim=key_dim, attn_dim=A).double()
+    cfg = ModelConfig(**{"attention": kind, "attn_dim": A, "positions": 8, **model})
+    return Attention(registry.compose(cfg), query_dim=query_dim, key_dim=key_dim).double()
 
 
-def reference_scores(module, s: np.ndarray, H: np.ndarray, C: np.ndarray | None = None):
-    """The module's scores for one sentence, computed by alignmt.reference from its weights
-    (and the coverage C (T,) so far, for a scorer with coverage)."""
-    w = {name: p.detach().numpy() for name, p in module.named_parameters()}
-    V = w["V.weight"][:, 0] if "V.weight" in w else None
-    if isinstance(module, AdditiveAttention):
-        return ref.additive_scores(s, H, w["W_s.weight"], w["W_h.weight"], w["v.weight"][0], V, C)
-    if isinstance(module, ConcatAttention):
-        return ref.concat_scores(s, H, w["W.weight"], w["v.weight"][0], V, C)
-    if isinstance(module, GeneralAttention):
-        return ref.general_scores(s, H, w["W.weight"])
-    if isinstance(module, LocationAttention):
-        return ref.location_scores(s, H, w["W_a.weight"])
-    if module.scale == 1.0:
-        return ref.dot_scores(s, H)
-    return ref.scaled_dot_scores(s, H)
+def attend(module: Attention, query, keys, mask):
+    """One step of `module` from its first slots: context (B, C) and alpha (B, T_src)."""
+    memory = Memory(keys, mask, None, module.prepare(keys, mask))
+    context, alpha, _ = module(query, module.start(memory), memory)
+    return context, alpha
+
+
+def reference_scores(module: Attention, s: np.ndarray, H: np.ndarray, C=None) -> np.ndarray:
+    """The module's scores for one sentence, computed by the entries' references from its
+    weights (and the coverage C (T,) so far, for a model with coverage)."""
+    w = {name: p.detach().numpy() for name, p in module.score.named_parameters()}
+    term = None
+    if C is not None:
+        term = coverage_ref.hidden_term(C, module.coverage.V.weight.detach().numpy()[:, 0])
+    kind = module.composition.score.kind
+    if kind == "additive":
+        return additive_ref.additive_scores(
+            s, H, w["W_s.weight"], w["W_h.weight"], w["v.weight"][0], term
+        )
+    if kind == "concat":
+        return additive_ref.concat_scores(s, H, w["W.weight"], w["v.weight"][0], term)
+    if kind == "general":
+        return multiplicative_ref.general_scores(s, H, w["W.weight"])
+    if kind == "location":
+        return location_ref.location_scores(s, H, w["W_a.weight"])
+    if kind == "dot":
+        return multiplicative_ref.dot_scores(s, H)
+    return multiplicative_ref.scaled_dot_scores(s, H)
+
+
+def reference_attend(e: np.ndarray, H: np.ndarray, mask: np.ndarray, kind="softmax"):
+    """(c, alpha) for scores e over the positions of `mask`, with the reference mapping."""
+    alpha = mappings_ref.MAPPINGS[kind](e, mask)
+    return alpha @ H, alpha
 
 
 def test_worked_example_of_seed_001_is_reproduced_to_its_printed_precision():
-    alpha, c = ref.worked_example()
+    alpha, c = additive_ref.worked_example()
     np.testing.assert_allclose(np.round(alpha, 3), [0.430, 0.217, 0.353], atol=0)
     np.testing.assert_allclose(np.round(c, 3), [0.783, 0.570], atol=0)
 
-    module = AdditiveAttention(query_dim=2, key_dim=2, attn_dim=2).double()
+    module = attention(query_dim=2, key_dim=2, attn_dim=2)
     with torch.no_grad():
-        module.W_s.weight.copy_(torch.eye(2))
-        module.W_h.weight.copy_(torch.tensor([[1.0, -1.0], [1.0, 1.0]]))
-        module.v.weight.copy_(torch.tensor([[0.5, 0.5]]))
+        module.score.W_s.weight.copy_(torch.eye(2))
+        module.score.W_h.weight.copy_(torch.tensor([[1.0, -1.0], [1.0, 1.0]]))
+        module.score.v.weight.copy_(torch.tensor([[0.5, 0.5]]))
     H = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]], dtype=torch.float64)
     s = torch.tensor([[0.5, 0.8]], dtype=torch.float64)
     with torch.no_grad():
-        context, weights = module(s, module.project_keys(H), H, torch.ones(1, 3, dtype=torch.bool))
+        context, weights = attend(module, s, H, torch.ones(1, 3, dtype=torch.bool))
     np.testing.assert_allclose(weights[0].numpy(), alpha, rtol=0, atol=1e-12)
     np.testing.assert_allclose(context[0].numpy(), c, rtol=0, atol=1e-12)
 
@@ -75,11 +103,11 @@ def test_worked_example_of_seed_001_is_reproduced_to_its_printed_precision():
 @pytest.mark.parametrize("kind", ["additive", "concat", "general"])
 def test_equal_scores_give_the_mean_of_the_real_encoder_states(kind):
     """An uninformed attention (equal scores) averages the unpadded states."""
-    module = scorer(kind)
+    module = attention(kind)
     with torch.no_grad():  # zero the last layer of the score: every e_ij becomes 0
-        (module.v if kind != "general" else module.W).weight.zero_()
+        (module.score.v if kind != "general" else module.score.W).weight.zero_()
     query, keys, mask = make_inputs()
-    context, weights = module(query, module.project_keys(keys), keys, mask)
+    context, weights = attend(module, query, keys, mask)
     lengths = mask.sum(1, keepdim=True).double()
     torch.testing.assert_close(weights, mask / lengths)
     torch.testing.assert_close(context, keys.sum(1) / lengths)
@@ -87,35 +115,34 @@ def test_equal_scores_give_the_mean_of_the_real_encoder_states(kind):
 
 def test_concat_score_equals_separate_projections_when_W_is_split():
     """v^T tanh(W [s; h]) = v^T tanh(W_q s + W_k h) for W = [W_q | W_k]."""
-    concat = scorer("concat")
-    additive = AdditiveAttention(query_dim=D, key_dim=C, attn_dim=A).double()
+    concat, additive = attention("concat"), attention("additive")
     with torch.no_grad():
-        additive.W_s.weight.copy_(concat.W.weight[:, :D])
-        additive.W_h.weight.copy_(concat.W.weight[:, D:])
-        additive.v.weight.copy_(concat.v.weight)
+        additive.score.W_s.weight.copy_(concat.score.W.weight[:, :D])
+        additive.score.W_h.weight.copy_(concat.score.W.weight[:, D:])
+        additive.score.v.weight.copy_(concat.score.v.weight)
     query, keys, mask = make_inputs()
-    expected = additive(query, additive.project_keys(keys), keys, mask)
-    actual = concat(query, concat.project_keys(keys), keys, mask)
-    torch.testing.assert_close(actual, expected, rtol=0, atol=1e-12)
+    expected = attend(additive, query, keys, mask)
+    torch.testing.assert_close(attend(concat, query, keys, mask), expected, rtol=0, atol=1e-12)
     # ... and literally concatenating [s; h_j], as the reference does, gives the same scores.
-    W, v = concat.W.weight.detach().numpy(), concat.v.weight[0].detach().numpy()
+    W, v = concat.score.W.weight.detach().numpy(), concat.score.v.weight[0].detach().numpy()
     s, H = query[0].numpy(), keys[0].numpy()
     np.testing.assert_allclose(
-        ref.concat_scores(s, H, W, v), ref.additive_scores(s, H, W[:, :D], W[:, D:], v), atol=1e-12
+        additive_ref.concat_scores(s, H, W, v),
+        additive_ref.additive_scores(s, H, W[:, :D], W[:, D:], v),
+        atol=1e-12,
     )
 
 
-@pytest.mark.parametrize("kind", ATTENTIONS)
+@pytest.mark.parametrize("kind", [*ATTENTIONS, "location"])
 def test_every_score_matches_the_numpy_reference_in_float64(kind):
     key_dim = D if kind in ("dot", "scaled_dot") else C
-    module = scorer(kind, key_dim=key_dim)
+    module = attention(kind, key_dim=key_dim)
     query, keys, mask = make_inputs(key_dim=key_dim)
-    context, weights = module(query, module.project_keys(keys), keys, mask)
+    context, weights = attend(module, query, keys, mask)
     for b in range(query.size(0)):
         s, H, m = query[b].numpy(), keys[b].numpy(), mask[b].numpy()
-        c_ref, alpha_ref = ref.attend(
-            reference_scores(module, s, H[m]), H[m], np.ones(m.sum(), bool)
-        )
+        e = reference_scores(module, s, H[m])
+        c_ref, alpha_ref = reference_attend(e, H[m], np.ones(m.sum(), bool))
         np.testing.assert_allclose(weights[b, m].detach().numpy(), alpha_ref, rtol=0, atol=1e-10)
         np.testing.assert_allclose(context[b].detach().numpy(), c_ref, rtol=0, atol=1e-10)
 
@@ -128,7 +155,7 @@ def test_masked_softmax_matches_the_reference_and_zeroes_padding_exactly():
     assert torch.equal(weights[~mask], torch.zeros((~mask).sum(), dtype=torch.float64))
     torch.testing.assert_close(weights.sum(-1), torch.ones(4, dtype=torch.float64))
     for b in range(4):
-        expected = ref.masked_softmax(scores[b].numpy(), mask[b].numpy())
+        expected = mappings_ref.masked_softmax(scores[b].numpy(), mask[b].numpy())
         np.testing.assert_allclose(weights[b].numpy(), expected, rtol=0, atol=1e-10)
 
 
@@ -143,67 +170,150 @@ def test_masked_softmax_passes_gradcheck():
     assert torch.autograd.gradcheck(lambda e: masked_softmax(e, mask), (scores,))
 
 
-@pytest.mark.parametrize("kind", ATTENTIONS)
+@pytest.mark.parametrize("kind", [*ATTENTIONS, "location"])
 def test_every_score_passes_gradcheck_in_query_keys_and_weights(kind):
     key_dim = D if kind in ("dot", "scaled_dot") else C
-    module = scorer(kind, key_dim=key_dim)
+    module = attention(kind, key_dim=key_dim)
     query, keys, mask = make_inputs(key_dim=key_dim)
     query.requires_grad_(True)
     keys.requires_grad_(True)
-    full = ProjectThenScore(module)  # one call that runs project_keys and forward
-    names = [name for name, _ in full.named_parameters()]
+    names = [name for name, _ in module.named_parameters()]
 
     def run(query, keys, *weights):
         params = dict(zip(names, weights, strict=True))
-        return torch.func.functional_call(full, params, (query, keys, mask))
+        return torch.func.functional_call(
+            _PrepareThenAttend(module),
+            {f"module.{n}": p for n, p in params.items()},
+            (query, keys, mask),
+        )
 
-    weights = tuple(p.detach().clone().requires_grad_(True) for p in full.parameters())
+    weights = tuple(p.detach().clone().requires_grad_(True) for p in module.parameters())
     assert torch.autograd.gradcheck(run, (query, keys, *weights))
 
 
-class ProjectThenScore(torch.nn.Module):
-    def __init__(self, scorer: torch.nn.Module) -> None:
+class _PrepareThenAttend(torch.nn.Module):
+    def __init__(self, module: Attention) -> None:
         super().__init__()
-        self.scorer = scorer
+        self.module = module
 
     def forward(self, query, keys, mask):
-        return self.scorer(query, self.scorer.project_keys(keys), keys, mask)
+        return attend(self.module, query, keys, mask)
 
 
 def test_the_module_keeps_no_state_between_batches():
-    module = scorer("additive")
+    module = attention("additive")
     first = make_inputs(seed=1)
     second = make_inputs(lengths=(1, 4), seed=2)
-    before = module(first[0], module.project_keys(first[1]), first[1], first[2])
-    module(second[0], module.project_keys(second[1]), second[1], second[2])
-    after = module(first[0], module.project_keys(first[1]), first[1], first[2])
-    torch.testing.assert_close(after, before, rtol=0, atol=0)
-    assert set(vars(module)) == set(vars(scorer("additive")))
+    before = attend(module, *first)
+    attend(module, *second)
+    torch.testing.assert_close(attend(module, *first), before, rtol=0, atol=0)
+    assert set(vars(module.score)) == set(vars(attention("additive").score))
 
 
 def test_dot_scores_refuse_mismatched_sizes_with_a_clear_error():
     with pytest.raises(ValueError, match="query_dim=3 and key_dim=4"):
-        DotAttention(query_dim=3, key_dim=4)
-    with pytest.raises(ValueError, match="unknown attention 'bilinear'"):
-        make_attention("bilinear", query_dim=3, key_dim=3, attn_dim=3)
+        attention("dot", query_dim=3, key_dim=4)
 
 
 def test_scaled_dot_divides_the_dot_scores_by_sqrt_d():
     query, keys, mask = make_inputs(key_dim=D)
-    plain, scaled = (
-        DotAttention(query_dim=D, key_dim=D),
-        DotAttention(query_dim=D, key_dim=D, scaled=True),
-    )
+    plain, scaled = attention("dot", key_dim=D), attention("scaled_dot", key_dim=D)
     # Scaling the query by 1/sqrt(D) in the plain score is the same thing.
-    expected = plain(query / np.sqrt(D), keys, keys, mask)
-    torch.testing.assert_close(scaled(query, keys, keys, mask), expected)
+    torch.testing.assert_close(
+        attend(scaled, query, keys, mask), attend(plain, query / np.sqrt(D), keys, mask)
+    )
 
 
 def test_general_score_is_s_transpose_W_h():
-    module = scorer("general")
-    assert isinstance(module, GeneralAttention) and module.W.weight.shape == (D, C)
+    module = attention("general")
+    assert module.score.W.weight.shape == (D, C)
     query, keys, mask = make_inputs()
-    _, weights = module(query, module.project_keys(keys), keys, mask)
-    scores = torch.einsum("bd,dc,btc->bt", query, module.W.weight, keys)
+    _, weights = attend(module, query, keys, mask)
+    scores = torch.einsum("bd,dc,btc->bt", query, module.score.W.weight, keys)
     torch.testing.assert_close(weights, masked_softmax(scores, mask))
-    assert isinstance(scorer("concat"), ConcatAttention)
+
+
+# --- the room's declarations --------------------------------------------------------------
+
+
+def _every_config():
+    for score in [*ATTENTIONS, "location"]:
+        for window in ("global", "local_m", "local_p"):
+            for coverage in ("none", "sum", "fertility"):
+                for fn in ("softmax", "sparsemax"):
+                    yield ModelConfig(
+                        attention=score,
+                        attention_window=window,
+                        coverage=coverage,
+                        attention_fn=fn,
+                    )
+
+
+def test_every_composition_declares_unique_slots_with_the_rows_first():
+    """Slot names are graph inputs and outputs: two mechanisms may not share one, and every
+    slot moves with its rows."""
+    seen = 0
+    for cfg in _every_config():
+        try:
+            composition = registry.compose(cfg)
+        except ValueError:
+            assert cfg.coverage != "none" and cfg.attention not in ("additive", "concat")
+            continue
+        names = [slot.name for slot in (*composition.state, *composition.memory)]
+        assert len(names) == len(set(names)), names
+        assert all(slot.axes[0] == "rows" for slot in (*composition.state, *composition.memory))
+        assert {s.slot for s in composition.shown} <= {s.name for s in composition.state}
+        seen += 1
+    assert seen == 6 * 3 * 2 + 2 * 3 * 2 * 2  # score x window x mapping, with coverage too
+
+
+def test_a_modifier_without_attention_or_without_a_hidden_layer_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match=r"model.attention=none has none: use model.coverage=none"):
+        registry.compose(ModelConfig(attention="none", coverage="sum"))
+    with pytest.raises(ValueError, match=r"use model.attention_window=global"):
+        registry.compose(ModelConfig(attention="none", attention_window="local_m"))
+    with pytest.raises(
+        ValueError, match=r"the dot score has none: use a score with one \(additive, concat\)"
+    ):
+        registry.compose(ModelConfig(attention="dot", coverage="fertility"))
+    assert registry.compose(ModelConfig(attention="none")) is None
+
+
+# --- run folders written before the room ---------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["concat_fertility_local_p", "dot_local_p_luong", "additive_sum"])
+def test_a_checkpoint_written_before_the_room_loads_and_computes_what_it_did(name):
+    """tests/data/legacy holds checkpoints that the code before the room wrote (the score's
+    weights under decoder.attention, the window's under decoder.window, coverage's V inside
+    the score and U_f on the decoder), with the logits that code gave on one batch."""
+    ckpt = load_checkpoint(LEGACY / f"{name}.safetensors")
+    given = json.loads((LEGACY / "legacy_logits.json").read_text())
+    with torch.no_grad():
+        out = ckpt.model(*(torch.tensor(given[k]) for k in ("src", "src_len", "tgt_in")))
+    assert torch.equal(out.logits, torch.tensor(given["logits"][name]))  # bit for bit
+    assert all(
+        n.startswith("decoder.attention.") for n in ckpt.model.state_dict() if "attention" in n
+    )
+
+
+def test_todays_names_are_left_as_they_are_and_old_ones_are_moved():
+    composition = registry.compose(
+        ModelConfig(attention="concat", coverage="fertility", attention_window="local_p")
+    )
+    today = {
+        "decoder.attention.score.W.weight": 1,
+        "decoder.attention.coverage.V.weight": 2,
+        "decoder.attention.coverage.U_f.weight": 3,
+        "decoder.attention.local.W_p.weight": 4,
+    }
+    assert registry.current_names(today, composition) == today
+    before = {
+        "decoder.attention.W.weight": 1,
+        "decoder.attention.V.weight": 2,
+        "decoder.U_f.weight": 3,
+        "decoder.window.W_p.weight": 4,
+    }
+    assert registry.current_names(before, composition) == today
+    vanilla = replace(ModelConfig(), attention="none")
+    assert registry.current_names(before, registry.compose(vanilla)) == before

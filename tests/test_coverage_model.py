@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from alignmt import reference as ref
 from alignmt.decoding.torch_engine.search import decode, search
 from alignmt.decoding.torch_engine.settings import Search
+from alignmt.model.attention.coverage import reference as coverage_ref
 from tests.conftest import padded_batch, tiny_model
 from tests.test_beam import beam_search_over
 from tests.test_decoder import numpy, reference_step
@@ -34,7 +34,7 @@ def model_for(arch: dict, coverage: str, seed: int = 0):
     model = tiny_model(**arch, readout=readout, coverage=coverage, seed=seed)
     if coverage != "none":  # V drawn larger than its init, so that coverage moves the scores
         with torch.no_grad():
-            model.decoder.attention.V.weight.mul_(5.0)
+            model.decoder.attention.coverage.V.weight.mul_(5.0)
     return model
 
 
@@ -54,18 +54,24 @@ def test_four_coverage_steps_match_the_numpy_reference_in_float64(arch, coverage
         H = numpy(memory.states[b, :n])
         phi = None
         if coverage == "fertility":
-            phi = ref.fertility(H, numpy(decoder.U_f.weight)[0], decoder.max_fertility)
+            coverage_model = decoder.attention.coverage
+            U_f, N = numpy(coverage_model.U_f.weight)[0], coverage_model.max_fertility
+            phi = coverage_ref.fertility(H, U_f, N)
         C = np.zeros(n)
         step_state = state
         for prev in prevs:
             logits, step_state, alpha = model.decode_step(prev, step_state, memory)
             expected = reference_step(decoder, b, prev.numpy(), hs, cs, feed, memory, n, C)
             ref_logits, hs, cs, feed, ref_alpha = expected
-            C = ref.next_coverage(C, ref_alpha, phi)
+            C = coverage_ref.next_coverage(C, ref_alpha, phi)
             np.testing.assert_allclose(numpy(logits[b]), ref_logits, rtol=0, atol=1e-10)
             np.testing.assert_allclose(numpy(alpha[b, :n]), ref_alpha, rtol=0, atol=1e-10)
-            np.testing.assert_allclose(numpy(step_state.coverage[b, :n]), C, rtol=0, atol=1e-10)
-            assert torch.equal(step_state.coverage[b, n:], torch.zeros(src.size(1) - n).double())
+            np.testing.assert_allclose(
+                numpy(step_state.slots["coverage"][b, :n]), C, rtol=0, atol=1e-10
+            )
+            assert torch.equal(
+                step_state.slots["coverage"][b, n:], torch.zeros(src.size(1) - n).double()
+            )
     assert C.sum() > 1.0  # the coverage grew: the checks above compared nonzero C
 
 
@@ -89,12 +95,16 @@ def test_sum_coverage_is_the_attention_summed_over_steps_and_forward_equals_step
     model = model_for(arch, "sum")
     src, src_len, tgt_in, _ = padded_batch()
     out = model(src, src_len, tgt_in)
-    torch.testing.assert_close(out.state.coverage, out.attention.sum(1), rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        out.state.slots["coverage"], out.attention.sum(1), rtol=0, atol=1e-12
+    )
     memory, state = model.encode(src, src_len)
     for t in range(tgt_in.size(1)):
         logits, state, _ = model.decode_step(tgt_in[:, t], state, memory)
         torch.testing.assert_close(logits, out.logits[:, t], rtol=0, atol=1e-12)
-    torch.testing.assert_close(state.coverage, out.state.coverage, rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        state.slots["coverage"], out.state.slots["coverage"], rtol=0, atol=1e-12
+    )
 
 
 def test_fertility_coverage_divides_each_word_by_a_fertility_in_0_to_N():
@@ -103,11 +113,13 @@ def test_fertility_coverage_divides_each_word_by_a_fertility_in_0_to_N():
     src, src_len, tgt_in, _ = padded_batch()
     out = model(src, src_len, tgt_in)
     memory, _ = model.encode(src, src_len)
-    rate = memory.coverage_rate  # 1 / Phi_j
+    rate = memory.slots["coverage_rate"]  # 1 / Phi_j
     mask = src != 0
-    assert torch.all(rate[mask] > 1 / model.decoder.max_fertility)  # Phi_j < N
+    assert torch.all(rate[mask] > 1 / model.decoder.attention.coverage.max_fertility)  # Phi_j < N
     assert torch.equal(rate[~mask], torch.zeros_like(rate[~mask]))
-    torch.testing.assert_close(out.state.coverage, out.attention.sum(1) * rate, rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        out.state.slots["coverage"], out.attention.sum(1) * rate, rtol=0, atol=1e-12
+    )
 
 
 @pytest.mark.parametrize("coverage", ["sum", "fertility"])
@@ -118,7 +130,8 @@ def test_the_loss_trains_the_coverage_weights(coverage):
     tgt_out = torch.roll(tgt_in, -1, dims=1)
     tgt_out[tgt_in == 0] = 0
     model.loss(src, src_len, tgt_in, tgt_out).backward()
-    names = ["attention.V.weight"] + (["U_f.weight"] if coverage == "fertility" else [])
+    names = ["attention.coverage.V.weight"]
+    names += ["attention.coverage.U_f.weight"] if coverage == "fertility" else []
     for name in names:
         grad = dict(model.decoder.named_parameters())[name].grad
         assert grad is not None and grad.abs().sum() > 0, name
@@ -152,7 +165,9 @@ def test_search_carries_coverage_streamed_and_through_the_beam(order):
 
 @pytest.mark.parametrize("attention", ["dot", "general", "scaled_dot"])
 def test_coverage_refuses_scores_without_a_hidden_layer(attention):
-    with pytest.raises(ValueError, match=r"model\.coverage needs an additive or concat score"):
+    with pytest.raises(
+        ValueError, match=r"score has none: use a score with one \(additive, concat\)"
+    ):
         tiny_model(attention=attention, coverage="sum")
 
 
@@ -167,4 +182,4 @@ def test_a_model_without_coverage_has_no_coverage_weights_or_state():
     assert not [name for name in names if ".V." in name or "U_f" in name]
     src, src_len, _, _ = padded_batch()
     memory, state = model.encode(src, src_len)
-    assert state.coverage is None and memory.coverage_rate is None
+    assert "coverage" not in state.slots and "coverage_rate" not in memory.slots

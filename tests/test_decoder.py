@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from alignmt import reference as ref
+from alignmt.model.attention.local import reference as local_ref
+from alignmt.model.attention.mappings import reference as mappings_ref
 from alignmt.model.attention_decoder import BahdanauDecoder, ConditionalDecoder, LuongDecoder
 from alignmt.model.cell import StackedCell
 from alignmt.model.decoder import VanillaDecoder
@@ -54,12 +56,13 @@ def readout_weights(decoder) -> ref.ReadoutWeights:
 
 def reference_window(decoder, i: int) -> ref.Window | None:
     """The reference's window at output position i for a local decoder; None for global."""
-    window = decoder.window
+    window = getattr(decoder.attention, "local", None)
     if window is None:
         return None
     if window.kind == "local_m":
-        return ref.local_m(i, window.half_width)
-    return ref.local_p(numpy(window.W_p.weight), numpy(window.v_p.weight)[0], window.half_width)
+        return local_ref.local_m(i, window.half_width)
+    W_p, v_p = numpy(window.W_p.weight), numpy(window.v_p.weight)[0]
+    return local_ref.local_p(W_p, v_p, window.half_width)
 
 
 def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None, i=0):
@@ -79,7 +82,7 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None, i=0
         )
         return logits, hs, cs, None, None
     score = lambda s, H: reference_scores(decoder.attention, s, H, coverage)  # noqa: E731
-    normalise = ref.NORMALISERS[decoder.attention.fn]
+    normalise = mappings_ref.MAPPINGS[decoder.attention.composition.mapping.kind]
     window = reference_window(decoder, i)
     if isinstance(decoder, LuongDecoder):
         logits, hs, cs, feed, alpha = ref.luong_step(

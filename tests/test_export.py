@@ -16,6 +16,7 @@ from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.exported import ENCODER, FORMAT, MANIFEST, STEP
 from alignmt.decoding.torch_engine.export import export_onnx
 from alignmt.model.batch import source_batch
+from alignmt.model.decoder import flat_fields
 from tests.conftest import untrained_twin
 
 # each cell, direction and depth; each decoder order and score; readouts, the bridge and
@@ -61,12 +62,19 @@ def test_the_graphs_step_as_pytorch_does(toy_run, tmp_path, name):
     manifest = export_onnx(ckpt, tmp_path / "onnx")
     encoder = ort.InferenceSession(str(tmp_path / "onnx" / ENCODER))
     step = ort.InferenceSession(str(tmp_path / "onnx" / STEP))
-    # the graph takes what the step reads (vanilla's reads neither states nor mask; a local
-    # window's centre p_i is written for the explorer, never read)
+    # the graph takes what the step reads (vanilla's reads neither states nor mask; what a
+    # mechanism shows, such as a local window's centre p_i, is written for the explorer and
+    # never read)
     takes = [i.name for i in step.get_inputs()]
     assert takes == [name for name in manifest.step_inputs if name in takes]
-    read = [name for name in manifest.state if name != "centre"]
+    shown = {s["slot"] for s in manifest.shown}
+    read = [name for name in manifest.state if name not in shown]
     assert takes[0] == "prev" and all(name in takes for name in read)
+    # every field's axes are the model's declaration, and its source axis is free
+    assert set(manifest.axes) == {*manifest.state, *manifest.memory}
+    for given in step.get_inputs()[1:]:  # a graph input's shape is what export declared
+        axes = manifest.axes_of(given.name)  # the steer too
+        assert [isinstance(d, str) for d in given.shape] == [a != "units" for a in axes]
 
     # four sentences of up to 6 tokens, where the graphs were traced on two of up to 4
     src, src_len = source_batch([ckpt.src_tokenizer.encode(line) for line in LINES], ckpt.src_vocab)
@@ -74,10 +82,10 @@ def test_the_graphs_step_as_pytorch_does(toy_run, tmp_path, name):
         memory, state = model.encode(src, src_len)
     outputs = encoder.run(None, {"src": src.numpy(), "src_len": src_len.numpy()})
     got = dict(zip([o.name for o in encoder.get_outputs()], outputs, strict=True))
-    for name in manifest.memory:
-        close(got[name], getattr(memory, name))
-    for name in manifest.state:
-        close(got[f"first_{name}"], getattr(state, name))
+    for name, value in flat_fields(memory).items():
+        close(got[name], value)
+    for name, value in flat_fields(state).items():
+        close(got[f"first_{name}"], value)
 
     onnx_state = {name: got[f"first_{name}"] for name in manifest.state}
     onnx_memory = {name: got[name] for name in manifest.memory}
@@ -93,8 +101,8 @@ def test_the_graphs_step_as_pytorch_does(toy_run, tmp_path, name):
         if alpha is not None:
             close(out["alpha"], alpha)
         onnx_state = {name: out[f"next_{name}"] for name in manifest.state}
-        for name in manifest.state:
-            close(onnx_state[name], getattr(state, name))
+        for name, value in flat_fields(state).items():
+            close(onnx_state[name], value)
         prev = logits.argmax(-1)
 
 
@@ -273,7 +281,7 @@ def test_int8_copies_quantize_the_products_and_stay_close_to_float32(toy_run, tm
     # as does alpha's product with the states (no constant weights)
     assert "Gemm" not in ops and ops.count("MatMulInteger") == 4
     floats = {n.name for n in step.node if n.op_type == "MatMul"}
-    assert floats == {"/attention/v/MatMul", "/proj/MatMul", "/attention/MatMul"}
+    assert floats == {"/attention/score/v/MatMul", "/proj/MatMul", "/attention/MatMul"}
     plain, int8 = OnnxModel(folder), OnnxModel(folder, int8=True)
     src = np.array([[3, 4, 5, 2], [6, 2, 0, 0]], dtype=np.int64)
     src_len = np.array([4, 2], dtype=np.int64)

@@ -118,8 +118,8 @@ def test_linear_and_rnn_weights_are_uniform_within_pytorchs_bounds(initialised):
     nn.GRU every weight from U(-1/sqrt(H), 1/sqrt(H)), W_ih included."""
     _, params = initialised
     fan_ins = {
-        ("decoder", "attention", "W_s", "kernel"): 128,  # D
-        ("decoder", "attention", "W_h", "kernel"): 192,  # C
+        ("decoder", "attention", "score", "W_s", "kernel"): 128,  # D
+        ("decoder", "attention", "score", "W_h", "kernel"): 192,  # C
         ("decoder", "rnn", "embed_in", "kernel"): 40,  # E
         ("decoder", "rnn", "embed_in", "bias"): 40,
         ("decoder", "bridge", "kernel"): 192,

@@ -29,7 +29,7 @@ from alignmt.decoding.flax_engine.search import FlaxSearch, bucket
 from alignmt.decoding.rules import max_output_len
 from alignmt.decoding.torch_engine.search import beam_decode, decode
 from alignmt.model.batch import source_batch
-from alignmt.model.flax_seq2seq import FlaxSeq2Seq, check_config
+from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 from alignmt.model.seq2seq import Seq2Seq
 from tests.conftest import LEXICON
 
@@ -203,8 +203,3 @@ def test_the_flax_engine_refuses_a_coverage_penalty_and_names_the_backend_that_h
     refused = "the coverage penalty is not available with the flax engine: use the torch engine"
     with pytest.raises(ValueError, match=refused):
         open_translator(toy_run, engine="flax", device="cpu", coverage_penalty=0.2)
-
-
-def test_the_flax_model_refuses_coverage_and_names_the_backend_that_has_it():
-    with pytest.raises(ValueError, match=r"PyTorch model only.*train\.backend=torch"):
-        check_config(ModelConfig(coverage="sum"))

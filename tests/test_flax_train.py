@@ -101,7 +101,10 @@ def test_one_update_equals_pytorchs_clipped_adam_step_on_the_same_weights():
     moved = jax.tree_util.tree_map(lambda a, b: np.abs(a - b).max(), after, params)
     assert max(jax.tree_util.tree_leaves(moved)) > 1e-3  # the step changed the weights
     gaps = jax.tree_util.tree_map(lambda a, b: np.abs(np.asarray(a) - b).max(), new, after)
-    assert max(jax.tree_util.tree_leaves(gaps)) < 1e-5
+    # Adam's first step moves a weight by lr g / (|g| + eps): where |g| is a few eps, the
+    # float32 rounding of g, which XLA and PyTorch do in their own order, moves it by up to
+    # lr |dg| / eps (1.5e-5 seen on an AMD EPYC): 2e-3 lr leaves 500 times the step to spare
+    assert max(jax.tree_util.tree_leaves(gaps)) < 2e-3 * cfg.lr
 
 
 def _dims() -> dict:

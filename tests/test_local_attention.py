@@ -12,13 +12,21 @@ import torch
 
 from alignmt import reference as ref
 from alignmt.config import ModelConfig
+from alignmt.model.attention.local import reference as local_ref
+from alignmt.model.attention.local.torch import LocalWindow
+from alignmt.model.attention.torch import Focus
 from alignmt.model.seq2seq import Seq2Seq
-from alignmt.model.window import LocalWindow
 from tests.conftest import VOCAB, padded_batch, tiny_model
 
 
 def lengths_mask(lengths=(6, 2, 4)) -> torch.Tensor:
     return torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
+
+
+def window_of(window: LocalWindow, query, step, mask) -> tuple[torch.Tensor, ...]:
+    """The window's (mask, prior, p_i) for one step at output positions `step` (B,)."""
+    focus, slots = window.focus(query, {"step": step}, None, Focus(mask, None, None))
+    return focus.mask, focus.prior, slots["centre"]
 
 
 @pytest.mark.parametrize("order,score", [("luong", "general"), ("bahdanau", "additive")])
@@ -42,7 +50,7 @@ def test_local_m_weighs_only_the_window_around_i_and_stays_at_the_end_past_the_s
         _, state, alpha = model.decode_step(torch.full((3,), 5), state, memory)
         for b, n in enumerate(src_len.tolist()):
             p = min(i, n - 1)
-            assert state.centre[b] == p
+            assert state.slots["centre"][b] == p
             outside = [j for j in range(alpha.size(1)) if abs(j - p) > 1 or j >= n]
             assert torch.equal(alpha[b, outside], torch.zeros(len(outside), dtype=alpha.dtype))
             torch.testing.assert_close(alpha[b].sum(), torch.tensor(1.0, dtype=alpha.dtype))
@@ -51,7 +59,7 @@ def test_local_m_weighs_only_the_window_around_i_and_stays_at_the_end_past_the_s
 def test_the_window_keeps_only_real_positions_where_it_crosses_the_ends():
     window = LocalWindow("local_m", query_dim=3, attn_dim=4, half_width=2)
     mask = lengths_mask((6, 3))
-    inside = window(torch.zeros(2, 3), torch.tensor([0.0, 2.0]), mask).mask
+    inside, _, _ = window_of(window, torch.zeros(2, 3), torch.tensor([0.0, 2.0]), mask)
     assert inside.tolist() == [
         [True, True, True, False, False, False],  # j in [-2, 2]: -2 and -1 dropped
         [True, True, True, False, False, False],  # j in [0, 4]: 3 and 4 are padding
@@ -63,13 +71,13 @@ def test_local_p_predicts_a_position_within_the_sentence_and_weighs_it_by_a_gaus
     window = LocalWindow("local_p", query_dim=3, attn_dim=4, half_width=2).double()
     mask = lengths_mask()
     query = torch.randn(3, 3, dtype=torch.float64) * 3
-    out = window(query, torch.zeros(3, dtype=torch.float64), mask)
+    inside, prior, centre = window_of(window, query, torch.zeros(3, dtype=torch.float64), mask)
     S = mask.sum(-1).double()
-    assert ((out.centre >= 0) & (out.centre <= S)).all()
-    distance = torch.arange(6, dtype=torch.float64) - out.centre[:, None]
-    torch.testing.assert_close(out.prior, torch.exp(-(distance**2) / 2.0))  # 2 sigma^2 = 2
-    assert torch.equal(out.mask, mask & (distance.abs() <= 2))
-    assert out.mask.any(-1).all()  # never an empty window
+    assert ((centre >= 0) & (centre <= S)).all()
+    distance = torch.arange(6, dtype=torch.float64) - centre[:, None]
+    torch.testing.assert_close(prior, torch.exp(-(distance**2) / 2.0))  # 2 sigma^2 = 2
+    assert torch.equal(inside, mask & (distance.abs() <= 2))
+    assert inside.any(-1).all()  # never an empty window
 
 
 def test_local_p_weights_are_the_windowed_softmax_times_the_gaussian_and_sum_below_one():
@@ -87,8 +95,8 @@ def test_local_p_position_network_passes_gradcheck_in_float64():
     mask = lengths_mask()
     query = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
     step = torch.zeros(3, dtype=torch.float64)
-    torch.autograd.gradcheck(lambda q: window(q, step, mask).prior, (query,))
-    torch.autograd.gradcheck(lambda q: window(q, step, mask).centre, (query,))
+    torch.autograd.gradcheck(lambda q: window_of(window, q, step, mask)[1], (query,))
+    torch.autograd.gradcheck(lambda q: window_of(window, q, step, mask)[2], (query,))
 
 
 @pytest.mark.parametrize("window", ["local_m", "local_p"])
@@ -107,7 +115,7 @@ def test_the_location_score_reads_positions_not_words_and_refuses_longer_sentenc
     model = tiny_model(attention="location", order="luong")  # positions=8
     src, src_len, _, _ = padded_batch()
     memory, state = model.encode(src, src_len)
-    swapped = memory._replace(states=memory.states.flip(0), keys=memory.keys.flip(0))
+    swapped = memory._replace(states=memory.states.flip(0))
     _, _, alpha = model.decode_step(torch.full((3,), 5), state, memory)
     _, _, other = model.decode_step(torch.full((3,), 5), state, swapped)
     assert torch.equal(alpha, other)  # the same query scores every sentence alike
@@ -149,10 +157,10 @@ def test_steer_moves_only_the_rows_it_names():
 
 def test_reference_local_windows_follow_the_equations():
     mask = np.array([True] * 5 + [False])
-    inside, prior = ref.local_m(7, D=1)(np.zeros(2), mask)  # past the end: p = S - 1 = 4
+    inside, prior = local_ref.local_m(7, D=1)(np.zeros(2), mask)  # past the end: p = S - 1 = 4
     assert inside.tolist() == [False, False, False, True, True, False] and prior is None
     W_p, v_p = np.zeros((3, 2)), np.zeros(3)  # sigmoid(0) = 1/2: p = S / 2 = 2.5
-    inside, prior = ref.local_p(W_p, v_p, D=2)(np.ones(2), mask)
+    inside, prior = local_ref.local_p(W_p, v_p, D=2)(np.ones(2), mask)
     assert inside.tolist() == [False, True, True, True, True, False]
     np.testing.assert_allclose(prior[2], np.exp(-0.25 / 2), rtol=0, atol=1e-15)
 
@@ -202,16 +210,19 @@ def test_the_served_step_through_gives_each_windows_centre_and_steers_outside_it
 
     with TestClient(create_app(load_models([local_run]), SERVE_LIMITS)) as client:
         (info,) = client.get("/v1/models").json()["models"]
-        assert (info["attention_window"], info["window"]) == ("local_p", 2)
+        assert "local-p window (Luong et al. 2015), D = 2" in info["mechanisms"]
+        assert [(s["slot"], s["label"], s["reach"]) for s in info["shown"]] == [
+            ("centre", "p_i", 2)
+        ]
         sentence = "the big dog sleeps now"  # 6 positions with </s>
         _, body = post(client, "/v1/step", {"sentence": sentence})
         assert len(body["steps"]) > 3
         for step in body["steps"]:
-            centre, alpha = step["centre"], np.array(step["attention"])
+            centre, alpha = step["shown"]["centre"], np.array(step["attention"])
             assert 0 <= centre <= 6
             far = np.abs(np.arange(6) - centre) > 2
             assert (alpha[far] == 0).all() and alpha.sum() < 1
-        outside = int(np.argmax(np.abs(np.arange(6) - body["steps"][1]["centre"])))
+        outside = int(np.argmax(np.abs(np.arange(6) - body["steps"][1]["shown"]["centre"])))
         _, steered = post(client, "/v1/step", {"sentence": sentence, "override": {"1": outside}})
         assert steered["steps"][1]["attention"] == np.eye(6)[outside].tolist()
 

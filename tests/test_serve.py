@@ -41,7 +41,11 @@ def test_models_describe_what_is_served(client, toy_run):
     run, vanilla = models["run"], models["vanilla"]
     ckpt = load_checkpoint(toy_run)
     assert (run["attention"], run["order"], run["cell"]) == ("additive", "bahdanau", "gru")
-    assert run["coverage"] == "none"
+    assert run["mechanisms"] == [
+        "additive score (Bahdanau et al. 2015), A = 24",
+        "softmax (Bahdanau et al. 2015)",
+    ]
+    assert run["shown"] == [] and vanilla["mechanisms"] == []
     assert run["parameters"] == sum(p.numel() for p in ckpt.model.parameters())
     assert run["training_step"] == ckpt.step and run["beam_size"] == 3
     assert run["validation_bleu"] is not None and run["target_vocabulary"] == len(ckpt.tgt_vocab)

@@ -9,10 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-from alignmt import reference as ref
-from alignmt.model.attention import make_attention, masked_sparse
+from alignmt.model.attention.mappings import reference as mappings_ref
+from alignmt.model.attention.mappings.torch import masked_sparse
 from tests.architectures import ATTENTIONS
-from tests.test_attention import A, C, D, make_inputs, reference_scores
+from tests.test_attention import (
+    C,
+    D,
+    attend,
+    attention,
+    make_inputs,
+    reference_attend,
+    reference_scores,
+)
 
 FNS = ["sparsemax", "entmax15"]
 PACKAGE = {"sparsemax": entmax.sparsemax, "entmax15": entmax.entmax15}
@@ -29,7 +37,7 @@ def rows(seed: int = 0) -> torch.Tensor:
 def test_the_reference_mappings_match_the_authors_package_in_float64(fn):
     scores = rows()
     expected = PACKAGE[fn](scores, dim=-1).numpy()
-    mine = np.stack([ref.NORMALISERS[fn](e, np.ones(7, bool)) for e in scores.numpy()])
+    mine = np.stack([mappings_ref.MAPPINGS[fn](e, np.ones(7, bool)) for e in scores.numpy()])
     np.testing.assert_allclose(mine, expected, rtol=0, atol=1e-12)
     zeros = (mine == 0).mean()
     assert 0.2 < zeros < 0.9  # sparse indeed, and not one-hot everywhere
@@ -38,13 +46,13 @@ def test_the_reference_mappings_match_the_authors_package_in_float64(fn):
 def test_a_two_way_tie_splits_evenly_and_the_rest_is_exactly_zero():
     e = np.array([2.0, 2.0, 0.5, -1.0])
     for fn in FNS:
-        mine = ref.NORMALISERS[fn](e, np.ones(4, bool))
+        mine = mappings_ref.MAPPINGS[fn](e, np.ones(4, bool))
         weights = masked_sparse(torch.from_numpy(e)[None], torch.ones(1, 4, dtype=torch.bool), fn)
         for alpha in (mine, weights[0].numpy()):
             np.testing.assert_allclose(alpha[:2], [0.5, 0.5], rtol=0, atol=1e-15)
             np.testing.assert_array_equal(alpha[2:], [0, 0])
     # softmax's weights on the same scores: never zero
-    assert (ref.masked_softmax(e, np.ones(4, bool)) > 0.02).all()
+    assert (mappings_ref.masked_softmax(e, np.ones(4, bool)) > 0.02).all()
 
 
 @pytest.mark.parametrize("fn", FNS)
@@ -73,18 +81,17 @@ def test_the_masked_mappings_pass_gradcheck(fn):
 @pytest.mark.parametrize("kind", ATTENTIONS)
 def test_every_score_with_sparse_weights_matches_the_reference(kind, fn):
     key_dim = D if kind in ("dot", "scaled_dot") else C
-    torch.manual_seed(0)
-    module = make_attention(kind, query_dim=D, key_dim=key_dim, attn_dim=A, fn=fn).double()
+    module = attention(kind, key_dim=key_dim, attention_fn=fn)
     query, keys, mask = make_inputs(key_dim=key_dim)
     with torch.no_grad():  # scores spread enough for zeros (tanh bounds additive and concat)
         query, keys = query * 3, keys * 3
         for weight in module.parameters():
             weight.mul_(3)
-    context, weights = module(query, module.project_keys(keys), keys, mask)
+    context, weights = attend(module, query, keys, mask)
     for b in range(query.size(0)):
         s, H, m = query[b].numpy(), keys[b].numpy(), mask[b].numpy()
         e = reference_scores(module, s, H[m])
-        c_ref, alpha_ref = ref.attend(e, H[m], np.ones(m.sum(), bool), ref.NORMALISERS[fn])
+        c_ref, alpha_ref = reference_attend(e, H[m], np.ones(m.sum(), bool), fn)
         np.testing.assert_allclose(weights[b, m].detach().numpy(), alpha_ref, rtol=0, atol=1e-10)
         np.testing.assert_allclose(context[b].detach().numpy(), c_ref, rtol=0, atol=1e-10)
     assert (weights[mask] == 0).any()
@@ -93,7 +100,7 @@ def test_every_score_with_sparse_weights_matches_the_reference(kind, fn):
 @pytest.mark.parametrize("fn", FNS)
 def test_the_flax_mappings_match_the_reference(fn):
     jax = pytest.importorskip("jax")
-    from alignmt.model.flax_attention import masked_sparse as flax_masked_sparse
+    from alignmt.model.attention.mappings.flax import masked_sparse as flax_masked_sparse
 
     scores = rows(3)[:8] * 2
     mask = torch.arange(7)[None, :] < torch.tensor([7, 1, 3, 5, 7, 2, 6, 4])[:, None]
@@ -103,7 +110,7 @@ def test_the_flax_mappings_match_the_reference(fn):
             scores.numpy()
         )
     for b in range(8):
-        expected = ref.NORMALISERS[fn](scores[b].numpy(), mask[b].numpy())
+        expected = mappings_ref.MAPPINGS[fn](scores[b].numpy(), mask[b].numpy())
         np.testing.assert_allclose(mine[b], expected, rtol=0, atol=1e-12)
     # the same gradient as the package's own backward pass (no NaN from sqrt at 0)
     e = scores.clone().requires_grad_(True)

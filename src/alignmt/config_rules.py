@@ -3,7 +3,8 @@
 with a value, or None; `config_merge` checks every field against its rules after merging.
 
 `check_model` holds the rules that tie model fields together, which every backend's model
-builder applies before it builds anything, so that both refuse the same with the same words.
+builder applies before it builds anything, so that both refuse the same with the same words
+(the attention mechanisms' own rules are the room's: `model.attention.registry.compose`).
 """
 
 from __future__ import annotations
@@ -99,20 +100,10 @@ Probability = Annotated[float, Between(0, 1)]  # in [0, 1)
 def check_model(cfg: ModelConfig) -> None:
     """Raise ValueError for a combination of model fields that no backend can build."""
     vanilla, luong = cfg.attention == "none", cfg.attention != "none" and cfg.order == "luong"
-    if vanilla and cfg.coverage != "none":
-        raise ValueError(
-            f"model.coverage={cfg.coverage} counts attention, and model.attention=none "
-            "has none: use coverage=none"
-        )
     if vanilla and cfg.context == "init_only" and cfg.init != "bridge":
         raise ValueError(
             "model.context=init_only passes the source only through s_0, so it needs "
             f"model.init=bridge (got init={cfg.init}: the decoder would never see it)"
-        )
-    if vanilla and cfg.attention_window != "global":
-        raise ValueError(
-            f"model.attention_window={cfg.attention_window} places a window for attention, "
-            "and model.attention=none has none: use attention_window=global"
         )
     if luong and cfg.readout != "none":
         raise ValueError(

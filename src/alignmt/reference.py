@@ -5,16 +5,18 @@ Written from the equations, not from the torch modules: no batching, no masks fo
 matrix products, an explicit loop over source positions. The torch code must agree with it
 to 1e-10 in float64 (tests/test_attention.py, test_encoder.py and test_decoder.py).
 
+This module holds the recurrences, the encoder, the output layer, one decoder step in each
+order and beam search. Each attention mechanism's equations are its own, in the attention
+room's entries (model/attention/*/reference.py); a step takes them as callables, a score, a
+mapping and a window, composed here as micrograd composes its pieces.
+
 Conventions. Vectors are 1-D arrays; H is (T, C), one encoder state h_j per row; a weight
 W maps x to W @ x, so a matrix is (out, in). RNN cells follow PyTorch's gate order
 (GRU: r, z, n; LSTM: i, f, g, o) so that their weights can be compared one to one.
 
-Sources: Bahdanau et al. 2015 (eq. 5-6 and App. A), Luong et al. 2015 (eq. 5-8),
-Sennrich et al. 2017 (the conditional GRU, §2.3), Wu et al. 2016 (beam search's length
-penalty, eq. 14),
-Vaswani et al. 2017 (eq. 1), Cho et al. 2014 (the vanilla encoder-decoder), Tu et al. 2016
-(coverage, eq. 9), Martins & Astudillo 2016 (sparsemax), Peters et al. 2019 (1.5-entmax),
-Luong et al. 2015 §3.2 (local attention, eq. 9-10, and the location score).
+Sources: Bahdanau et al. 2015 (eq. 5 and App. A), Luong et al. 2015 (eq. 5-6 and §3.2),
+Sennrich et al. 2017 (the conditional GRU, §2.3), Cho et al. 2014 (the vanilla
+encoder-decoder), Wu et al. 2016 (beam search's length penalty, eq. 14).
 """
 
 from __future__ import annotations
@@ -27,152 +29,17 @@ import numpy as np
 Array = np.ndarray
 
 
-# --- scores e_ij for one query against every h_j ------------------------------------------
+# --- attention: c = sum_j alpha_j h_j ------------------------------------------------------
+# The mechanisms themselves (scores, mappings, windows, coverage) are the attention room's, one
+# float64 reference per entry (model/attention/*/reference.py); here they are callables.
 
-
-def additive_scores(
-    s: Array, H: Array, W_s: Array, W_h: Array, v: Array, V: Array | None = None, C=None
-) -> Array:
-    """Bahdanau eq. 6: e_j = v^T tanh(W_s s + W_h h_j). With a coverage weight V (A,) and
-    the coverage C (T,) so far, Tu eq. 9: e_j = v^T tanh(W_s s + W_h h_j + V C_j)."""
-    e = []
-    for j, h in enumerate(H):
-        pre = W_s @ s + W_h @ h
-        if V is not None:
-            pre = pre + V * C[j]
-        e.append(v @ np.tanh(pre))
-    return np.array(e)
-
-
-def concat_scores(s: Array, H: Array, W: Array, v: Array, V: Array | None = None, C=None) -> Array:
-    """Luong eq. 8, concat: e_j = v^T tanh(W [s; h_j]); with coverage, + V C_j in the tanh."""
-    e = []
-    for j, h in enumerate(H):
-        pre = W @ np.concatenate([s, h])
-        if V is not None:
-            pre = pre + V * C[j]
-        e.append(v @ np.tanh(pre))
-    return np.array(e)
-
-
-def general_scores(s: Array, H: Array, W: Array) -> Array:
-    """Luong eq. 8, general: e_j = s^T W h_j."""
-    return np.array([s @ W @ h for h in H])
-
-
-def dot_scores(s: Array, H: Array) -> Array:
-    """Luong eq. 8, dot: e_j = s^T h_j."""
-    return np.array([s @ h for h in H])
-
-
-def scaled_dot_scores(s: Array, H: Array) -> Array:
-    """Vaswani eq. 1: e_j = s^T h_j / sqrt(d)."""
-    return dot_scores(s, H) / np.sqrt(len(s))
-
-
-def location_scores(s: Array, H: Array, W_a: Array) -> Array:
-    """Luong eq. 8, location: e = W_a s, one score per position j < T whatever h_j is."""
-    return np.array([W_a[j] @ s for j in range(len(H))])
-
-
-# --- local attention (Luong et al. 2015, §3.2) ----------------------------------------------
-
+Scorer = Callable[[Array, Array], Array]  # (query (D,), H (T, C)) -> e (T,)
+Normaliser = Callable[[Array, Array], Array]  # (e (T,), mask (T,)) -> alpha (T,)
 Window = Callable[[Array, Array], tuple[Array, Array | None]]  # (query, mask) -> (mask, prior)
 
 
-def local_window(p: float, mask: Array, D: int, gaussian: bool) -> tuple[Array, Array | None]:
-    """The real positions j with |j - p| <= D, and with `gaussian` the factor
-    exp(-(j - p)^2 / (2 sigma^2)), sigma = D / 2, of eq. 10."""
-    inside = np.array([bool(real) and abs(j - p) <= D for j, real in enumerate(mask)])
-    if not gaussian:
-        return inside, None
-    sigma = D / 2
-    return inside, np.array([np.exp(-((j - p) ** 2) / (2 * sigma**2)) for j in range(len(mask))])
-
-
-def local_m(i: int, D: int) -> Window:
-    """local-m at output position i: p = i, kept at the last position S - 1 past the source."""
-    return lambda s, mask: local_window(float(min(i, mask.sum() - 1)), mask, D, gaussian=False)
-
-
-def local_p(W_p: Array, v_p: Array, D: int) -> Window:
-    """local-p: p = S sigmoid(v_p^T tanh(W_p s)) (eq. 9), S the real positions, with the
-    Gaussian."""
-    return lambda s, mask: local_window(
-        mask.sum() * sigmoid(v_p @ np.tanh(W_p @ s)), mask, D, gaussian=True
-    )
-
-
-# --- coverage (Tu et al. 2016, eq. 9 and §3.1.1) ----------------------------------------
-
-
-def fertility(H: Array, U_f: Array, N: float) -> Array:
-    """Phi_j = N sigma(U_f h_j): how many target words source word j is expected to make."""
-    return np.array([N * sigmoid(U_f @ h) for h in H])
-
-
-def next_coverage(C: Array, alpha: Array, phi: Array | None) -> Array:
-    """C_{i,j} = C_{i-1,j} + alpha_ij / Phi_j; Phi_j = 1 ("sum") when phi is None."""
-    return C + (alpha if phi is None else alpha / phi)
-
-
-# --- normalisation and context -------------------------------------------------------------
-
-
-def masked_softmax(e: Array, mask: Array) -> Array:
-    """alpha_j = exp(e_j) / sum_k exp(e_k) over the real positions (mask True); 0 elsewhere."""
-    alpha = np.zeros_like(e, dtype=np.float64)
-    real = e[mask]
-    z = np.exp(real - real.max())  # shifting by the max changes nothing but overflow
-    alpha[mask] = z / z.sum()
-    return alpha
-
-
-def masked_sparsemax(e: Array, mask: Array) -> Array:
-    """Martins & Astudillo 2016, Alg. 1: alpha_j = max(e_j - tau, 0) over the real positions,
-    tau making them sum to 1 (the Euclidean projection of e onto the simplex); 0 elsewhere."""
-    alpha = np.zeros_like(e, dtype=np.float64)
-    z = np.sort(e[mask])[::-1]  # largest first
-    k = np.arange(1, len(z) + 1)
-    cumulative = np.cumsum(z)
-    size = k[1 + k * z > cumulative][-1]  # the support: z_(k) stays above the threshold
-    tau = (cumulative[size - 1] - 1) / size
-    alpha[mask] = np.maximum(e[mask] - tau, 0.0)
-    return alpha
-
-
-def masked_entmax15(e: Array, mask: Array) -> Array:
-    """Peters, Niculae & Martins 2019, Alg. 2 (alpha = 1.5, exact by sorting): alpha_j =
-    max(e_j / 2 - tau, 0)^2 over the real positions, tau making them sum to 1; 0 elsewhere.
-
-    For the k largest values of z = e / 2, the tau that makes sum_{j<=k} (z_j - tau)^2 = 1 is
-    mean_k - sqrt((1 - k var_k) / k); the support is the largest k whose tau stays at or
-    below z_(k)."""
-    alpha = np.zeros_like(e, dtype=np.float64)
-    z = np.sort(e[mask] / 2)[::-1]
-    k = np.arange(1, len(z) + 1)
-    mean = np.cumsum(z) / k
-    variance = np.cumsum(z**2) / k - mean**2
-    tau = mean - np.sqrt(np.maximum((1 - k * variance) / k, 0.0))
-    size = k[tau <= z][-1]
-    alpha[mask] = np.maximum(e[mask] / 2 - tau[size - 1], 0.0) ** 2
-    return alpha
-
-
-Normaliser = Callable[[Array, Array], Array]  # (e (T,), mask (T,)) -> alpha (T,)
-NORMALISERS: dict[str, Normaliser] = {
-    "softmax": masked_softmax,
-    "sparsemax": masked_sparsemax,
-    "entmax15": masked_entmax15,
-}
-
-
 def attend(
-    e: Array,
-    H: Array,
-    mask: Array,
-    normalise: Normaliser = masked_softmax,
-    prior: Array | None = None,
+    e: Array, H: Array, mask: Array, normalise: Normaliser, prior: Array | None = None
 ) -> tuple[Array, Array]:
     """Bahdanau eq. 5: c = sum_j alpha_j h_j, alpha = normalise(e) (softmax, or a sparse
     mapping), times `prior` where given (Luong eq. 10). Returns (c, alpha)."""
@@ -184,7 +51,7 @@ def attend(
 
 
 def attend_query(
-    s: Array, H: Array, mask: Array, score, normalise: Normaliser, window: Window | None
+    s: Array, H: Array, mask: Array, score: Scorer, normalise: Normaliser, window: Window | None
 ) -> tuple[Array, Array]:
     """`attend` for the query s: over the window's positions (all of them when window is
     None) and weighted by its prior."""
@@ -305,8 +172,6 @@ def readout(features: Array, w: ReadoutWeights) -> Array:
 
 # --- one decoder step ----------------------------------------------------------------------
 
-Scorer = Callable[[Array, Array], Array]  # (query (D,), H (T, C)) -> e (T,)
-
 
 def bahdanau_step(
     y_emb,
@@ -317,7 +182,7 @@ def bahdanau_step(
     score: Scorer,
     layers,
     out: ReadoutWeights,
-    normalise=masked_softmax,
+    normalise: Normaliser,
     window: Window | None = None,
 ):
     """Query s_{i-1}; c_i = attend (within `window`); s_i = RNN(s_{i-1}, [y_{i-1}; c_i]);
@@ -340,7 +205,7 @@ def luong_step(
     W_c,
     W_o,
     b_o,
-    normalise=masked_softmax,
+    normalise: Normaliser,
     window: Window | None = None,
 ):
     """s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]); query s_i (within `window`);
@@ -362,7 +227,7 @@ def conditional_step(
     first,
     second,
     out: ReadoutWeights,
-    normalise=masked_softmax,
+    normalise: Normaliser,
     window: Window | None = None,
 ):
     """Sennrich et al. 2017, §2.3: s'_i = RNN_1(s_{i-1}, y_{i-1}) in the first layer; query
@@ -437,18 +302,3 @@ def beam_search(
         ):
             break
     return [(tokens, score) for _, tokens, score in ended[:nbest]]
-
-
-# --- a worked example, small enough to follow by hand ---------------------------------------
-
-
-def worked_example() -> tuple[Array, Array]:
-    """Additive attention by hand: three encoder states, one query. Returns (alpha, c),
-    which are alpha = [0.430, 0.217, 0.353] and c = [0.783, 0.570] to three decimals."""
-    H = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    s_prev = np.array([0.5, 0.8])
-    W_s = np.eye(2)
-    W_h = np.array([[1.0, -1.0], [1.0, 1.0]])
-    v = np.array([0.5, 0.5])
-    c, alpha = attend(additive_scores(s_prev, H, W_s, W_h, v), H, np.ones(3, dtype=bool))
-    return alpha, c

@@ -75,7 +75,7 @@ def step(
                 Candidate(token=vocab.itos[t], probability=probability(p))
                 for t, p in zip(s.top_tokens, s.top_log_probs, strict=True)
             ],
-            centre=s.centre,
+            shown=s.shown,
             attribution=None if relevance is None else rounded(relevance[position]),
         )
         for position, s in enumerate(stepped.steps)

@@ -9,7 +9,7 @@ precision."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +18,7 @@ from alignmt.answers.schemas import ModelInfo
 from alignmt.checkpoint.format import snapshot_steps
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.engine import Unavailable
+from alignmt.model.attention.registry import compose
 
 if TYPE_CHECKING:
     from alignmt.config import Config, Precision, Weights
@@ -112,6 +113,7 @@ def model_info(name: str, translator: Translator, members: list[str] | None = No
 def _described(config: Config, src_vocab: Vocab, tgt_vocab: Vocab) -> dict:
     """The fields of ModelInfo that a model's config and vocabularies give."""
     m, data = config.model, config.data
+    composition = compose(m)
     return dict(
         source_language=data.src_lang,
         target_language=data.tgt_lang,
@@ -121,10 +123,9 @@ def _described(config: Config, src_vocab: Vocab, tgt_vocab: Vocab) -> dict:
         encoder_layers=m.enc_layers,
         decoder_layers=m.dec_layers,
         attention=m.attention,
-        attention_window=m.attention_window,
-        window=m.window if m.attention_window != "global" else None,
+        mechanisms=[] if composition is None else composition.about,
+        shown=[] if composition is None else [asdict(s) for s in composition.shown],
         order=m.order,
-        coverage=m.coverage,
         embedding_size=m.emb_dim,
         encoder_hidden=m.enc_hidden,
         decoder_hidden=m.dec_hidden,

@@ -290,10 +290,11 @@ class Step(BaseModel):
         description="the request's attribution over the source tokens (the output "
         "teacher-forced); null when none was asked",
     )
-    centre: float | None = Field(
-        default=None,
-        description="p_i, the centre of the step's local attention window (Luong et al. "
-        "2015, §3.2), counted in source positions from 0; null for global attention",
+    shown: dict[str, float] = Field(
+        default={},
+        description="the values the model's attention mechanisms show after this step, by "
+        "name (a local window's centre p_i, in source positions from 0); the model's "
+        "`shown` says what each is",
     )
 
 
@@ -362,6 +363,15 @@ class SnapshotsResponse(BaseModel):
     snapshots: list[Snapshot] = Field(description="oldest first")
 
 
+class ShownValue(BaseModel):
+    slot: str = Field(description="its name in a step answer's `shown`")
+    label: str = Field(description="its symbol, as the explorer marks it (p_i)")
+    about: str = Field(description="what it is, one sentence")
+    reach: float = Field(
+        description="a position on the source: the words within `reach` of it are marked too"
+    )
+
+
 class ModelInfo(BaseModel):
     name: str = Field(description="the name requests use: its run folder's")
     source_language: str = Field(description="data.src_lang")
@@ -374,17 +384,18 @@ class ModelInfo(BaseModel):
     attention: str = Field(
         description="the score: additive, dot, general, concat, scaled_dot, location or none"
     )
-    attention_window: str = Field(
-        default="global",
-        description="global, or a local window (Luong et al. 2015): local_m or local_p",
+    mechanisms: list[str] = Field(
+        default=[],
+        description="its attention's mechanisms, as each describes itself: the score, the "
+        "mapping to weights, and any window or coverage; empty without attention",
     )
-    window: int | None = Field(
-        default=None, description="D, a local window's half-width; null for global attention"
+    shown: list[ShownValue] = Field(
+        default=[],
+        description="the values a step answer's `shown` holds, as the mechanisms declare them",
     )
     order: str = Field(
         description="bahdanau (query s_{i-1}), luong (query s_i) or cgru (query s'_i)"
     )
-    coverage: str = Field(description="none, sum or fertility (Tu et al. 2016)")
     embedding_size: int = Field(description="E")
     encoder_hidden: int = Field(description="H, units per direction")
     decoder_hidden: int = Field(description="D")

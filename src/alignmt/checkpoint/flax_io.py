@@ -44,6 +44,7 @@ from alignmt.checkpoint.format import (
 )
 from alignmt.checkpoint.rundir import publish
 from alignmt.config import Config, ModelConfig
+from alignmt.model.attention.registry import compose, current_names
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 from alignmt.text.tokenize import Tokenizer
 from alignmt.text.vocab import Vocab
@@ -78,9 +79,10 @@ def torch_name(path: tuple[str, ...]) -> str:
 
 
 def params_from_tensors(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Params:
-    """Flax parameters from a run folder's model tensors (PyTorch layout)."""
+    """Flax parameters from a run folder's model tensors (PyTorch layout), a folder of
+    before the attention room's included."""
     params: Params = {}
-    for name, value in tensors.items():
+    for name, value in current_names(tensors, compose(cfg)).items():
         path = flax_path(name)
         if cfg.tie_embeddings and path[-2] == "proj" and path[-1] == "kernel":
             continue  # the decoder's embedding, stored twice by PyTorch

@@ -33,6 +33,7 @@ from alignmt.checkpoint.format import (
 from alignmt.checkpoint.rundir import publish
 from alignmt.checkpoint.shortlist_io import load_shortlist
 from alignmt.config import Config
+from alignmt.model.attention.registry import compose, current_names
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.shortlist import Shortlist
 from alignmt.text.tokenize import Tokenizer
@@ -94,6 +95,7 @@ def load_checkpoint(
         header = parse_header(path, f.metadata() or {})
         names = [name for name in f.keys() if not name.startswith(TRAIN_PREFIX)]  # noqa: SIM118
         tensors = {name: f.get_tensor(name) for name in names}
+    tensors = current_names(tensors, compose(header.config.model))
     vocab = header.tgt_vocab
     model = Seq2Seq.from_config(
         header.config.model,
@@ -214,7 +216,7 @@ def restore_train_state(
             "train.backend=torch cannot resume; resume it with "
             f"train.backend={values['backend']}, or start a new run"
         )
-    model.load_state_dict(load_weights(path))
+    model.load_state_dict(current_names(load_weights(path), model.composition))
     moments: dict[int, dict[str, Tensor]] = {}
     rngs: dict[int, dict[str, Tensor]] = {}
     for name, value in tensors.items():

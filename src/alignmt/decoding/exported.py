@@ -5,7 +5,8 @@ Nothing here imports torch or ONNX Runtime."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 FORMAT = 1  # of the exported folder; a reader refuses another
@@ -27,16 +28,40 @@ def is_exported(folder: str | Path) -> bool:
     return (Path(folder) / MANIFEST).is_file()
 
 
+# The axes of the graphs' own inputs and outputs (the state's and memory's fields declare
+# theirs): rows, the batch or a beam's rows; source, the source positions; units, the rest
+GRAPH_AXES: dict[str, tuple[str, ...]] = {
+    "src": ("rows", "source"),
+    "src_len": ("rows",),
+    "prev": ("rows",),
+    "log_probs": ("rows", "units"),
+    "alpha": ("rows", "source"),
+    "steer": ("rows", "source"),
+}
+
+
 @dataclass(frozen=True)
 class Manifest:
     """The graphs' inputs and outputs, by name and in order."""
 
-    state: tuple[str, ...]  # DecoderState's fields that the model has
-    memory: tuple[str, ...]  # Memory's fields that the model has
+    state: tuple[str, ...]  # the decoder state's fields that the model has, slots included
+    memory: tuple[str, ...]  # the memory's fields that the model has, slots included
     attention: bool  # whether the step returns alpha
     # whether the step takes `steer` (N, T_src): weights that replace alpha in the rows where
     # they are not all zero, the explorer's attention override (`alignmt export --web`)
     steer: bool = False
+    # each state and memory field's axes, as the model declares them (empty in a folder
+    # exported before they were written down)
+    axes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # the per-step values the explorer shows, as the attention mechanisms declare them
+    # (attention/spec.py's `Shown`, as dicts)
+    shown: tuple[Mapping[str, object], ...] = ()
+
+    def axes_of(self, name: str) -> tuple[str, ...]:
+        """The axes of a graph input or output: `next_hidden` and `first_hidden` are
+        `hidden`'s."""
+        base = name.removeprefix("next_").removeprefix("first_")
+        return GRAPH_AXES.get(base) or self.axes[base]
 
     @property
     def encoder_outputs(self) -> tuple[str, ...]:

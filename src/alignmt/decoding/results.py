@@ -6,7 +6,7 @@ on the CPU; nothing here imports a framework.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -51,7 +51,9 @@ class DecoderStep:
     attention: np.ndarray | None  # (T_src,) alpha (one-hot where overridden); None: vanilla
     top_tokens: list[int]  # the top_k most probable tokens at this step, best first
     top_log_probs: list[float]  # their log-probabilities
-    centre: float | None = None  # p_i of a local attention window; None for global attention
+    # the attention mechanisms' values the explorer shows after this step, by slot name (a
+    # local window's centre p_i); what each is, the model's `Shown` declarations say
+    shown: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

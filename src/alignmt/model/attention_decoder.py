@@ -13,130 +13,68 @@ comes from, on `decoder.Decoder`'s recurrence and unroll.
   encoder; a second transition reads the context, s_i = RNN_2(s'_i, c_i); the output reads
   [s_i; c_i; y_{i-1}] as Bahdanau's does. The query has seen y_{i-1}, Bahdanau's s_{i-1} has not.
 
-`AttentionDecoder` holds what the three share: the scorer, the key projection made once per
-sentence (`prepare`), the coverage model, and the window of local attention (window.py).
-The scorers live in `attention.py`; the step interface, the unroll, the readout layer and the
-decoder without attention in `decoder.py`.
+`AttentionDecoder` holds what the three share: its attention, a composition of the room's
+mechanisms (attention/: a score, a mapping from scores to weights, and modifiers such as a
+local window or coverage), whose memory it prepares once per sentence and whose state slots
+it carries from step to step. The step interface, the unroll, the readout layer and the
+decoder without attention are in `decoder.py`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from alignmt.model.attention import AttentionFn, AttentionKind, make_attention
+from alignmt.model.attention.spec import Axis, Composition
+from alignmt.model.attention.torch import Attention
 from alignmt.model.cell import DecoderState, StackedCell
 from alignmt.model.decoder import Decoder, Memory, ReadoutKind
-from alignmt.model.window import LocalWindow, WindowKind
-
-CoverageKind = Literal["none", "sum", "fertility"]
 
 
 class AttentionDecoder(Decoder):
-    """A decoder with a scorer over the encoder states (`Decoder`'s arguments, plus the
-    score, its hidden size for additive and concat (and local-p's position network), how
-    scores become weights, the coverage model, the window: global, or local with half-width
-    `half_width`, and the location score's number of `positions`).
+    """A decoder that attends: `Decoder`'s arguments, plus the composition of its attention
+    (`attention.registry.compose` makes one from a model config)."""
 
-    Coverage (Tu et al. 2016, §3.1.1, "linguistic coverage"): C_{i,j} = C_{i-1,j} + α_ij / Φ_j
-    with C_{0,j} = 0 enters the next step's score (see attention.py). "sum" has Φ_j = 1; under
-    "fertility" each source word learns how many target words it tends to produce,
-    Φ_j = N σ(U_f h_j), so that C_{i,j} ≈ 1 says "translated as often as it should be".
-    """
-
-    def __init__(
-        self,
-        *,
-        attention: AttentionKind,
-        attn_dim: int,
-        attention_fn: AttentionFn = "softmax",
-        coverage: CoverageKind = "none",
-        max_fertility: float = 2.0,
-        window: WindowKind = "global",
-        half_width: int = 10,
-        positions: int = 100,
-        **common: Any,
-    ) -> None:
+    def __init__(self, *, attention: Composition, **common: Any) -> None:
         super().__init__(**common)
-        self.attention = make_attention(
-            attention,
-            query_dim=self.hidden,
-            key_dim=self.enc_dim,
-            attn_dim=attn_dim,
-            coverage=coverage != "none",
-            fn=attention_fn,
-            positions=positions,
-        )
-        self.coverage = coverage
-        self.max_fertility = max_fertility  # N
-        self.U_f = nn.Linear(self.enc_dim, 1, bias=False) if coverage == "fertility" else None
-        self.window = None
-        if window != "global":
-            self.window = LocalWindow(
-                window, query_dim=self.hidden, attn_dim=attn_dim, half_width=half_width
-            )
+        self.attention = Attention(attention, query_dim=self.hidden, key_dim=self.enc_dim)
+
+    def axes(self) -> dict[str, tuple[Axis, ...]]:
+        """`Decoder.axes`, and the slots the attention's mechanisms declare."""
+        composition = self.attention.composition
+        slots = {slot.name: slot.axes for slot in (*composition.state, *composition.memory)}
+        return super().axes() | slots
 
     def prepare(self, states: Tensor, mask: Tensor, final: Tensor) -> Memory:
-        """Project the keys once per source batch, and the fertilities for fertility
-        coverage; `final` is unused (attention reads states)."""
-        rate = None
-        if self.U_f is not None:
-            fertility = self.max_fertility * torch.sigmoid(self.U_f(states).squeeze(-1))
-            rate = torch.where(mask, fertility.reciprocal(), 0.0)  # (B, T_src)
-        return Memory(states, mask, self.attention.project_keys(states), None, rate)
+        """The memory the mechanisms make once per source batch (the score's projected keys,
+        ...); `final` is unused (attention reads states)."""
+        return Memory(states, mask, None, self.attention.prepare(states, mask))
 
     def init_state(self, final: Tensor, memory: Memory) -> DecoderState:
         state = super().init_state(final, memory)
-        if self.coverage != "none":
-            state = state._replace(coverage=memory.states.new_zeros(memory.mask.shape))  # C_0
-        if self.window is not None:
-            start = final.new_zeros(final.size(0))  # (B,) step 0, and no window yet
-            state = state._replace(step=start, centre=start)
-        return state
+        return state._replace(slots=self.attention.start(memory))
 
     def _attend(
         self, query: Tensor, state: DecoderState, memory: Memory
     ) -> tuple[Tensor, Tensor, DecoderState]:
-        """c_i (B, C) and α_i (B, T_src) for `query`, and the state with C_i and the
-        window's next step and centre p_i."""
-        mask, prior = memory.mask, None
-        if self.window is not None:
-            window = self.window(query, state.step, memory.mask)
-            mask, prior = window.mask, window.prior
-            state = state._replace(step=state.step + 1, centre=window.centre)
-        keys = (query, memory.keys, memory.states, mask)
-        context, alpha = self.attention(*keys, state.coverage, prior)
-        if memory.steer is not None:
-            # rows whose steer is all zero attend as the model does: a graph that always
-            # takes a steer (`alignmt export --web`) steers only the rows asked
-            steered = memory.steer.sum(dim=1, keepdim=True) > 0  # (B, 1)
-            alpha = torch.where(steered, memory.steer, alpha)
-            moved = torch.bmm(alpha.unsqueeze(1), memory.states).squeeze(1)  # (B, C)
-            context = torch.where(steered, moved, context)
-        if state.coverage is None:
-            return context, alpha, state
-        gained = alpha if memory.coverage_rate is None else alpha * memory.coverage_rate
-        return context, alpha, state._replace(coverage=state.coverage + gained)
+        """c_i (B, C) and α_i (B, T_src) for `query`, and the state with the mechanisms'
+        slots after the step."""
+        context, alpha, slots = self.attention(query, state.slots, memory)
+        return context, alpha, state._replace(slots=slots)
 
 
 class BahdanauDecoder(AttentionDecoder):
     """Query s_{i-1}; s_i = RNN(s_{i-1}, [y_{i-1}; c_i]); logits from [s_i; c_i; y_{i-1}].
 
-    Takes `Decoder`'s arguments, the score, and the readout layer's kind and size.
+    Takes `AttentionDecoder`'s arguments, and the readout layer's kind and size.
     """
 
     def __init__(
-        self,
-        *,
-        attention: AttentionKind = "additive",
-        attn_dim: int = 128,
-        readout: ReadoutKind = "none",
-        readout_dim: int = 128,
-        **common: Any,
+        self, *, readout: ReadoutKind = "none", readout_dim: int = 128, **common: Any
     ) -> None:
-        super().__init__(attention=attention, attn_dim=attn_dim, **common)
+        super().__init__(**common)
         self.output = self._readout(readout, readout_dim)
 
     def _advance(
@@ -154,16 +92,12 @@ class BahdanauDecoder(AttentionDecoder):
 class LuongDecoder(AttentionDecoder):
     """s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]); query s_i; h~_i = tanh(W_c [c_i; s_i]).
 
-    Takes `Decoder`'s arguments and the score; h~_i is its readout.
+    Takes `AttentionDecoder`'s arguments; h~_i is its readout.
     """
 
-    def __init__(
-        self, *, attention: AttentionKind = "general", attn_dim: int = 128, **common: Any
-    ) -> None:
+    def __init__(self, **common: Any) -> None:
         # Input feeding: x_i is h~_{i-1}, of the decoder's size.
-        super().__init__(
-            attention=attention, attn_dim=attn_dim, extra_dim=common["hidden"], **common
-        )
+        super().__init__(extra_dim=common["hidden"], **common)
         self.W_c = nn.Linear(self.enc_dim + self.hidden, self.hidden, bias=False)  # eq. 5
         self.proj = nn.Linear(self.hidden, self.vocab_size)
 

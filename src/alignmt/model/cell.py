@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from alignmt.model import fused
+from alignmt.model.attention.spec import Axis
 from alignmt.model.encoder import RNNKind
 
 
@@ -20,13 +21,17 @@ class DecoderState(NamedTuple):
     hidden: Tensor  # (B, L, D) s_i of every layer
     cell: Tensor | None  # (B, L, D) LSTM memory cells; None for a GRU
     feed: Tensor | None  # (B, D) Luong's h~_{i-1} for input feeding; None otherwise
-    # (B, T_src) C_{i-1,j}: the attention each source position has had (Tu et al. 2016);
-    # None without a coverage model
-    coverage: Tensor | None = None
-    # local attention (Luong et al. 2015, §3.2): (B,) i, the next output position, and
-    # (B,) p_i, the centre of the last step's window; None for global attention
-    step: Tensor | None = None
-    centre: Tensor | None = None
+    # the attention mechanisms' own state (coverage's C_{i-1,j}, a local window's step and
+    # p_i), by the slot names and axes they declare (attention/spec.py); rows first
+    slots: dict[str, Tensor]
+
+
+# The axes of the recurrence's own fields; the slots' are declared by their mechanisms.
+STATE_AXES: dict[str, tuple[Axis, ...]] = {
+    "hidden": ("rows", "units", "units"),
+    "cell": ("rows", "units", "units"),
+    "feed": ("rows", "units"),
+}
 
 
 class StackedCell(nn.Module):

@@ -12,7 +12,7 @@ the decoder without attention:
   its initial state: s_i = RNN(s_{i-1}, y_{i-1}), output from [s_i; y_{i-1}].
 
 The three decoders with attention (Bahdanau's, Luong's and the conditional GRU's order) are
-in `attention_decoder.py`; the attention scorers in `attention.py`.
+in `attention_decoder.py`; attention itself in the room, `attention/`.
 
 Under teacher forcing everything that does not depend on the recurrence is computed once,
 outside the time loop: the key projections (in `prepare`), the embedding part of the RNN
@@ -27,7 +27,8 @@ from typing import Any, Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from alignmt.model.cell import DecoderState, StackedCell
+from alignmt.model.attention.spec import Axis
+from alignmt.model.cell import STATE_AXES, DecoderState, StackedCell
 from alignmt.model.encoder import RNNKind
 
 ReadoutKind = Literal["none", "tanh", "maxout"]
@@ -40,16 +41,37 @@ class Memory(NamedTuple):
 
     states: Tensor  # (B, T_src, C) h_j: the attention's keys and values
     mask: Tensor  # (B, T_src) bool, True at real tokens
-    # (B, T_src, A | D | C) the scorer's projection of the keys, made once (A: additive and
-    # concat, D: general, C: dot, which projects nothing); None for vanilla
-    keys: Tensor | None
     context: Tensor | None  # (B, C) vanilla's fixed context (final encoder state); else None
-    # (B, T_src) 1 / Phi_j, what one unit of attention adds to C_j under fertility coverage
-    # (0 at padding, whose attention is 0 anyway); None otherwise
-    coverage_rate: Tensor | None = None
+    # what the attention mechanisms make once per sentence (a score's projected keys,
+    # fertility's 1 / Phi_j), by the slot names and axes they declare; rows first
+    slots: dict[str, Tensor]
     # (B, T_src) weights that replace the step's alpha_i, whatever the scores (the explorer's
     # what-if), in the rows where they are not all zero; None to attend as the model does
     steer: Tensor | None = None
+
+
+# The axes of the memory's own fields; the slots' are declared by their mechanisms.
+MEMORY_AXES: dict[str, tuple[Axis, ...]] = {
+    "states": ("rows", "source", "units"),
+    "mask": ("rows", "source"),
+    "context": ("rows", "units"),
+    "steer": ("rows", "source"),
+}
+
+
+def flat_fields(fields: DecoderState | Memory) -> dict[str, Tensor]:
+    """The fields a state or memory holds, by name, its slots among them (None ones left out):
+    what a graph (an exported step, a CUDA graph) takes as flat tensors."""
+    own = {n: getattr(fields, n) for n in fields._fields if n != "slots"}
+    return {n: v for n, v in own.items() if v is not None} | dict(fields.slots)
+
+
+def from_flat(kind: type, values: dict[str, Tensor]) -> DecoderState | Memory:
+    """`flat_fields`' inverse: a `kind` (DecoderState or Memory) with the fields `values`
+    names, the other names its slots, and None elsewhere."""
+    values = dict(values)
+    own = {n: values.pop(n) for n in kind._fields if n in values}
+    return kind(**(dict.fromkeys(kind._fields) | own | {"slots": values}))
 
 
 class DecoderOutput(NamedTuple):
@@ -166,6 +188,7 @@ class Decoder(nn.Module):
             hidden=hidden,
             cell=torch.zeros_like(hidden) if self.rnn.is_lstm else None,
             feed=None,
+            slots={},
         )
 
     def forward(self, tgt_in: Tensor, state: DecoderState, memory: Memory) -> DecoderOutput:
@@ -252,6 +275,10 @@ class Decoder(nn.Module):
         """The vocabulary projection: the readout layer's (Luong's decoder has its own)."""
         return self.output.proj
 
+    def axes(self) -> dict[str, tuple[Axis, ...]]:
+        """Every field the state and the memory may hold, by name, with its axes."""
+        return STATE_AXES | MEMORY_AXES
+
     def _input_gates(self, emb: Tensor, memory: Memory) -> Tensor:
         """(B, T, E) -> (B, T, G): the first layer's input projection known before the loop."""
         return self.rnn.embed_in(emb)
@@ -289,7 +316,7 @@ class VanillaDecoder(Decoder):
     def prepare(self, states: Tensor, mask: Tensor, final: Tensor) -> Memory:
         """Keep the final state as the fixed context c (if it is fed); the other states go
         unused."""
-        return Memory(states, mask, None, final if self.feed_context else None)
+        return Memory(states, mask, final if self.feed_context else None, {})
 
     def _input_gates(self, emb: Tensor, memory: Memory) -> Tensor:
         if memory.context is None:

@@ -24,10 +24,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from alignmt.model.flax_attention import make_attention
+from alignmt.model.attention.flax import Attention
+from alignmt.model.attention.spec import Composition
 from alignmt.model.flax_init import embedding_init, torch_dense, uniform
 from alignmt.model.flax_rnn import DecoderState, StackedCell
-from alignmt.model.flax_window import LocalWindow
 
 Array = jax.Array
 
@@ -37,8 +37,9 @@ class Memory(NamedTuple):
 
     states: Array  # (B, T_src, C) h_j
     mask: Array  # (B, T_src) bool, True at real tokens
-    keys: Array | None  # (B, T_src, A | D | C) the scorer's key projection; None for vanilla
     context: Array | None  # (B, C) vanilla's fixed context; else None
+    slots: dict[str, Array]  # what the attention mechanisms made (decoder.Memory's)
+    steer: Array | None = None  # (B, T_src) weights that replace alpha (decoder.Memory's)
 
 
 class TiedBias(nn.Module):
@@ -102,16 +103,11 @@ class Decoder(nn.Module):
     dropout: float
     pad_id: int
     order: str  # "bahdanau" | "luong" | "cgru" | "vanilla"
-    score: str  # the attention score (attention.py's kinds)
-    attn_dim: int
-    attention_fn: str  # softmax | sparsemax | entmax15
+    composition: Composition | None  # the room's mechanisms; None for vanilla
     readout: str
     readout_dim: int
     feed_context: bool  # vanilla: c at every step (True) or only in s_0
     tied: bool
-    attention_window: str = "global"  # global | local_m | local_p (window.py)
-    half_width: int = 10  # D, the local window's half-width (model.window)
-    positions: int = 100  # the location score's source positions
 
     def setup(self) -> None:
         std = self.emb_dim**-0.5 if self.tied else 1.0  # seq2seq._tie_output's reason
@@ -134,18 +130,7 @@ class Decoder(nn.Module):
         if self.initial == "bridge":
             self.bridge = torch_dense(self.layers * self.hidden, self.enc_dim)
         if self.order != "vanilla":
-            self.attention = make_attention(
-                self.score,
-                query_dim=self.hidden,
-                key_dim=self.enc_dim,
-                attn_dim=self.attn_dim,
-                fn=self.attention_fn,
-                positions=self.positions,
-            )
-        if self.attention_window != "global":
-            self.window = LocalWindow(
-                self.attention_window, self.hidden, self.attn_dim, self.half_width
-            )
+            self.attention = Attention(self.composition, self.hidden, self.enc_dim)
         if self.order == "luong":
             self.W_c = torch_dense(self.hidden, self.enc_dim + self.hidden, bias=False)  # eq. 5
             self.proj = (
@@ -165,27 +150,26 @@ class Decoder(nn.Module):
             )
         self.drop = nn.Dropout(self.dropout)
 
-    def init_state(self, final: Array) -> DecoderState:
-        """s_0 from the encoder's final state (B, C): zeros, or tanh(W final) per layer."""
+    def init_state(self, final: Array, memory: Memory) -> DecoderState:
+        """s_0 from the encoder's final state (B, C): zeros, or tanh(W final) per layer; the
+        attention mechanisms' first slots."""
         batch = final.shape[0]
         if self.initial == "bridge":
             hidden = jnp.tanh(self.bridge(final)).reshape(batch, self.layers, self.hidden)
         else:
             hidden = jnp.zeros((batch, self.layers, self.hidden), final.dtype)
-        local = self.attention_window != "global"
         return DecoderState(
             hidden=hidden,
             cell=jnp.zeros_like(hidden) if self.cell_kind == "lstm" else None,
             feed=jnp.zeros((batch, self.hidden), final.dtype) if self.order == "luong" else None,
-            step=jnp.zeros((batch,), final.dtype) if local else None,
-            centre=jnp.zeros((batch,), final.dtype) if local else None,
+            slots={} if self.order == "vanilla" else self.attention.start(memory),
         )
 
     def prepare(self, states: Array, mask: Array, final: Array) -> Memory:
         """What every step reads: the keys projected once, or vanilla's fixed context."""
         if self.order == "vanilla":
-            return Memory(states, mask, None, final if self.feed_context else None)
-        return Memory(states, mask, self.attention.project_keys(states), None)
+            return Memory(states, mask, final if self.feed_context else None, {})
+        return Memory(states, mask, None, self.attention.prepare(states, mask))
 
     def __call__(self, tgt_in: Array, state: DecoderState, memory: Memory, train: bool):
         """Teacher-forced unroll: logits (B, T_tgt, V), attention (B, T_tgt, T_src) or None,
@@ -270,14 +254,14 @@ class Decoder(nn.Module):
             state = self.rnn(gates, state, train)
             return state, state.hidden[:, -1], None
         if self.order == "bahdanau":
-            context, alpha, state = self.attend(state.hidden[:, -1], state, memory)
+            context, alpha, state = self.attended(state.hidden[:, -1], state, memory)
             state = self.rnn(gates + self.rnn.extra_in(context), state, train)
             return state, jnp.concatenate([state.hidden[:, -1], context], -1), alpha
         if self.order == "cgru":
             return self.conditional(gates, state, memory, train)
         state = self.rnn(gates + self.rnn.extra_in(state.feed), state, train)
         query = state.hidden[:, -1]  # (B, D) s_i
-        context, alpha, state = self.attend(query, state, memory)
+        context, alpha, state = self.attended(query, state, memory)
         attentional = jnp.tanh(self.W_c(jnp.concatenate([context, query], -1)))  # (B, D)
         return state._replace(feed=attentional), attentional, alpha
 
@@ -290,7 +274,7 @@ class Decoder(nn.Module):
             state._replace(hidden=state.hidden[:, :1], cell=state.cell[:, :1] if lstm else None),
             train,
         )
-        context, alpha, state = self.attend(first.hidden[:, 0], state, memory)  # query s'_i
+        context, alpha, state = self.attended(first.hidden[:, 0], state, memory)  # query s'_i
         inner = state._replace(
             hidden=jnp.concatenate([first.hidden, state.hidden[:, 1:]], 1),
             cell=jnp.concatenate([first.cell, state.cell[:, 1:]], 1) if lstm else None,
@@ -298,15 +282,11 @@ class Decoder(nn.Module):
         state = self.rnn2(self.rnn2.embed_in(context), inner, train)
         return state, jnp.concatenate([state.hidden[:, -1], context], -1), alpha
 
-    def attend(self, query: Array, state: DecoderState, memory: Memory):
-        """c_i (B, C) and alpha_i (B, T_src) for `query`, within the local window if there
-        is one; the state with the window's next step and centre p_i."""
-        mask, prior = memory.mask, None
-        if self.attention_window != "global":
-            mask, prior, centre = self.window(query, state.step, memory.mask)
-            state = state._replace(step=state.step + 1, centre=centre)
-        context, alpha = self.attention(query, memory.keys, memory.states, mask, prior)
-        return context, alpha, state
+    def attended(self, query: Array, state: DecoderState, memory: Memory):
+        """c_i (B, C) and alpha_i (B, T_src) for `query`, and the state with the attention
+        mechanisms' slots after the step."""
+        context, alpha, slots = self.attention(query, state.slots, memory)
+        return context, alpha, state._replace(slots=slots)
 
     def features(self, features: Array, emb: Array, memory: Memory, train: bool) -> Array:
         """Step features (B, T, .) -> what the vocabulary projection reads (B, T, R)."""

@@ -121,9 +121,7 @@ class DecoderState(NamedTuple):
     hidden: Array  # (B, L, D) s_i of every layer
     cell: Array | None  # (B, L, D) LSTM memory cells; None for a GRU
     feed: Array | None  # (B, D) Luong's h~_{i-1} for input feeding; None otherwise
-    # local attention: (B,) i, the next output position, and (B,) p_i of the last step
-    step: Array | None = None
-    centre: Array | None = None
+    slots: dict[str, Array]  # the attention mechanisms' state (cell.DecoderState's)
 
 
 class StackedCell(nn.Module):

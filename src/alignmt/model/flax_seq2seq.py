@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from alignmt.config import ModelConfig
 from alignmt.config_rules import check_model
+from alignmt.model.attention.registry import compose
 from alignmt.model.flax_decoder import Decoder, Memory
 from alignmt.model.flax_init import embedding_init
 from alignmt.model.flax_rnn import DecoderState, Direction
@@ -78,7 +79,7 @@ class FlaxSeq2Seq(nn.Module):
 
     def setup(self) -> None:
         cfg = self.cfg
-        check_config(cfg)
+        check_model(cfg)
         self.encoder = Encoder(
             self.src_vocab,
             cfg.emb_dim,
@@ -101,16 +102,11 @@ class FlaxSeq2Seq(nn.Module):
             dropout=cfg.dropout,
             pad_id=self.pad_id,
             order="vanilla" if cfg.attention == "none" else cfg.order,
-            score=cfg.attention,
-            attn_dim=cfg.attn_dim,
-            attention_fn=cfg.attention_fn,
+            composition=compose(cfg),
             readout=cfg.readout,
             readout_dim=cfg.readout_dim,
             feed_context=cfg.context == "every_step",
             tied=cfg.tie_embeddings,
-            attention_window=cfg.attention_window,
-            half_width=cfg.window,
-            positions=cfg.positions,
         )
 
     @property
@@ -121,7 +117,8 @@ class FlaxSeq2Seq(nn.Module):
         """src (B, T_src) ids ending in </s>, src_len (B,) -> (Memory, initial DecoderState)."""
         states, final = self.encoder(src, src_len, train)
         mask = src != self.pad_id  # (B, T_src)
-        return self.decoder.prepare(states, mask, final), self.decoder.init_state(final)
+        memory = self.decoder.prepare(states, mask, final)
+        return memory, self.decoder.init_state(final, memory)
 
     def __call__(
         self,
@@ -166,14 +163,3 @@ def sequence_loss(logits: Array, targets: Array, pad_id: int, label_smoothing: f
         nll = (1 - label_smoothing) * nll - label_smoothing * logp.mean(axis=-1)
     real = targets != pad_id
     return jnp.where(real, nll, 0).sum() / jnp.maximum(real.sum(), 1)
-
-
-def check_config(cfg: ModelConfig) -> None:
-    """What no backend can build (`config_rules.check_model`), and what only the PyTorch
-    model has."""
-    if cfg.coverage != "none":
-        raise ValueError(
-            f"model.coverage={cfg.coverage} is built in the PyTorch model only: train and "
-            "decode it with train.backend=torch (translate --backend torch)"
-        )
-    check_model(cfg)

@@ -21,6 +21,8 @@ from torch import Tensor, nn
 
 from alignmt.config import ModelConfig
 from alignmt.config_rules import check_model
+from alignmt.model.attention.registry import compose
+from alignmt.model.attention.spec import Composition
 from alignmt.model.attention_decoder import BahdanauDecoder, ConditionalDecoder, LuongDecoder
 from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import DecoderOutput, Memory, Sampling, VanillaDecoder
@@ -52,6 +54,7 @@ class Seq2Seq(nn.Module):
     ) -> Seq2Seq:
         """Build the model a `ModelConfig` describes; the only place that reads it."""
         check_model(cfg)
+        composition = compose(cfg)
         encoder = Encoder(
             vocab_size=src_vocab,
             emb_dim=cfg.emb_dim,
@@ -75,17 +78,8 @@ class Seq2Seq(nn.Module):
             pad_id=pad_id,
         )
         readout = dict(readout=cfg.readout, readout_dim=cfg.readout_dim)
-        attention = dict(
-            attention=cfg.attention,
-            attn_dim=cfg.attn_dim,
-            attention_fn=cfg.attention_fn,
-            coverage=cfg.coverage,
-            max_fertility=cfg.max_fertility,
-            window=cfg.attention_window,
-            half_width=cfg.window,
-            positions=cfg.positions,
-        )
-        if cfg.attention == "none":
+        attention = dict(attention=composition)
+        if composition is None:
             decoder = VanillaDecoder(**common, **readout, feed_context=cfg.context == "every_step")
         elif cfg.order == "luong":
             decoder = LuongDecoder(**common, **attention)
@@ -100,6 +94,11 @@ class Seq2Seq(nn.Module):
     @property
     def has_attention(self) -> bool:
         return not isinstance(self.decoder, VanillaDecoder)
+
+    @property
+    def composition(self) -> Composition | None:
+        """The attention's mechanisms (attention/spec.py); None without attention."""
+        return self.decoder.attention.composition if self.has_attention else None
 
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[Memory, DecoderState]:
         """Run the encoder and prepare what every decoder step reads.

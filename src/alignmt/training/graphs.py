@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from alignmt.config import Config
-from alignmt.model.decoder import DecoderState, Memory
+from alignmt.model.decoder import DecoderState, Memory, flat_fields, from_flat
 from alignmt.model.seq2seq import Seq2Seq
 
 LENGTH_STEP = 8  # source and target lengths are padded up to a multiple of this
@@ -60,20 +60,21 @@ def check_graphs(cfg: Config, device: torch.device, processes: int) -> None:
 
 class _Unroll(nn.Module):
     """The decoder's teacher-forced unroll over flat tensors, as graph capture takes them:
-    `tgt_in`, then the memory's and the initial state's fields that are not None."""
+    `tgt_in`, then the memory's and the initial state's fields that are not None, their
+    slots included (`decoder.flat_fields`)."""
 
     def __init__(self, model: Seq2Seq, memory: Memory, state: DecoderState) -> None:
         super().__init__()
         self.decoder = model.decoder
-        self.memory_fields = [value is not None for value in memory]
-        self.state_fields = [value is not None for value in state]
+        self.memory_fields = list(flat_fields(memory))
+        self.state_fields = list(flat_fields(state))
 
     def forward(self, tgt_in: Tensor, *fields: Tensor) -> Tensor:
         """(B, T_tgt) decoder inputs and the fields -> features (B, T_tgt, R)."""
-        values = iter(fields)
-        memory = Memory(*(next(values) if kept else None for kept in self.memory_fields))
-        state = DecoderState(*(next(values) if kept else None for kept in self.state_fields))
-        return self.decoder.unroll(tgt_in, state, memory).features
+        count = len(self.memory_fields)
+        memory = from_flat(Memory, dict(zip(self.memory_fields, fields[:count], strict=True)))
+        given = dict(zip(self.state_fields, fields[count:], strict=True))
+        return self.decoder.unroll(tgt_in, from_flat(DecoderState, given), memory).features
 
 
 class GraphedObjective(nn.Module):
@@ -111,7 +112,7 @@ class GraphedObjective(nn.Module):
             if param.grad is None:
                 param.grad = torch.zeros_like(param)
         memory, state = model.encode(src, src_len)
-        fields = [value for value in (*memory, *state) if value is not None]
+        fields = [*flat_fields(memory).values(), *flat_fields(state).values()]
         # Autocast's weight cache would keep casts made outside the graph; off, every cast
         # happens inside it.
         with torch.autocast(

@@ -203,17 +203,19 @@ function coverageMeter(c) {
 }
 
 /* α over the source words as bars, each word's coverage under it when given; the largest α
-   is marked; a click calls onPick(j). With a local window ({ centre, half }: p_i and D, Luong
-   et al. 2015), the words within |j - p_i| <= D are shaded and p_i is marked where it falls. */
+   is marked; a click calls onPick(j). `marks` are the positions on the source that the
+   model's attention mechanisms show ({ at, reach, label, about }: a local window's centre p_i
+   and half-width D, say): each is drawn where it falls, the words within its reach shaded. */
 function attentionBars(sourceTokens, alpha,
-  { steered = null, onPick = null, coverage = null, window = null } = {}) {
+  { steered = null, onPick = null, coverage = null, marks = [] } = {}) {
   const top = argmax(alpha);
   const last = sourceTokens.length - 1;
-  const marked = window ? Math.min(Math.floor(window.centre), last) : null;
+  const at = new Map(marks.map((mark) => [Math.min(Math.floor(mark.at), last), mark]));
+  const reached = (j) => marks.some((mark) => mark.reach && Math.abs(j - mark.at) <= mark.reach);
   return sourceTokens.map((token, j) =>
     el("div", {
       class: `src${j === top ? " top" : ""}${j === steered ? " steered" : ""}` +
-        `${window && Math.abs(j - window.centre) <= window.half ? " inwin" : ""}`,
+        `${reached(j) ? " reached" : ""}`,
       "data-j": j,
       "data-alpha": alpha[j],
       title: onPick ? `put all of this step's attention on "${token}"` : "",
@@ -222,7 +224,7 @@ function attentionBars(sourceTokens, alpha,
     el("span", { class: "val" }, alpha[j] >= 0.005 ? fixed(alpha[j], 2) : ""),
     el("span", { class: "bar-area" },
       el("span", { class: "bar", style: `height: ${Math.round(100 * alpha[j])}%` }),
-      j === marked ? centreMark(window, j) : null),
+      at.has(j) ? positionMark(at.get(j), j) : null),
     el("span", { class: "word" }, token),
     coverage ? coverageMeter(coverage[j]) : null));
 }
@@ -245,15 +247,16 @@ function attributionBars(sourceTokens, scores) {
     el("span", { class: "word" }, token)));
 }
 
-/* p_i as a line over word j's bar, shifted right by p_i's fraction of a word. */
-function centreMark(window, j) {
-  const into = Math.min(1, window.centre - j);
+/* A shown position as a line over word j's bar, shifted right by its fraction of a word. */
+function positionMark(mark, j) {
+  const into = Math.min(1, mark.at - j);
+  const reach = mark.reach ? `: it reaches the words at ${fixed(mark.at - mark.reach, 1)} ≤ j ≤ ` +
+    `${fixed(mark.at + mark.reach, 1)}` : "";
   return el("span", {
-    class: "centre",
-    "data-centre": window.centre,
-    title: `p_i = ${fixed(window.centre, 2)}: the window holds the words at ` +
-      `${fixed(window.centre - window.half, 1)} ≤ j ≤ ${fixed(window.centre + window.half, 1)}`,
-    style: `left: ${(50 + 100 * into).toFixed(1)}%`,  // p_i = j at the word's middle
+    class: "mark",
+    "data-at": mark.at,
+    title: `${mark.label} = ${fixed(mark.at, 2)}${reach}`,
+    style: `left: ${(50 + 100 * into).toFixed(1)}%`,  // at = j at the word's middle
   });
 }
 
@@ -485,16 +488,16 @@ class Panel {
       return;
     }
     const steered = step.overridden ? this.request.override[this.at] : null;
-    const local = step.centre === null || step.centre === undefined ? null
-      : { centre: step.centre, half: this.info.window };
+    // the values the model's mechanisms show, as its description declares them
+    const marks = (this.info.shown ?? []).filter((s) => step.shown?.[s.slot] !== undefined)
+      .map((s) => ({ ...s, at: step.shown[s.slot] }));
     box.replaceChildren(...attentionBars(this.result.source_tokens, step.attention, {
       steered,
       coverage: coverageAt(this.result.steps, this.at),
       onPick: (j) => this.x.timed("override", () => this.steer(j)),
-      window: local,
-    }), ...(local ? [el("p", { class: "window-note" },
-      `${this.info.attention_window.replace("_", "-")} window: p_i = ${fixed(local.centre, 2)}, ` +
-      `D = ${local.half}; the shaded words are the ones this step may weigh`)] : []));
+      marks,
+    }), ...marks.map((mark) => el("p", { class: "mark-note" },
+      `${mark.label} = ${fixed(mark.at, 2)}, ${mark.about}`)));
     this.drawAttribution(step);
   }
 
@@ -737,11 +740,8 @@ function keep(override, wanted) {
 }
 
 function describe(info) {
-  const local = info.attention_window && info.attention_window !== "global"
-    ? `, ${info.attention_window.replace("_", "-")} window (D = ${info.window})` : "";
   const attention = info.attention === "none" ? "no attention (vanilla)"
-    : `${info.attention} attention${local}, ${info.order} order` +
-      (info.coverage && info.coverage !== "none" ? `, ${info.coverage} coverage` : "");
+    : `${(info.mechanisms ?? [info.attention]).join(", ")}; ${info.order} order`;
   const bleu = info.validation_bleu === null ? ""
     : `, validation BLEU ${info.validation_bleu.toFixed(1)}`;
   const languages = info.tokenizer === "char" ? "characters"

@@ -43,6 +43,8 @@ class OnnxModel:
             tuple(self.manifest["state"]),
             tuple(self.manifest["memory"]),
             self.manifest["attention"],
+            axes={name: tuple(axes) for name, axes in self.manifest.get("axes", {}).items()},
+            shown=tuple(self.manifest.get("shown", ())),
         )
         self.takes = [i.name for i in self.step_graph.get_inputs()]
         self.steers = "steer" in self.takes

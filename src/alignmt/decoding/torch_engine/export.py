@@ -3,22 +3,26 @@ and one decoder step.
 
 - `encoder.onnx`: (src (B, T_src) int64, src_len (B,) int64) -> the memory every step
   reads and the first decoder state, one output per field that the model has (see
-  `Manifest.memory`, `Manifest.state`). Sentences are packed as in PyTorch, so padding
-  changes nothing: ONNX's RNN operators take each sentence's length.
+  `Manifest.memory`, `Manifest.state`), the attention mechanisms' slots among them.
+  Sentences are packed as in PyTorch, so padding changes nothing: ONNX's RNN operators take
+  each sentence's length.
 - `step.onnx`: (prev (N,) int64, the state's fields, the memory's fields) -> log_probs
   (N, V), the new state's fields and, where the model has attention, alpha (N, T_src).
 
 Both are traced from the model in float32 on the CPU with PyTorch's TorchScript-based
-exporter, with the batch, source length and vocabulary axes left free. `manifest.json`
-holds what the graphs cannot say: the checkpoint's config, vocabularies and tokenizers (as
-`checkpoint.format.header_metadata` writes them), the special ids, the names and order
-of the state's and memory's fields, and the number of parameters.
+exporter, with every input's and output's rows axis free, and its source axis where it has
+one: each field's axes are the model's declaration (`Decoder.axes`, the slots' from their
+mechanisms), never a list kept here. `manifest.json` holds what the graphs cannot say: the
+checkpoint's config, vocabularies and tokenizers (as `checkpoint.format.header_metadata`
+writes them), the special ids, the names, order and axes of the state's and memory's
+fields, what the explorer shows of them, and the number of parameters.
 """
 
 from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -28,12 +32,11 @@ from alignmt.checkpoint.format import header_metadata
 from alignmt.checkpoint.torch_io import Checkpoint
 from alignmt.decoding.exported import ENCODER, FORMAT, MANIFEST, STEP, Manifest
 from alignmt.model.cell import DecoderState
-from alignmt.model.decoder import Memory
+from alignmt.model.decoder import Memory, flat_fields, from_flat
 from alignmt.model.seq2seq import Seq2Seq
 
 OPSET = 17
-# the fields, inputs and outputs whose second axis is the source's length
-_ALONG_THE_SOURCE = {"src", "states", "mask", "keys", "coverage_rate", "coverage", "alpha", "steer"}
+FREE = ("rows", "source")  # the axes a graph leaves free; units are fixed by the model
 
 
 def export_onnx(ckpt: Checkpoint, out: str | Path, steer: bool = False) -> Manifest:
@@ -50,23 +53,29 @@ def export_onnx(ckpt: Checkpoint, out: str | Path, steer: bool = False) -> Manif
     src, src_len = _example_source(model)
     with torch.no_grad():
         memory, state = model.encode(src, src_len)
+    state_fields, memory_fields = flat_fields(state), flat_fields(memory)
+    axes = model.decoder.axes()
+    composition = model.composition
     manifest = Manifest(
-        state=tuple(n for n in DecoderState._fields if getattr(state, n) is not None),
-        memory=tuple(n for n in Memory._fields if getattr(memory, n) is not None),
+        state=tuple(state_fields),
+        memory=tuple(memory_fields),
         attention=model.has_attention,
         steer=steer and model.has_attention,
+        axes={name: axes[name] for name in (*state_fields, *memory_fields)},
+        shown=tuple(asdict(shown) for shown in composition.shown) if composition else (),
     )
     encoder = _Encoder(model, manifest)
-    _export(encoder, (src, src_len), ("src", "src_len"), manifest.encoder_outputs, out / ENCODER)
+    graph = ("src", "src_len"), manifest.encoder_outputs
+    _export(encoder, (src, src_len), *graph, manifest, out / ENCODER)
     prev = torch.full((len(src_len),), model.bos_id)
-    fields = [getattr(state, n) for n in manifest.state]
-    fields += [getattr(memory, n) for n in manifest.memory]
+    fields = [*state_fields.values(), *memory_fields.values()]
     if manifest.steer:  # row 0 steered onto its </s>, the others not
         steer = torch.zeros(src.shape)  # (B, T_src)
         steer[0, src_len[0] - 1] = 1.0
         fields.append(steer)
     step = _Step(model, manifest)
-    _export(step, (prev, *fields), manifest.step_inputs, manifest.step_outputs, out / STEP)
+    graph = manifest.step_inputs, manifest.step_outputs
+    _export(step, (prev, *fields), *graph, manifest, out / STEP)
     _write_manifest(ckpt, manifest, out / MANIFEST)
     return manifest
 
@@ -78,7 +87,12 @@ def _write_manifest(ckpt: Checkpoint, manifest: Manifest, path: Path) -> None:
     meta = header_metadata(ckpt.config, ckpt.src_vocab, ckpt.tgt_vocab, ckpt.step, tokenizers)
     model = ckpt.model
     ids = {"pad_id": model.pad_id, "bos_id": model.bos_id, "eos_id": model.eos_id}
-    fields = {"state": list(manifest.state), "memory": list(manifest.memory)}
+    fields = {
+        "state": list(manifest.state),
+        "memory": list(manifest.memory),
+        "axes": {name: list(axes) for name, axes in manifest.axes.items()},
+        "shown": list(manifest.shown),
+    }
     parameters = sum(p.numel() for p in model.parameters())
     body = {
         "format": FORMAT,
@@ -101,8 +115,11 @@ class _Encoder(nn.Module):
 
     def forward(self, src: Tensor, src_len: Tensor) -> tuple[Tensor, ...]:
         memory, state = self.model.encode(src, src_len)
-        fields = [getattr(memory, n) for n in self.manifest.memory]
-        return (*fields, *(getattr(state, n) for n in self.manifest.state))
+        memory, state = flat_fields(memory), flat_fields(state)
+        return (
+            *(memory[n] for n in self.manifest.memory),
+            *(state[n] for n in self.manifest.state),
+        )
 
 
 class _Step(nn.Module):
@@ -113,21 +130,16 @@ class _Step(nn.Module):
         self.model, self.manifest = model, manifest
 
     def forward(self, prev: Tensor, *flat: Tensor) -> tuple[Tensor, ...]:
-        count = len(self.manifest.state)
-        state = _named(DecoderState, self.manifest.state, flat[:count])
-        steer = flat[-1] if self.manifest.steer else None
-        memory = _named(
-            Memory, self.manifest.memory, flat[count : count + len(self.manifest.memory)]
-        )
-        memory = memory._replace(steer=steer)
+        names = self.manifest
+        count = len(names.state)
+        state = from_flat(DecoderState, dict(zip(names.state, flat[:count], strict=True)))
+        given = flat[count : count + len(names.memory)]
+        memory = from_flat(Memory, dict(zip(names.memory, given, strict=True)))
+        memory = memory._replace(steer=flat[-1] if names.steer else None)
         logits, state, alpha = self.model.decode_step(prev, state, memory)
-        fields = [getattr(state, n) for n in self.manifest.state]
-        return (logits.log_softmax(dim=-1), *fields, *([alpha] if alpha is not None else []))
-
-
-def _named(kind: type, names: tuple[str, ...], values: tuple[Tensor, ...]):
-    """A DecoderState or Memory with `names` set to `values` and its other fields None."""
-    return kind(**(dict.fromkeys(kind._fields) | dict(zip(names, values, strict=True))))
+        fields = flat_fields(state)
+        outputs = [fields[n] for n in names.state]
+        return (logits.log_softmax(dim=-1), *outputs, *([alpha] if alpha is not None else []))
 
 
 def _example_source(model: Seq2Seq) -> tuple[Tensor, Tensor]:
@@ -142,17 +154,22 @@ def _example_source(model: Seq2Seq) -> tuple[Tensor, Tensor]:
 
 
 def _export(
-    module: nn.Module, args: tuple, inputs: tuple[str, ...], outputs: tuple[str, ...], path: Path
+    module: nn.Module,
+    args: tuple,
+    inputs: tuple[str, ...],
+    outputs: tuple[str, ...],
+    manifest: Manifest,
+    path: Path,
 ) -> None:
-    """Trace `module` on `args` to `path`, with every input's and output's first axis (the
-    batch, or a beam's rows) free, and the source length wherever it is an axis. The module
-    is put in eval mode first: the exporter hands back the mode it found, to the model
-    inside too, and a module is built in training mode."""
+    """Trace `module` on `args` to `path`, with every input's and output's rows axis free
+    (the batch, or a beam's rows), and its source axis where it has one. The module is put in
+    eval mode first: the exporter hands back the mode it found, to the model inside too, and
+    a module is built in training mode."""
     module.eval()
-    axes = {name: {0: "rows"} for name in (*inputs, *outputs)}
-    for name in (*inputs, *outputs):
-        if name.removeprefix("next_").removeprefix("first_") in _ALONG_THE_SOURCE:
-            axes[name][1] = "source"
+    axes = {
+        name: {i: axis for i, axis in enumerate(manifest.axes_of(name)) if axis in FREE}
+        for name in (*inputs, *outputs)
+    }
     with warnings.catch_warnings():
         # the exporter's notes on packed sequences' shape inference, which ONNX Runtime redoes
         warnings.simplefilter("ignore")

@@ -2,10 +2,11 @@
 operations on a search's state and memory, and `refill`, the continuous-batching step that
 greedy and beam search share.
 
-State and memory are tuples (named or not) of batch-first tensors, or None. Each operation
-applies one `index_select`, `cat` or `index_copy_` per tensor field, so search never needs
-to know what the fields are. Memories of batches with different source lengths (the second
-dimension) are joined by zero-padding the shorter, which the memory's mask reads as padding.
+State and memory are tuples (named or not) of batch-first tensors, or None, and may hold
+dicts of them (the attention mechanisms' slots). Each operation applies one `index_select`,
+`cat` or `index_copy_` per tensor, so search never needs to know what the fields are.
+Memories of batches with different source lengths (the second dimension) are joined by
+zero-padding the shorter, which the memory's mask reads as padding.
 """
 
 from __future__ import annotations
@@ -139,16 +140,14 @@ def _rows_of(sentences: Tensor, offsets: Tensor | None) -> Tensor:
 
 
 def select_rows(fields: Any, index: Tensor) -> Any:
-    """`fields` (a NamedTuple or tuple) with `index_select(0, index)` applied to every tensor
-    field: the rows of each beam or sentence kept. None fields stay None."""
-    if fields is None:
-        return None
-    rows = [x.index_select(0, index) if isinstance(x, Tensor) else x for x in fields]
-    return fields._make(rows) if hasattr(fields, "_make") else type(fields)(rows)
+    """`fields` (a NamedTuple, tuple or dict, nested as a state's slots are) with
+    `index_select(0, index)` applied to every tensor: the rows of each beam or sentence
+    kept. None fields stay None."""
+    return _map_fields(lambda x, _: x.index_select(0, index), fields, fields)
 
 
 def concat_rows(fields: Any, more: Any) -> Any:
-    """The rows of `more` (a tuple like `fields`) appended to those of `fields`; see
+    """The rows of `more` (shaped like `fields`) appended to those of `fields`; see
     `pad_dim1` for fields whose second dimensions differ."""
     return _map_fields(lambda x, y: torch.cat(_same_dim1(x, y)), fields, more)
 
@@ -166,10 +165,16 @@ def _pair_put(x: Tensor, y: Tensor, index: Tensor) -> Tensor:
 
 
 def _map_fields(fn: Callable, fields: Any, other: Any) -> Any:
-    if fields is None:
-        return None
-    rows = [fn(x, y) if isinstance(x, Tensor) else x for x, y in zip(fields, other, strict=True)]
-    return fields._make(rows) if hasattr(fields, "_make") else type(fields)(rows)
+    """`fn(x, y)` over the tensors of `fields` and the same places of `other`, keeping the
+    structure: tuples (named or not) and dicts, None and non-tensors as they are."""
+    if isinstance(fields, Tensor):
+        return fn(fields, other)
+    if isinstance(fields, dict):
+        return {name: _map_fields(fn, x, other[name]) for name, x in fields.items()}
+    if isinstance(fields, tuple):
+        rows = [_map_fields(fn, x, y) for x, y in zip(fields, other, strict=True)]
+        return fields._make(rows) if hasattr(fields, "_make") else type(fields)(rows)
+    return fields
 
 
 def _same_dim1(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:

@@ -102,6 +102,7 @@ def _walk(
     """Take `follow`'s tokens, then the most probable, until </s> or `max_len`; record each
     step. The first `forced` tokens are marked as forced; `check` runs before each step."""
     steps: list[DecoderStep] = []
+    shown = [s.slot for s in model.composition.shown] if model.composition else []
     prev = torch.tensor([model.bos_id], device=memory.states.device)
     while len(steps) < max_len and (not steps or steps[-1].token != model.eos_id):
         position = len(steps)
@@ -120,7 +121,7 @@ def _walk(
                 attention=None if alpha is None else alpha[0].cpu().numpy(),
                 top_tokens=top.indices.tolist(),
                 top_log_probs=top.values.tolist(),
-                centre=None if state.centre is None else float(state.centre[0]),
+                shown={name: float(state.slots[name][0]) for name in shown},
             )
         )
         prev = torch.tensor([token], device=prev.device)

@@ -56,6 +56,8 @@ class Model {
     this.stateNames = manifest.state;
     this.memoryNames = manifest.memory;
     this.attention = manifest.attention;
+    // the state slots the attention mechanisms show after each step (`Shown`, by name)
+    this.shown = (manifest.shown ?? []).map((s) => s.slot);
     this.encoder = encoder;
     this.stepGraph = step;
     this.steers = step.inputNames.includes("steer");
@@ -97,7 +99,8 @@ class Model {
       if (steer !== null) for (let r = 0; r < rows; r++) weights[r * T + steer] = 1;
       given.steer = new ort.Tensor("float32", weights, [rows, T]);
     }
-    // the graph takes only the fields it reads (a vanilla step no states, local-p's no centre)
+    // the graph takes only the fields it reads (a vanilla step no memory states; a state slot
+    // that a step writes for the explorer but never reads is no input)
     const feeds = Object.fromEntries(this.stepGraph.inputNames.map((n) => [n, given[n]]));
     const out = await this.stepGraph.run(feeds);
     const next = Object.fromEntries(this.stateNames.map((n) => [n, out[`next_${n}`]]));
@@ -192,7 +195,7 @@ async function step(model, { sentence, prefix = [], override = {}, top_k: k = 5,
     const id = at < follow.length ? follow[at] : top[0][0];
     steps.push({ id, logProb: out.logProbs[id], forced: at < follow.length,
       overridden: steered.has(at), attention: out.alpha ? row(out.alpha, 0, T) : null, top,
-      centre: state.centre ? state.centre.data[0] : null });
+      shown: Object.fromEntries(model.shown.map((name) => [name, state[name].data[0]])) });
     prev = id;
   }
   const attention = model.attention ? steps.map((s) => s.attention) : null;
@@ -208,7 +211,7 @@ async function step(model, { sentence, prefix = [], override = {}, top_k: k = 5,
       attention: s.attention && s.attention.map(round),
       top_k: s.top.map(([id, lp]) => ({ token: vocab.itos[id], probability: round(Math.exp(lp)) })),
       attribution: null,
-      centre: s.centre,
+      shown: s.shown,
     })),
     text: said.text,
     tokens: said.tokens,

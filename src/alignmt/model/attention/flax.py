@@ -1,0 +1,91 @@
+"""The room's Flax (Linen) side: `Attention`, the composer of torch.py in JAX, with the same
+step, the same children (`score`, and each modifier under its entry's name, so that
+`checkpoint.flax_io` maps their weights to a run folder's by name) and the same slots.
+
+A Flax part has the methods of its PyTorch twin: a score `prepare(states)` and
+`__call__(query, memory, term)`; a mapping `__call__(scores, mask)`; a modifier `prepare`,
+`start`, `focus` and `update` (torch.py's `Score`, `Mapping` and `Modifier`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from alignmt.model.attention.spec import Composition, Spec
+
+Array = jax.Array
+Slots = dict[str, Array]
+
+
+class Focus(NamedTuple):
+    """Where one step's attention may look (torch.py's `Focus`)."""
+
+    mask: Array  # (B, T_src) bool
+    prior: Array | None  # (B, T_src)
+    term: Array | None  # (B, T_src, A)
+
+
+def build_part(spec: Spec, *, query_dim: int, key_dim: int) -> Any:
+    """The Flax module (or mapping) `spec` declares, built by its entry's flax.py."""
+    entry = importlib.import_module(f"{spec.entry}.flax")
+    return entry.build(spec, query_dim=query_dim, key_dim=key_dim)
+
+
+def modifier_names(composition: Composition) -> tuple[str, ...]:
+    """The children the modifiers are, in the order they act."""
+    return tuple(spec.entry.rsplit(".", 1)[1] for spec in composition.modifiers)
+
+
+class Attention(nn.Module):
+    """A score, a mapping and modifiers composed into one attention step (torch.Attention)."""
+
+    composition: Composition
+    query_dim: int
+    key_dim: int
+
+    def setup(self) -> None:
+        sizes = dict(query_dim=self.query_dim, key_dim=self.key_dim)
+        self.score = build_part(self.composition.score, **sizes)
+        self.mapping = build_part(self.composition.mapping, **sizes)
+        for name, spec in zip(
+            modifier_names(self.composition), self.composition.modifiers, strict=True
+        ):
+            setattr(self, name, build_part(spec, **sizes))
+
+    def _modifiers(self) -> list[Any]:
+        return [getattr(self, name) for name in modifier_names(self.composition)]
+
+    def prepare(self, states: Array, mask: Array) -> Slots:
+        """Every memory slot, made once per sentence."""
+        slots = self.score.prepare(states)
+        for modifier in self._modifiers():
+            slots = slots | modifier.prepare(states, mask)
+        return slots
+
+    def start(self, memory: Any) -> Slots:
+        """Every state slot before the first step."""
+        slots: Slots = {}
+        for modifier in self._modifiers():
+            slots = slots | modifier.start(memory)
+        return slots
+
+    def __call__(self, query: Array, slots: Slots, memory: Any) -> tuple[Array, Array, Slots]:
+        """query (B, D) -> c_i (B, C), alpha_i (B, T_src) and the state slots after the step."""
+        focus = Focus(memory.mask, None, None)
+        for modifier in self._modifiers():
+            focus, slots = modifier.focus(query, slots, memory, focus)
+        alpha = self.mapping(self.score(query, memory, focus.term), focus.mask)
+        if focus.prior is not None:
+            alpha = alpha * focus.prior
+        if memory.steer is not None:
+            steered = memory.steer.sum(axis=1, keepdims=True) > 0  # (B, 1)
+            alpha = jnp.where(steered, memory.steer, alpha)
+        context = jnp.einsum("bt,btc->bc", alpha, memory.states)
+        for modifier in self._modifiers():
+            slots = modifier.update(alpha, slots, memory)
+        return context, alpha, slots

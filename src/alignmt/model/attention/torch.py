@@ -1,0 +1,173 @@
+"""The room's PyTorch side: what a score, a mapping and a modifier are, and `Attention`, which
+composes one of each the way `registry.compose` chose them (Bahdanau et al. 2015, eq. 5-7).
+
+One decoder step, for a query (B, D) against the memory of the source:
+
+    mask, prior, term   each modifier's focus in turn: a window's positions and prior,
+                        coverage's term inside the score's hidden layer
+    e_ij                the score, (B, T_src)
+    alpha_ij            the mapping of e over the mask, times the prior
+    alpha_ij            the explorer's steer, in the rows it steers
+    c_i                 sum_j alpha_ij h_j, (B, C)
+    slots               each modifier's state after alpha (coverage's C_i)
+
+The memory is the decoder's (`decoder.Memory`): `states` (B, T_src, C), `mask` (B, T_src),
+`slots` (what the mechanisms made once per sentence) and `steer`. A mechanism's state rides
+in the decoder state's `slots`, under the names its `Spec` declares.
+
+A score may declare a fast path, `fused(query, memory, mask)`, which computes the whole step
+as a softmax mapping would (model/fused.py); `Attention` takes it where the mapping allows it
+(`Mapping.fusable`) and no modifier adds a prior or a term.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from alignmt.model import fused
+from alignmt.model.attention.spec import Composition, Spec
+
+Slots = dict[str, Tensor]
+
+
+class Focus(NamedTuple):
+    """Where one step's attention may look, as the modifiers leave it."""
+
+    mask: Tensor  # (B, T_src) bool: the positions the mapping may weigh
+    prior: Tensor | None  # (B, T_src) a factor on each weight after the mapping
+    term: Tensor | None  # (B, T_src, A) added inside the score's hidden layer
+
+
+class Score(nn.Module, ABC):
+    """e_ij for one query against every source position."""
+
+    # fused(query (B, D), memory, mask (B, T_src)) -> (context (B, C), alpha (B, T_src)): the
+    # step with a softmax mapping in fewer passes; None where the score has no fast path
+    fused: Callable[..., tuple[Tensor, Tensor]] | None = None
+
+    def prepare(self, states: Tensor) -> Slots:
+        """The memory slots made once per sentence from the states (B, T_src, C)."""
+        return {}
+
+    @abstractmethod
+    def forward(self, query: Tensor, memory: Any, term: Tensor | None) -> Tensor:
+        """(B, D) query -> (B, T_src) scores e_ij; `term` (B, T_src, A) enters a hidden
+        layer (a score that has none is never given one)."""
+
+
+class Mapping(ABC):
+    """Scores to weights over a mask: (B, T_src), (B, T_src) bool -> (B, T_src)."""
+
+    fusable: ClassVar[bool] = False  # whether a score's fused path computes this mapping
+
+    @abstractmethod
+    def __call__(self, scores: Tensor, mask: Tensor) -> Tensor: ...
+
+
+class Modifier(nn.Module):
+    """Something around the score: it may make memory, keep state, narrow or reweigh where
+    attention looks, or add a term to the score, and update its state after alpha."""
+
+    def prepare(self, states: Tensor, mask: Tensor) -> Slots:
+        """Memory slots from the states (B, T_src, C) and the mask (B, T_src)."""
+        return {}
+
+    def start(self, memory: Any) -> Slots:
+        """The state slots before the first step."""
+        return {}
+
+    def focus(self, query: Tensor, slots: Slots, memory: Any, focus: Focus) -> tuple[Focus, Slots]:
+        """The focus after this modifier, and its state slots."""
+        return focus, slots
+
+    def update(self, alpha: Tensor, slots: Slots, memory: Any) -> Slots:
+        """The state slots after the step's weights alpha (B, T_src)."""
+        return slots
+
+
+def build_part(spec: Spec, *, query_dim: int, key_dim: int) -> Any:
+    """The PyTorch module (or mapping) `spec` declares, built by its entry's torch.py."""
+    entry = importlib.import_module(f"{spec.entry}.torch")
+    return entry.build(spec, query_dim=query_dim, key_dim=key_dim)
+
+
+class Attention(nn.Module):
+    """A score, a mapping and modifiers composed into one attention step.
+
+    The score is the child `score`, each modifier the child named after its entry (`local`,
+    `coverage`), so that a run folder names a weight by where it acts.
+    """
+
+    def __init__(self, composition: Composition, *, query_dim: int, key_dim: int) -> None:
+        super().__init__()
+        self.composition = composition
+        sizes = dict(query_dim=query_dim, key_dim=key_dim)
+        self.score: Score = build_part(composition.score, **sizes)
+        self.mapping: Mapping = build_part(composition.mapping, **sizes)
+        self.modifiers: list[Modifier] = []
+        for spec in composition.modifiers:
+            module = build_part(spec, **sizes)
+            self.add_module(spec.entry.rsplit(".", 1)[1], module)
+            self.modifiers.append(module)
+
+    def prepare(self, states: Tensor, mask: Tensor) -> Slots:
+        """Every memory slot, made once per sentence."""
+        slots = self.score.prepare(states)
+        for modifier in self.modifiers:
+            slots |= modifier.prepare(states, mask)
+        return slots
+
+    def start(self, memory: Any) -> Slots:
+        """Every state slot before the first step."""
+        slots: Slots = {}
+        for modifier in self.modifiers:
+            slots |= modifier.start(memory)
+        return slots
+
+    def forward(self, query: Tensor, slots: Slots, memory: Any) -> tuple[Tensor, Tensor, Slots]:
+        """One step's attention.
+
+        Args:
+            query: (B, D) the decoder state that asks.
+            slots: the mechanisms' state after the step before.
+            memory: the decoder's memory of the source.
+
+        Returns:
+            c_i (B, C), alpha_i (B, T_src) and the state slots after the step.
+        """
+        focus = Focus(memory.mask, None, None)
+        for modifier in self.modifiers:
+            focus, slots = modifier.focus(query, slots, memory, focus)
+        if self._fast(query, focus):
+            context, alpha = self.score.fused(query, memory, focus.mask)
+        else:
+            alpha = self.mapping(self.score(query, memory, focus.term), focus.mask)
+            if focus.prior is not None:
+                alpha = alpha * focus.prior
+            context = torch.bmm(alpha.unsqueeze(1), memory.states).squeeze(1)  # (B, C)
+        if memory.steer is not None:
+            context, alpha = _steered(context, alpha, memory)
+        for modifier in self.modifiers:
+            slots = modifier.update(alpha, slots, memory)
+        return context, alpha, slots
+
+    def _fast(self, query: Tensor, focus: Focus) -> bool:
+        """Whether the score's fused path computes this step exactly as composed."""
+        plain = focus.prior is None and focus.term is None and self.mapping.fusable
+        return self.score.fused is not None and plain and fused.applies(query)
+
+
+def _steered(context: Tensor, alpha: Tensor, memory: Any) -> tuple[Tensor, Tensor]:
+    """The explorer's what-if: `memory.steer` (B, T_src) replaces alpha in the rows where it
+    is not all zero, so that a graph that always takes a steer (`alignmt export --web`)
+    steers only the rows asked, and c_i follows."""
+    steered = memory.steer.sum(dim=1, keepdim=True) > 0  # (B, 1)
+    alpha = torch.where(steered, memory.steer, alpha)
+    moved = torch.bmm(alpha.unsqueeze(1), memory.states).squeeze(1)  # (B, C)
+    return torch.where(steered, moved, context), alpha
