@@ -73,7 +73,7 @@ def test_gradient_times_input_is_the_derivative_of_scaling_each_words_embedding(
                 )
             )
             with torch.no_grad():
-                logits = model(batch.src, batch.src_len, batch.tgt_in).logits
+                logits = model(batch.src, batch.src_len, batch.tgt_in).log_probs.logits
             handle.remove()
             values.append(logits.log_softmax(-1).gather(-1, batch.tgt_out[..., None])[0, :, 0])
         expected[:, j] = ((values[0] - values[1]) / (2 * eps)).abs()
@@ -87,9 +87,9 @@ def test_integrated_gradients_add_up_to_the_change_from_the_zero_source():
     batch = batch_of([([5, 4, 9], [6, 8])])
     found = relevance(model, batch, "integrated", steps=64)[0]  # (T_tgt, T_src)
     with torch.no_grad():
-        full = model(batch.src, batch.src_len, batch.tgt_in).logits.log_softmax(-1)
+        full = model(batch.src, batch.src_len, batch.tgt_in).log_probs.logits.log_softmax(-1)
         model.encoder.embed.weight.zero_()
-        empty = model(batch.src, batch.src_len, batch.tgt_in).logits.log_softmax(-1)
+        empty = model(batch.src, batch.src_len, batch.tgt_in).log_probs.logits.log_softmax(-1)
     index = batch.tgt_out[0][:, None]
     change = (full[0].gather(-1, index) - empty[0].gather(-1, index))[:, 0].abs()
     # one word read: its IG is the whole change

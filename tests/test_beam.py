@@ -12,6 +12,7 @@ from alignmt.decoding.rules import length_penalty, max_output_len
 from alignmt.decoding.torch_engine.greedy import greedy_search
 from alignmt.decoding.torch_engine.search import beam_decode, beam_search, decode, search
 from alignmt.decoding.torch_engine.settings import Search
+from alignmt.model.distribution import LogProbs
 from tests.conftest import padded_batch, tiny_model
 from tests.test_search import BOS, EOS, X, Y, Z
 
@@ -40,7 +41,7 @@ def markov_step(rules: list[dict], vocab: int = 6, steps: int = 12):
         step.rows.append(len(prev))
         logits = table[torch.arange(len(prev)), t.clamp(max=steps - 1), prev].log()  # (N, V)
         alpha = torch.nn.functional.one_hot(prev, vocab).double()  # (N, V)
-        return logits, (t + 1,), alpha
+        return LogProbs(logits), (t + 1,), alpha
 
     step.rows = []
     state = (torch.zeros(len(rules), dtype=torch.long),)
@@ -270,7 +271,7 @@ def test_each_hypothesis_is_its_teacher_forced_score_and_attention(case):
             assert hyp.tokens[-1] == EOS or len(hyp.tokens) == limits[b]
             tgt_in = torch.tensor([[BOS, *hyp.tokens[:-1]]])
             out = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in)
-            log_probs = out.logits[0].log_softmax(-1)  # (len, V)
+            log_probs = out.log_probs.logits[0].log_softmax(-1)  # (len, V)
             expected = log_probs.gather(1, torch.tensor(hyp.tokens)[:, None]).sum().item()
             assert math.isclose(hyp.score, expected, rel_tol=1e-9)
             if out.attention is None:

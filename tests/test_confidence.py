@@ -28,7 +28,7 @@ def teacher_forced(t: Translator, src_tokens: list[str], out: Translation) -> li
     ids = t.tgt_vocab.encode(out.tokens)
     tgt_in = torch.tensor([[t.tgt_vocab.bos_id, *ids[:-1]]])
     with torch.no_grad():
-        logits = t.engine.model(src, src_len, tgt_in).logits[0]  # (T, V)
+        logits = t.engine.model(src, src_len, tgt_in).log_probs.logits[0]  # (T, V)
     probs = logits.double().softmax(dim=-1)
     return probs[torch.arange(len(ids)), ids].tolist()
 

@@ -150,7 +150,7 @@ def test_constrained_hypotheses_score_what_the_model_gives_them_and_batch_as_alo
             if c is not None:
                 assert all(c.met(hyp.tokens)) and not any(c.broken(hyp.tokens))
             tgt_in = torch.tensor([[BOS, *hyp.tokens[:-1]]])
-            log_probs = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in).logits[0]
+            log_probs = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in).log_probs.logits[0]
             log_probs = log_probs.log_softmax(-1)
             expected = log_probs.gather(1, torch.tensor(hyp.tokens)[:, None]).sum().item()
             assert math.isclose(hyp.score, expected, rel_tol=1e-9)

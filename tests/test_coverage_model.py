@@ -60,7 +60,8 @@ def test_four_coverage_steps_match_the_numpy_reference_in_float64(arch, coverage
         C = np.zeros(n)
         step_state = state
         for prev in prevs:
-            logits, step_state, alpha = model.decode_step(prev, step_state, memory)
+            log_probs, step_state, alpha = model.decode_step(prev, step_state, memory)
+            logits = log_probs.logits
             expected = reference_step(decoder, b, prev.numpy(), hs, cs, feed, memory, n, C)
             ref_logits, hs, cs, feed, ref_alpha = expected
             C = coverage_ref.next_coverage(C, ref_alpha, phi)
@@ -85,7 +86,9 @@ def test_padding_never_changes_a_sentence_teacher_forced(order, coverage):
     for b in range(len(src_len)):
         n, m = int(src_len[b]), int(tgt_len[b])
         alone = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in[b : b + 1, :m])
-        torch.testing.assert_close(out.logits[b, :m], alone.logits[0], rtol=0, atol=1e-12)
+        torch.testing.assert_close(
+            out.log_probs.logits[b, :m], alone.log_probs.logits[0], rtol=0, atol=1e-12
+        )
         torch.testing.assert_close(out.attention[b, :m, :n], alone.attention[0], rtol=0, atol=1e-12)
 
 
@@ -100,8 +103,8 @@ def test_sum_coverage_is_the_attention_summed_over_steps_and_forward_equals_step
     )
     memory, state = model.encode(src, src_len)
     for t in range(tgt_in.size(1)):
-        logits, state, _ = model.decode_step(tgt_in[:, t], state, memory)
-        torch.testing.assert_close(logits, out.logits[:, t], rtol=0, atol=1e-12)
+        log_probs, state, _ = model.decode_step(tgt_in[:, t], state, memory)
+        torch.testing.assert_close(log_probs.logits, out.log_probs.logits[:, t], rtol=0, atol=1e-12)
     torch.testing.assert_close(
         state.slots["coverage"], out.state.slots["coverage"], rtol=0, atol=1e-12
     )
@@ -158,7 +161,7 @@ def test_search_carries_coverage_streamed_and_through_the_beam(order):
         best = beam_three[b][0]
         tgt_in = torch.tensor([[model.bos_id, *best.tokens[:-1]]])
         with torch.no_grad():
-            logits = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in).logits[0]
+            logits = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in).log_probs.logits[0]
         forced = logits.log_softmax(-1)[torch.arange(len(best.tokens)), best.tokens].sum()
         assert math.isclose(best.score, float(forced), rel_tol=1e-9)
 

@@ -13,6 +13,7 @@ from alignmt.config import ConfigError, load_config
 from alignmt.decoding.torch_engine.beam import coverage_penalty
 from alignmt.decoding.torch_engine.search import beam_decode, beam_search, search
 from alignmt.decoding.torch_engine.settings import Search
+from alignmt.model.distribution import LogProbs
 from tests.conftest import padded_batch, tiny_model
 
 BOS, EOS, X, Y = 1, 2, 3, 4
@@ -34,7 +35,7 @@ def two_way_step(prev, state, memory):
     logits[~first, EOS], logits[~first, X] = math.log(0.9), math.log(0.1)
     near, far = torch.tensor([0.9, 0.1]), torch.tensor([0.1, 0.9])
     alpha = torch.where((prev == Y)[:, None], far, near)
-    return logits, state, alpha
+    return LogProbs(logits), state, alpha
 
 
 @pytest.mark.parametrize("beta,winner", [(0.0, [X, EOS]), (0.2, [X, EOS]), (1.0, [Y, EOS])])

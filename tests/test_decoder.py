@@ -168,7 +168,8 @@ def test_three_decoder_steps_match_the_numpy_reference_in_float64(arch, readout)
         step_state = state
         for i in range(4):
             prev = torch.randint(4, 13, (src.size(0),), generator=g)
-            logits, step_state, alpha = model.decode_step(prev, step_state, memory)
+            log_probs, step_state, alpha = model.decode_step(prev, step_state, memory)
+            logits = log_probs.logits
             expected = reference_step(decoder, b, prev.numpy(), hs, cs, feed, memory, n, i=i)
             ref_logits, hs, cs, feed, ref_alpha = expected
             np.testing.assert_allclose(numpy(logits[b]), ref_logits, rtol=0, atol=1e-10)
@@ -189,8 +190,8 @@ def test_teacher_forced_forward_equals_the_step_by_step_loop(arch):
     out = model(src, src_len, tgt_in)
     memory, state = model.encode(src, src_len)
     for t in range(tgt_in.size(1)):
-        logits, state, alpha = model.decode_step(tgt_in[:, t], state, memory)
-        torch.testing.assert_close(logits, out.logits[:, t], rtol=0, atol=1e-12)
+        log_probs, state, alpha = model.decode_step(tgt_in[:, t], state, memory)
+        torch.testing.assert_close(log_probs.logits, out.log_probs.logits[:, t], rtol=0, atol=1e-12)
         if alpha is None:
             assert out.attention is None
         else:
@@ -213,8 +214,8 @@ def test_init_only_vanilla_depends_on_the_source_only_through_the_initial_state(
     assert memory.context is None
     other_src = torch.randint(4, 13, src.shape, generator=torch.Generator().manual_seed(3))
     other_memory, _ = model.encode(other_src.masked_fill(src == 0, 0), src_len)
-    same_state = model.decoder(tgt_in, state, other_memory).logits
-    torch.testing.assert_close(same_state, model.decoder(tgt_in, state, memory).logits)
+    same_state = model.decoder(tgt_in, state, other_memory).log_probs.logits
+    torch.testing.assert_close(same_state, model.decoder(tgt_in, state, memory).log_probs.logits)
 
 
 @pytest.mark.parametrize("init", ["zeros", "bridge"])

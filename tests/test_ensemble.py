@@ -62,9 +62,10 @@ def test_a_step_is_the_mean_of_the_members_log_probabilities_and_attention(toy_r
     both = Ensemble(models)
     memory, state = both.encode(src, src_len)
     prev = torch.full((len(LINES),), models[0].bos_id)
-    logits, _, alpha = both.decode_step(prev, state, memory)
+    log_probs, _, alpha = both.decode_step(prev, state, memory)
+    logits = log_probs.logits
     steps = [m.decode_step(prev, *reversed(m.encode(src, src_len))) for m in models]
-    expected = torch.stack([s[0].log_softmax(-1) for s in steps]).mean(0)
+    expected = torch.stack([s[0].full() for s in steps]).mean(0)
     torch.testing.assert_close(logits, expected)
     torch.testing.assert_close(alpha, (steps[0][2] + steps[1][2]) / 2)
 

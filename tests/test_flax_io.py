@@ -185,8 +185,8 @@ def test_flax_params_saved_as_a_run_folder_load_in_pytorch_with_the_same_logits(
             {"params": params}, *as_jax(src, src_len, tgt_in)
         )
     with torch.no_grad():
-        logits = loaded.model(src, src_len, tgt_in).logits  # (3, 5, 300)
-    np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-6)
+        logits = loaded.model(src, src_len, tgt_in).log_probs.logits  # (3, 5, 300)
+    np.testing.assert_allclose(logits, expected.logits, rtol=0, atol=1e-6)
     embedding = loaded.model.decoder.embed.weight
     assert (loaded.model.decoder.projection.weight is embedding) == cfg.tie_embeddings
     np.testing.assert_array_equal(embedding.detach(), params["decoder"]["embed"]["embedding"])

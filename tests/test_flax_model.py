@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from alignmt import reference as ref
 from alignmt.checkpoint.flax_io import params_from_tensors, tensors_from_params
 from alignmt.config import ModelConfig
+from alignmt.model.flax_distribution import LogProbs
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq, sequence_loss
 from alignmt.model.seq2seq import Seq2Seq
 from tests.architectures import ARCHITECTURES, arch_id
@@ -200,9 +201,10 @@ def test_encoder_and_two_decoder_steps_match_the_numpy_reference_in_float64(arch
     # third would read nothing new
     for i in range(2):
         prev = torch.randint(4, VOCAB, (3,), generator=g).numpy()
-        logits, state, alpha = flax_model.apply(
+        log_probs, state, alpha = flax_model.apply(
             variables, prev, state, memory, method="decode_step"
         )
+        logits = log_probs.logits
         for b, n in enumerate(src_len.tolist()):
             expected = reference_step(decoder, b, prev, *carried[b], reference_memory, n, i=i)
             ref_logits, hs, cs, feed, ref_alpha = expected
@@ -222,13 +224,13 @@ def test_encoder_and_two_decoder_steps_match_the_numpy_reference_in_float64(arch
 
 def forward_and_steps(module: FlaxSeq2Seq, src, src_len, tgt_in, steps: int = 2):
     """The teacher-forced logits and attention, and `steps` decode_step calls fed tgt_in."""
-    logits, attention = module(src, src_len, tgt_in)
+    log_probs, attention = module(src, src_len, tgt_in)
     memory, state = module.encode(src, src_len)
     stepped = []
     for t in range(steps):
-        step_logits, state, alpha = module.decode_step(tgt_in[:, t], state, memory)
-        stepped.append((step_logits, alpha))
-    return logits, attention, stepped
+        step, state, alpha = module.decode_step(tgt_in[:, t], state, memory)
+        stepped.append((step.logits, alpha))
+    return log_probs.logits, attention, stepped
 
 
 def assert_float32_logits_equal_pytorchs(arch: dict, changes: dict, compiled: bool) -> None:
@@ -239,8 +241,8 @@ def assert_float32_logits_equal_pytorchs(arch: dict, changes: dict, compiled: bo
         memory, state = model.encode(src, src_len)
         expected = []
         for t in range(2):
-            step_logits, state, alpha = model.decode_step(tgt_in[:, t], state, memory)
-            expected.append((step_logits, alpha))
+            step, state, alpha = model.decode_step(tgt_in[:, t], state, memory)
+            expected.append((step.logits, alpha))
     run = lambda *args: flax_model.apply(variables, *args, method=forward_and_steps)  # noqa: E731
     if compiled:
         logits, attention, stepped = jax.jit(run)(*as_jax(src, src_len, tgt_in))
@@ -248,7 +250,7 @@ def assert_float32_logits_equal_pytorchs(arch: dict, changes: dict, compiled: bo
         with jax.disable_jit():
             logits, attention, stepped = run(*as_jax(src, src_len, tgt_in))
     assert logits.dtype == jnp.float32
-    np.testing.assert_allclose(logits, out.logits, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(logits, out.log_probs.logits, rtol=0, atol=1e-5)
     assert (attention is None) == (out.attention is None)
     if attention is not None:
         np.testing.assert_allclose(attention, out.attention, rtol=0, atol=1e-5)
@@ -332,8 +334,8 @@ PADDED = [
 def encode_and_decode(module: FlaxSeq2Seq, src, src_len, tgt_in):
     """The memory, s_0, and the teacher-forced logits and attention."""
     memory, state = module.encode(src, src_len)
-    logits, attention, _ = module.decoder(tgt_in, state, memory, False)
-    return memory, state, logits, attention
+    log_probs, attention, _ = module.decoder(tgt_in, state, memory, False)
+    return memory, state, log_probs.logits, attention
 
 
 @pytest.mark.parametrize("arch", PADDED, ids=arch_id)
@@ -364,7 +366,11 @@ def test_sequence_loss_equals_torch_cross_entropy_over_real_tokens(smoothing, x6
     expected = F.cross_entropy(
         logits.flatten(0, 1), targets.flatten(), ignore_index=0, label_smoothing=smoothing
     )
-    loss = lambda logits, targets: float(sequence_loss(*as_jax(logits, targets), 0, smoothing))  # noqa: E731
+
+    def loss(logits, targets):
+        logits, targets = as_jax(logits, targets)
+        return float(sequence_loss(LogProbs(logits), targets, 0, smoothing))
+
     assert loss(logits, targets) == pytest.approx(expected.item(), rel=1e-12, abs=0)
     at_padding = (targets == 0)[..., None]
     assert loss(logits.masked_fill(at_padding, 50.0), targets) == pytest.approx(expected.item())
@@ -376,7 +382,7 @@ def test_loss_gradients_equal_pytorchs_and_reach_the_attention_weights(x64):
     src, src_len, tgt_in, _ = padded_batch()
     g = torch.Generator().manual_seed(2)
     targets = torch.randint(1, VOCAB, tgt_in.shape, generator=g).masked_fill(tgt_in == 0, 0)
-    logits = model(src, src_len, tgt_in).logits.flatten(0, 1)
+    logits = model(src, src_len, tgt_in).log_probs.logits.flatten(0, 1)
     F.cross_entropy(logits, targets.flatten(), ignore_index=0, label_smoothing=0.1).backward()
 
     def loss(params):

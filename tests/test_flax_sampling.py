@@ -40,10 +40,10 @@ CASES = [
 def flax_logits(flax_model, variables, src, src_len, tgt_in, **sampling):
     """The Flax model's training-mode logits (B, T_tgt, V), dropout being 0."""
     rngs = {"dropout": jax.random.key(0), "sampling": jax.random.key(1)}
-    logits, _ = flax_model.apply(
+    log_probs, _ = flax_model.apply(
         variables, *as_jax(src, src_len, tgt_in), train=True, rngs=rngs, **sampling
     )
-    return np.asarray(logits)
+    return np.asarray(log_probs.logits)
 
 
 @pytest.mark.usefixtures("x64")

@@ -67,14 +67,14 @@ def test_a_flax_run_folder_is_read_by_pytorch_and_gives_the_same_logits(tmp_path
         torch_ckpt.tgt_vocab,
     )
     with torch.no_grad():
-        expected = torch_ckpt.model(batch.src, batch.src_len, batch.tgt_in).logits.numpy()
-    logits, _ = flax_ckpt.model.apply(
+        expected = torch_ckpt.model(batch.src, batch.src_len, batch.tgt_in).log_probs.logits.numpy()
+    log_probs, _ = flax_ckpt.model.apply(
         {"params": flax_ckpt.params},
         batch.src.numpy(),
         batch.src_len.numpy(),
         batch.tgt_in.numpy(),
     )
-    np.testing.assert_allclose(np.asarray(logits), expected, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(log_probs.logits), expected, atol=1e-5)
 
 
 def test_one_update_equals_pytorchs_clipped_adam_step_on_the_same_weights():

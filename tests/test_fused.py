@@ -54,7 +54,7 @@ def _loss_and_grads(model, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]
     out = model(src, src_len, tgt_in)
     # the attention enters the loss too, so that its own gradient is checked
     targets = loss_targets(tgt_in, tgt_len)
-    loss = sequence_loss(out.logits, targets, 0) + out.attention.square().sum()
+    loss = sequence_loss(out.log_probs.logits, targets, 0) + out.attention.square().sum()
     loss.backward()
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
@@ -88,9 +88,9 @@ def test_a_model_gives_the_eager_operators_loss_gradients_and_outputs(arch, dtyp
         fast = model(src, src_len, tgt_in)
         with fused.eager():
             slow = model(src, src_len, tgt_in)
-    torch.testing.assert_close(fast.logits, slow.logits, **tight)
+    torch.testing.assert_close(fast.log_probs.logits, slow.log_probs.logits, **tight)
     torch.testing.assert_close(fast.attention, slow.attention, **tight)
-    nodes = _names(model(src, src_len, tgt_in).logits)
+    nodes = _names(model(src, src_len, tgt_in).log_probs.logits)
     cell = "_LSTMUpdateBackward" if arch["rnn"] == "lstm" else "_GRUUpdateBackward"
     assert cell in nodes
     assert ("_AdditiveAttendBackward" in nodes) == (arch["attention"] in ("additive", "concat"))
@@ -109,7 +109,9 @@ def test_padding_changes_no_gradient_of_a_sentence():
     targets[1] = 0  # the second sentence's tokens all count as padding in the loss
     first = torch.zeros_like(out.attention)
     first[0, :2, :3] = 1  # the first sentence's real steps and source positions
-    (sequence_loss(out.logits, targets, 0) + (out.attention.square() * first).sum()).backward()
+    (
+        sequence_loss(out.log_probs.logits, targets, 0) + (out.attention.square() * first).sum()
+    ).backward()
     for name, p in model.named_parameters():
         torch.testing.assert_close(p.grad, alone[name], rtol=1e-10, atol=1e-12, msg=name)
 
@@ -120,7 +122,7 @@ def test_the_eager_operators_run_under_autocast_with_the_reason_logged_once(capl
     fused._autocast_noted.cache_clear()
     autocast = torch.autocast("cpu", dtype=torch.bfloat16)
     with caplog.at_level(logging.INFO, logger="alignmt.model.fused"), autocast:
-        logits = model(src, src_len, tgt_in).logits
+        logits = model(src, src_len, tgt_in).log_probs.logits
         model(src, src_len, tgt_in)
     assert "_AdditiveAttendBackward" not in _names(logits)
     assert [r.getMessage() for r in caplog.records] == [

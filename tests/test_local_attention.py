@@ -37,9 +37,9 @@ def test_local_m_with_a_window_covering_the_sentence_is_global_attention(order, 
     src, src_len, tgt_in, _ = padded_batch()
     local, global_ = wide(src, src_len, tgt_in), plain(src, src_len, tgt_in)
     torch.testing.assert_close(local.attention, global_.attention, rtol=0, atol=0)
-    torch.testing.assert_close(local.logits, global_.logits, rtol=0, atol=0)
+    torch.testing.assert_close(local.log_probs.logits, global_.log_probs.logits, rtol=0, atol=0)
     narrow = tiny_model(**arch, attention_window="local_m", window=1)(src, src_len, tgt_in)
-    assert not torch.allclose(narrow.logits, global_.logits)
+    assert not torch.allclose(narrow.log_probs.logits, global_.log_probs.logits)
 
 
 def test_local_m_weighs_only_the_window_around_i_and_stays_at_the_end_past_the_source():
@@ -105,7 +105,7 @@ def test_a_local_model_trains_end_to_end_with_gradients_on_every_weight(window):
     model.train()
     src, src_len, tgt_in, _ = padded_batch()
     out = model(src, src_len, tgt_in)
-    out.logits.logsumexp(-1).sum().backward()
+    out.log_probs.logits.logsumexp(-1).sum().backward()
     for name, parameter in model.named_parameters():
         if name != "decoder.embed.weight":  # padding's row has none
             assert parameter.grad is not None and parameter.grad.abs().sum() > 0, name
@@ -147,9 +147,11 @@ def test_steer_moves_only_the_rows_it_names():
     memory, state = model.encode(src, src_len)
     prev = torch.full((3,), 5)
     logits, _, alpha = model.decode_step(prev, state, memory)
+    logits = logits.logits
     steer = torch.zeros_like(alpha)  # (B, T_src)
     steer[1, 0] = 1.0  # row 1 onto its first word; rows 0 and 2 all zero: not steered
     moved_logits, _, moved = model.decode_step(prev, state, memory._replace(steer=steer))
+    moved_logits = moved_logits.logits
     assert torch.equal(moved[1], steer[1]) and not torch.allclose(moved_logits[1], logits[1])
     for row in (0, 2):
         assert torch.equal(moved[row], alpha[row]) and torch.equal(moved_logits[row], logits[row])

@@ -94,7 +94,7 @@ def test_model_loss_equals_the_loss_of_its_logits_with_the_same_gradients(arch):
     src, src_len, tgt_in, tgt_len = padded_batch()
     tgt_out = loss_targets(tgt_in, tgt_len)
     params = [p for p in model.parameters()]
-    logits = model(src, src_len, tgt_in).logits
+    logits = model(src, src_len, tgt_in).log_probs.logits
     expected = sequence_loss(logits, tgt_out, model.pad_id, 0.1)
     want = torch.autograd.grad(expected, params, allow_unused=True)
     fused = model.loss(src, src_len, tgt_in, tgt_out, 0.1)

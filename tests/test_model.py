@@ -17,7 +17,7 @@ def test_forward_returns_logits_and_attention_of_the_documented_shapes(arch):
     model = tiny_model(**arch)
     src, src_len, tgt_in, _ = padded_batch()
     out = model(src, src_len, tgt_in)
-    assert out.logits.shape == (3, tgt_in.size(1), VOCAB)
+    assert out.log_probs.logits.shape == (3, tgt_in.size(1), VOCAB)
     if arch["attention"] == "none":
         assert out.attention is None and not model.has_attention
     else:
@@ -37,7 +37,7 @@ def test_padding_does_not_change_the_translation(arch):
     for b in range(src.size(0)):
         n, m = int(src_len[b]), int(tgt_len[b])
         alone = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in[b : b + 1, :m])
-        torch.testing.assert_close(padded.logits[b, :m], alone.logits[0])
+        torch.testing.assert_close(padded.log_probs.logits[b, :m], alone.log_probs.logits[0])
         if padded.attention is not None:
             torch.testing.assert_close(padded.attention[b, :m, :n], alone.attention[0])
             assert torch.equal(
@@ -89,7 +89,7 @@ def test_one_batch_is_overfit_to_near_zero_loss(arch):
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     first = None
     for _ in range(300):
-        loss = sequence_loss(model(src, src_len, tgt_in).logits, tgt_out, pad_id=0)
+        loss = sequence_loss(model(src, src_len, tgt_in).log_probs.logits, tgt_out, pad_id=0)
         first = first if first is not None else loss.item()
         optimizer.zero_grad()
         loss.backward()
@@ -145,7 +145,7 @@ def test_tied_embeddings_share_one_matrix_with_the_output_projection(order):
     assert n(untied) - n(model) == VOCAB * 8
     # a loss gradient reaches the shared matrix from both of its uses
     src, src_len, tgt_in, _ = padded_batch()
-    model(src, src_len, tgt_in).logits.sum().backward()
+    model(src, src_len, tgt_in).log_probs.logits.sum().backward()
     assert model.decoder.embed.weight.grad[tgt_in.max()].abs().sum() > 0
 
 

@@ -16,6 +16,7 @@ from alignmt.decoding.door import open_translator
 from alignmt.decoding.rules import Sampling
 from alignmt.decoding.torch_engine.sample import reshaped, sampler
 from alignmt.decoding.translator import Translator
+from alignmt.model.distribution import LogProbs
 from alignmt.serve.app import create_app
 from tests.test_confidence import LINES, teacher_forced
 
@@ -55,7 +56,7 @@ def test_draws_follow_the_reshaped_distribution_and_report_the_models_probabilit
         (Sampling(top_p=0.7), torch.tensor([0.625, 0.375, 0, 0])),
         (Sampling(temperature=2.0), PROBS[0].sqrt() / PROBS[0].sqrt().sum()),
     ):
-        tokens, log_probs = sampler(sampling, generator)(logits)
+        tokens, log_probs = sampler(sampling, generator)(LogProbs(logits))
         share = torch.bincount(tokens, minlength=4) / len(tokens)
         torch.testing.assert_close(share, expected.float(), atol=0.015, rtol=0)
         torch.testing.assert_close(log_probs.exp(), PROBS[0][tokens])

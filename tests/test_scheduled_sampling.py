@@ -97,7 +97,8 @@ def free_running(model, src, src_len, steps: int):
     prev = torch.full((src.size(0),), model.bos_id)
     fed, logits = [prev], []
     for _ in range(steps):
-        step_logits, state, _ = model.decode_step(prev, state, memory)
+        log_probs, state, _ = model.decode_step(prev, state, memory)
+        step_logits = log_probs.logits
         prev = step_logits.argmax(-1)
         fed.append(prev)
         logits.append(step_logits)

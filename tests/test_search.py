@@ -13,6 +13,7 @@ from alignmt.decoding.rules import max_output_len
 from alignmt.decoding.torch_engine.greedy import greedy_search
 from alignmt.decoding.torch_engine.search import beam_search, decode, search
 from alignmt.decoding.torch_engine.settings import Search
+from alignmt.model.distribution import LogProbs
 from tests.conftest import padded_batch, tiny_model
 
 BOS, EOS = 1, 2
@@ -34,7 +35,7 @@ def scripted_step(script: list[list[int]], vocab: int = 6):
         logits[torch.arange(len(prev)), rows[torch.arange(len(prev)), t.clamp(max=longest - 1)]] = (
             math.log(0.7)
         )
-        return logits, (t + 1,), torch.full((len(prev), 2), 0.5)
+        return LogProbs(logits), (t + 1,), torch.full((len(prev), 2), 0.5)
 
     step.rows = []
     return step, (torch.zeros(len(script), dtype=torch.long),), (table,)
@@ -114,7 +115,7 @@ def test_the_step_function_sees_each_previous_choice():
         (t,) = state
         logits = torch.zeros(1, 6)
         logits[0, [4, 5, EOS][int(t)]] = 5.0
-        return logits, (t + 1,), None
+        return LogProbs(logits), (t + 1,), None
 
     start = ((torch.zeros(1, dtype=torch.long),), None, torch.tensor([10]))
     tokens, _, _, _, attention = greedy_search(
@@ -141,8 +142,8 @@ def test_greedy_output_is_the_argmax_of_the_teacher_forced_model_fed_its_own_out
         n = int(src_len[b])
         tgt_in = torch.tensor([[BOS, *hyp.tokens[:-1]]])
         out = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in)
-        log_probs = out.logits[0].log_softmax(-1)
-        assert out.logits[0].argmax(-1).tolist() == hyp.tokens
+        log_probs = out.log_probs.logits[0].log_softmax(-1)
+        assert out.log_probs.logits[0].argmax(-1).tolist() == hyp.tokens
         expected = log_probs.gather(1, torch.tensor(hyp.tokens)[:, None]).sum().item()
         assert math.isclose(hyp.score, expected, rel_tol=1e-9)
         torch.testing.assert_close(
@@ -179,8 +180,8 @@ def bfloat16_step(step):
     """`step` with its logits and attention in bfloat16, as a model's under autocast."""
 
     def low(prev, state, memory):
-        logits, state, alpha = step(prev, state, memory)
-        return logits.bfloat16(), state, alpha.bfloat16()
+        log_probs, state, alpha = step(prev, state, memory)
+        return LogProbs(log_probs.logits.bfloat16()), state, alpha.bfloat16()
 
     return low
 

@@ -138,8 +138,8 @@ def test_a_sparse_model_learns_reversal_with_exact_zeros_in_its_attention(tmp_pa
         memory, state = model.encode(src, src_len)
         prev, out, alphas = torch.full((len(words),), model.bos_id), [], []
         for _ in range(6):
-            logits, state, alpha = model.decode_step(prev, state, memory)
-            prev = logits.argmax(-1)
+            log_probs, state, alpha = model.decode_step(prev, state, memory)
+            prev = log_probs.best()[0]
             out.append(prev)
             alphas.append(alpha)
     said = ["".join(vocab.decode(row.tolist())) for row in torch.stack(out, 1)]

@@ -154,7 +154,8 @@ def test_a_checkpoint_reloads_to_identical_logits_config_and_vocabularies(tmp_pa
     loaded = load_checkpoint(tmp_path)
     src, src_len, tgt_in, _ = padded_batch()
     torch.testing.assert_close(
-        loaded.model(src, src_len, tgt_in).logits, model(src, src_len, tgt_in).logits
+        loaded.model(src, src_len, tgt_in).log_probs.logits,
+        model(src, src_len, tgt_in).log_probs.logits,
     )
     assert (loaded.config, loaded.src_vocab, loaded.step) == (cfg, vocab, 7)
     assert load_checkpoint(path).step == 7  # the file itself works too

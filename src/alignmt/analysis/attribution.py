@@ -123,8 +123,8 @@ def _attention(model: Seq2Seq, batch: Batch, *, shift: bool) -> Tensor:
 
 def _log_probs(model: Seq2Seq, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor):
     """(B, T_tgt) teacher-forced log p(y_i | y_<i, x) of the target tokens tgt_out."""
-    logits = model(src, src_len, tgt_in).logits  # (B, T_tgt, V)
-    return logits.float().log_softmax(-1).gather(-1, tgt_out[..., None])[..., 0]
+    log_probs = model(src, src_len, tgt_in).log_probs.float().full()  # (B, T_tgt, V)
+    return log_probs.gather(-1, tgt_out[..., None])[..., 0]
 
 
 def _token_log_prob(model: Seq2Seq) -> Callable[..., Tensor]:
@@ -238,12 +238,12 @@ def counterfactual_flips(model: Seq2Seq, batch: Batch) -> tuple[int, int]:
     flipped = tried = 0
     for t in range(batch.tgt_in.size(1)):
         prev = batch.tgt_in[:, t]
-        logits, after, alpha = model.decode_step(prev, state, memory)
+        log_probs, after, alpha = model.decode_step(prev, state, memory)
         second = alpha.masked_fill(~real, float("-inf")).topk(2, dim=-1).indices[:, 1]  # (B,)
         steer = torch.nn.functional.one_hot(second, batch.src.size(1)).to(alpha.dtype)
         moved, _, _ = model.decode_step(prev, state, memory._replace(steer=steer))
         counted = (batch.tgt_out[:, t] != model.pad_id) & (real.sum(-1) >= 2)  # (B,)
-        changed = moved.argmax(-1) != logits.argmax(-1)
+        changed = moved.scores.argmax(-1) != log_probs.scores.argmax(-1)
         flipped += int((changed & counted).sum())
         tried += int(counted.sum())
         state = after

@@ -62,7 +62,7 @@ def score_task(
     """
     pairs = eval_set(task, length, n, seed)
     batch, out = _teacher_forced(model, vocab, pairs)
-    predicted = out.logits[:, :length].argmax(dim=-1)  # (n, L)
+    predicted = out.log_probs.scores[:, :length].argmax(dim=-1)  # (n, L)
     token_accuracy = (predicted == batch.tgt_out[:, :length]).float().mean().item()
     alignment = None
     if out.attention is not None:  # one link each side per character: recall is the share

@@ -1,4 +1,4 @@
-"""Decoders: one step (state, y_{i-1}, memory) -> (state, logits, alpha_i), and the
+"""Decoders: one step (state, y_{i-1}, memory) -> (log p(y_i), state, alpha_i), and the
 teacher-forced unroll over it.
 
 Owns what every decoder shares: what it reads of the encoder (`Memory`), what it returns
@@ -18,17 +18,23 @@ Under teacher forcing everything that does not depend on the recurrence is compu
 outside the time loop: the key projections (in `prepare`), the embedding part of the RNN
 input projection (and, for vanilla, the fixed context's part), and the output layer over all
 steps at once. `forward` and a loop of `step` run the same `_advance` and give the same logits.
+
+A decoder owns its output distribution: `step` and `forward` hand out `LogProbs`
+(distribution.py), which every search, the exporter and the analyses read. Its output layer is
+a plain projection, log p = log_softmax(W features + b) (`plain_projection`): what the fused
+training loss, int8 matmuls and the shortlist rely on.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from alignmt.model.attention.spec import Axis
 from alignmt.model.cell import STATE_AXES, DecoderState, StackedCell
+from alignmt.model.distribution import LogProbs
 from alignmt.model.encoder import RNNKind
 
 ReadoutKind = Literal["none", "tanh", "maxout"]
@@ -75,7 +81,7 @@ def from_flat(kind: type, values: dict[str, Tensor]) -> DecoderState | Memory:
 
 
 class DecoderOutput(NamedTuple):
-    logits: Tensor  # (B, T_tgt, V)
+    log_probs: LogProbs  # (B, T_tgt, V)
     attention: Tensor | None  # (B, T_tgt, T_src) alpha_ij; None for vanilla
     state: DecoderState  # after the last step
 
@@ -94,14 +100,14 @@ class Sampling(NamedTuple):
     teacher: float  # eps_i: the probability that a position reads the true y_{i-1}
     pick: str  # the model's own y_{i-1}: "sample" from its distribution, or its "argmax"
 
-    def mix(self, gold: Tensor, logits: Tensor) -> Tensor:
+    def mix(self, gold: Tensor, scores: Tensor) -> Tensor:
         """(B,) the next inputs: per row, `gold` (B,) with probability eps, else the
-        model's own token from `logits` (B, V) of the step before (no gradient flows
-        through the choice, as in the paper)."""
+        model's own token from the step before's `scores` (B, V), whose softmax is its
+        distribution (no gradient flows through the choice, as in the paper)."""
         if self.pick == "argmax":
-            own = logits.argmax(-1)
+            own = scores.argmax(-1)
         else:
-            own = torch.multinomial(logits.float().softmax(-1), 1).squeeze(1)
+            own = torch.multinomial(scores.float().softmax(-1), 1).squeeze(1)
         keep = torch.rand(gold.shape, device=gold.device) < self.teacher
         return torch.where(keep, gold, own)
 
@@ -200,12 +206,12 @@ class Decoder(nn.Module):
             memory: from `prepare`.
 
         Returns:
-            logits (B, T_tgt, V), attention (B, T_tgt, T_src) or None, and the final state.
+            log p (B, T_tgt, V), attention (B, T_tgt, T_src) or None, and the final state.
             Padded target steps produce values that the loss ignores; they never feed back
             into earlier steps.
         """
         unrolled = self.unroll(tgt_in, state, memory)
-        return DecoderOutput(self.projection(unrolled.features), *unrolled[1:])
+        return DecoderOutput(self.distribution(unrolled.features), *unrolled[1:])
 
     def unroll(
         self,
@@ -214,7 +220,7 @@ class Decoder(nn.Module):
         memory: Memory,
         sampling: Sampling | None = None,
     ) -> Unrolled:
-        """`forward` up to the vocabulary projection: its input (B, T_tgt, R), not logits.
+        """`forward` up to the output layer: its input (B, T_tgt, R), not log p.
         With `sampling`, each position after the first reads y_{i-1} from tgt_in or the
         model's own output before it (scheduled sampling)."""
         if sampling is not None:
@@ -247,8 +253,8 @@ class Decoder(nn.Module):
             weights.append(alpha)
             if t + 1 < tgt_in.size(1):
                 with torch.no_grad():
-                    logits = self.projection(features[-1][:, 0])  # (B, V)
-                prev = sampling.mix(tgt_in[:, t + 1], logits)
+                    scores = self.distribution(features[-1][:, 0]).scores  # (B, V)
+                prev = sampling.mix(tgt_in[:, t + 1], scores)
         attention = None if weights[0] is None else torch.stack(weights, dim=1)
         return Unrolled(torch.cat(features, dim=1), attention, state)
 
@@ -263,17 +269,25 @@ class Decoder(nn.Module):
             memory: from `prepare`.
 
         Returns:
-            logits (B, V), the new state, and alpha_i (B, T_src) or None.
+            log p(y_i) (B, V), the new state, and alpha_i (B, T_src) or None.
         """
         emb = self.dropout(self.embed(prev)).unsqueeze(1)  # (B, 1, E)
         state, feature, alpha = self._advance(self._input_gates(emb, memory)[:, 0], state, memory)
-        logits = self.projection(self._features(feature.unsqueeze(1), emb, memory))
-        return logits[:, 0], state, alpha
+        features = self._features(feature.unsqueeze(1), emb, memory)  # (B, 1, R)
+        return self.distribution(features).at((slice(None), 0)), state, alpha
+
+    # log p = log_softmax(projection(features)): the fused loss, int8 and the shortlist
+    # hold for this output layer only, and refuse a decoder that declares another
+    plain_projection: ClassVar[bool] = True
 
     @property
     def projection(self) -> nn.Linear:
         """The vocabulary projection: the readout layer's (Luong's decoder has its own)."""
         return self.output.proj
+
+    def distribution(self, features: Tensor) -> LogProbs:
+        """(..., R) output features -> log p over the vocabulary, (..., V)."""
+        return LogProbs(logits=self.projection(features))
 
     def axes(self) -> dict[str, tuple[Axis, ...]]:
         """Every field the state and the memory may hold, by name, with its axes."""

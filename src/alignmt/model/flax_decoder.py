@@ -26,6 +26,7 @@ import jax.numpy as jnp
 
 from alignmt.model.attention.flax import Attention
 from alignmt.model.attention.spec import Composition
+from alignmt.model.flax_distribution import LogProbs
 from alignmt.model.flax_init import embedding_init, torch_dense, uniform
 from alignmt.model.flax_rnn import DecoderState, StackedCell
 
@@ -172,10 +173,10 @@ class Decoder(nn.Module):
         return Memory(states, mask, None, self.attention.prepare(states, mask))
 
     def __call__(self, tgt_in: Array, state: DecoderState, memory: Memory, train: bool):
-        """Teacher-forced unroll: logits (B, T_tgt, V), attention (B, T_tgt, T_src) or None,
+        """Teacher-forced unroll: log p (B, T_tgt, V), attention (B, T_tgt, T_src) or None,
         and the state after the last step."""
         features, attention, state = self.unroll(tgt_in, state, memory, train)
-        return self.project(features), attention, state
+        return LogProbs(logits=self.project(features)), attention, state
 
     def unroll(self, tgt_in: Array, state: DecoderState, memory: Memory, train: bool):
         """`__call__` up to the vocabulary projection: features (B, T_tgt, R)."""
@@ -201,7 +202,7 @@ class Decoder(nn.Module):
         """`unroll` with scheduled sampling (decoder.Sampling): each position after the
         first reads the true y_{i-1} with probability `teacher`, else the model's own output
         at the step before, drawn with the "sampling" rng stream ("sample") or its
-        "argmax"; no gradient flows through the choice. Logits (B, T_tgt, V): each step's
+        "argmax"; no gradient flows through the choice. log p (B, T_tgt, V): each step's
         projection serves both the choice and the loss."""
 
         def body(module: Decoder, carry, gold: Array):
@@ -230,16 +231,16 @@ class Decoder(nn.Module):
         # step t's true next input is tgt_in[:, t + 1]; the last step's choice goes unused
         golds = jnp.concatenate([tgt_in[:, 1:], tgt_in[:, :1]], 1)
         (state, _), (logits, attention) = scan(self, (state, tgt_in[:, 0]), golds)
-        return logits, attention, state
+        return LogProbs(logits=logits), attention, state
 
     def step(self, prev: Array, state: DecoderState, memory: Memory):
-        """One decoding step (no dropout): prev (B,) ids -> logits (B, V), the new state,
+        """One decoding step (no dropout): prev (B,) ids -> log p (B, V), the new state,
         alpha (B, T_src) or None."""
         emb = self.embed(prev)[:, None]  # (B, 1, E)
         gates = self.input_gates(emb, memory)[:, 0]
         state, feature, alpha = self.advance(gates, state, memory, False)
         logits = self.project(self.features(feature[:, None], emb, memory, False))
-        return logits[:, 0], state, alpha
+        return LogProbs(logits=logits[:, 0]), state, alpha
 
     def input_gates(self, emb: Array, memory: Memory) -> Array:
         """(B, T, E) -> (B, T, G): the first layer's input projection known before the loop."""

@@ -19,6 +19,7 @@ from alignmt.config import ModelConfig
 from alignmt.config_rules import check_model
 from alignmt.model.attention.registry import compose
 from alignmt.model.flax_decoder import Decoder, Memory
+from alignmt.model.flax_distribution import LogProbs
 from alignmt.model.flax_init import embedding_init
 from alignmt.model.flax_rnn import DecoderState, Direction
 
@@ -129,35 +130,38 @@ class FlaxSeq2Seq(nn.Module):
         teacher: Array | None = None,
         pick: str = "sample",
     ):
-        """Teacher forcing: logits (B, T_tgt, V) and attention (B, T_tgt, T_src) or None.
+        """Teacher forcing: log p (B, T_tgt, V) and attention (B, T_tgt, T_src) or None.
         With `teacher`, scheduled sampling: each position reads the true y_{i-1} with that
         probability, else the model's own `pick` (needs a "sampling" rng)."""
         memory, state = self.encode(src, src_len, train)
         if teacher is None:
-            logits, attention, _ = self.decoder(tgt_in, state, memory, train)
-            return logits, attention
-        logits, attention, _ = self.decoder.unroll_sampled(
+            log_probs, attention, _ = self.decoder(tgt_in, state, memory, train)
+            return log_probs, attention
+        log_probs, attention, _ = self.decoder.unroll_sampled(
             tgt_in, state, memory, train, teacher, pick
         )
-        return logits, attention
+        return log_probs, attention
 
     def decode_step(self, prev: Array, state: DecoderState, memory: Memory):
-        """One search step: prev (N,) -> logits (N, V), the new state, alpha (N, T_src)|None."""
+        """One search step: prev (N,) -> log p (N, V), the new state, alpha (N, T_src)|None."""
         return self.decoder.step(prev, state, memory)
 
 
-def sequence_loss(logits: Array, targets: Array, pad_id: int, label_smoothing: float = 0.0):
+def sequence_loss(
+    log_probs: LogProbs, targets: Array, pad_id: int, label_smoothing: float = 0.0
+) -> Array:
     """Mean cross-entropy over real target tokens, label-smoothed as `F.cross_entropy` is
     (Szegedy et al. 2016): (1 - eps) (-log p_y) + eps mean_v(-log p_v).
 
     Args:
-        logits: (B, T_tgt, V).
+        log_probs: (B, T_tgt, V), a teacher-forced `__call__`'s.
         targets: (B, T_tgt) ids y_1 .. y_n </s>, padded with pad_id.
 
     Returns:
         A scalar; 0 for a batch without real tokens.
     """
-    logp = jax.nn.log_softmax(logits.astype(jnp.promote_types(logits.dtype, jnp.float32)))
+    scores = log_probs.scores
+    logp = jax.nn.log_softmax(scores.astype(jnp.promote_types(scores.dtype, jnp.float32)))
     nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]  # (B, T_tgt)
     if label_smoothing:
         nll = (1 - label_smoothing) * nll - label_smoothing * logp.mean(axis=-1)

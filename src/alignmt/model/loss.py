@@ -34,7 +34,8 @@ def sequence_loss(
     """Mean cross-entropy over real target tokens (</s> included, padding excluded).
 
     Args:
-        logits: (B, T_tgt, V).
+        logits: (B, T_tgt, V) scores whose softmax is the distribution: logits, or
+            log-probabilities (`LogProbs.scores`).
         targets: (B, T_tgt) int64 y_1 .. y_n </s>, padded with pad_id.
         label_smoothing: share of each target's probability mass spread uniformly over the
             vocabulary (Szegedy et al. 2016), as in `F.cross_entropy`.

@@ -1,7 +1,8 @@
 """Seq2Seq: wires the encoder, a decoder and the special token ids together.
 
 Owns `encode` (source -> memory and initial decoder state), the teacher-forced `forward`
-and `loss`, and `decode_step`, the step function that search runs. The loss functions live
+and `loss`, and `decode_step`, the step function that search runs; the step and `forward`
+hand out log-probabilities (`distribution.LogProbs`). The loss functions live
 in `loss`; decoding strategies in `alignmt.decoding`.
 
 Dimension key, used in every shape comment of the package:
@@ -26,8 +27,9 @@ from alignmt.model.attention.spec import Composition
 from alignmt.model.attention_decoder import BahdanauDecoder, ConditionalDecoder, LuongDecoder
 from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import DecoderOutput, Memory, Sampling, VanillaDecoder
+from alignmt.model.distribution import LogProbs
 from alignmt.model.encoder import Encoder
-from alignmt.model.loss import alignment_loss, linear_cross_entropy
+from alignmt.model.loss import alignment_loss, linear_cross_entropy, sequence_loss
 
 
 class Seq2Seq(nn.Module):
@@ -117,7 +119,7 @@ class Seq2Seq(nn.Module):
         return memory, self.decoder.init_state(final, memory)
 
     def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> DecoderOutput:
-        """Teacher forcing: logits (B, T_tgt, V) and attention (B, T_tgt, T_src) or None.
+        """Teacher forcing: log p (B, T_tgt, V) and attention (B, T_tgt, T_src) or None.
 
         Args:
             src: (B, T_src) int64 source ids, padded.
@@ -144,8 +146,8 @@ class Seq2Seq(nn.Module):
         sampling: Sampling | None = None,
     ) -> Tensor:
         """Teacher-forced mean cross-entropy over real target tokens: the value (and the
-        gradients) of `sequence_loss(self(src, src_len, tgt_in).logits, tgt_out, ...)`,
-        with the vocabulary projection fused into the loss (see loss.py); with a guide,
+        gradients) of `sequence_loss(self(src, src_len, tgt_in).log_probs.full(), tgt_out,
+        ...)`, with a plain projection fused into the loss (see loss.py); with a guide,
         plus guide_weight times guided alignment's `alignment_loss`.
 
         Args:
@@ -168,8 +170,12 @@ class Seq2Seq(nn.Module):
     def output_loss(
         self, features: Tensor, tgt_out: Tensor, label_smoothing: float = 0.0
     ) -> Tensor:
-        """The mean cross-entropy over real target tokens of the vocabulary projection of
-        `features` (B, T_tgt, R), an unroll's, fused with the projection (see loss.py)."""
+        """The mean cross-entropy over real target tokens of the distribution the decoder
+        makes of `features` (B, T_tgt, R), an unroll's: fused with the projection (see
+        loss.py) where the decoder's output is a plain projection."""
+        if not self.decoder.plain_projection:
+            log_probs = self.decoder.distribution(features).full()  # (B, T_tgt, V)
+            return sequence_loss(log_probs, tgt_out, self.pad_id, label_smoothing)
         proj = self.decoder.projection
         return linear_cross_entropy(
             features, proj.weight, proj.bias, tgt_out, self.pad_id, label_smoothing
@@ -177,8 +183,8 @@ class Seq2Seq(nn.Module):
 
     def decode_step(
         self, prev: Tensor, state: DecoderState, memory: Memory
-    ) -> tuple[Tensor, DecoderState, Tensor | None]:
-        """One step for search: logits (N, V), the new state, alpha (N, T_src) or None.
+    ) -> tuple[LogProbs, DecoderState, Tensor | None]:
+        """One step for search: log p (N, V), the new state, alpha (N, T_src) or None.
 
         Args:
             prev: (N,) int64 previous output tokens (bos_id at the first step).

@@ -156,8 +156,8 @@ def _valid_loss(model: FlaxSeq2Seq):
 
     def loss(params: Params, arrays: Arrays) -> jax.Array:
         src, src_len, tgt_in = arrays["src"], arrays["src_len"], arrays["tgt_in"]
-        logits, _ = model.apply({"params": params}, src, src_len, tgt_in)
-        return sequence_loss(logits, arrays["tgt_out"], model.pad_id)
+        log_probs, _ = model.apply({"params": params}, src, src_len, tgt_in)
+        return sequence_loss(log_probs, arrays["tgt_out"], model.pad_id)
 
     return loss
 

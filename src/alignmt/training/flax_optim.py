@@ -113,7 +113,7 @@ class Updates:
             rngs = {"dropout": key}
             if pick is not None:  # a stream of its own; teacher-forced runs keep their masks
                 rngs["dropout"], rngs["sampling"] = jax.random.split(key)
-            logits, _ = model.apply(
+            log_probs, _ = model.apply(
                 {"params": params},
                 arrays["src"],
                 arrays["src_len"],
@@ -123,7 +123,7 @@ class Updates:
                 pick=pick or "sample",
                 rngs=rngs,
             )
-            return sequence_loss(logits, arrays["tgt_out"], model.pad_id, smoothing)
+            return sequence_loss(log_probs, arrays["tgt_out"], model.pad_id, smoothing)
 
         def apply(params, opt_state, grads, lr):
             opt_state.hyperparams["learning_rate"] = lr

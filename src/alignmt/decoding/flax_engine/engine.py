@@ -83,5 +83,5 @@ def _log_prob_step(
     """`Engine.step`'s program: (N,) tokens -> (N, V) log-probabilities, the new state and
     alpha (N, T_src) or None."""
     with jax.default_matmul_precision("highest"):
-        logits, state, alpha = apply_method(model, params, "decode_step", prev, state, memory)
-    return jax.nn.log_softmax(logits, axis=-1), state, alpha
+        log_probs, state, alpha = apply_method(model, params, "decode_step", prev, state, memory)
+    return log_probs.full(), state, alpha

@@ -24,6 +24,7 @@ from alignmt.config import SearchConfig
 from alignmt.decoding.engine import Check
 from alignmt.decoding.results import Hypothesis
 from alignmt.decoding.rules import cannot_improve, check_search_args, length_penalty, max_output_len
+from alignmt.model.flax_distribution import LogProbs
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 
 Array = jax.Array
@@ -86,11 +87,6 @@ def apply_method(model: FlaxSeq2Seq, params: Params, method: str, *args: Any) ->
     return model.apply({"params": params}, *args, method=method)
 
 
-def _log_sum_exp_from(logits: Array, largest: Array) -> Array:
-    """(..., 1) log sum_v exp(logits_v - largest), `largest` the max (torch_engine/steps.py's)."""
-    return jnp.log(jnp.exp(logits - largest).sum(axis=-1, keepdims=True))
-
-
 def _running(max_len: int, carry: Greedy | Beam) -> Array:
     """The loop's condition: steps left, and a sentence not yet stopped."""
     return (carry.step < max_len) & ~carry.done.all()
@@ -128,12 +124,12 @@ def greedy_search(
     )
 
     def body(g: Greedy) -> Greedy:
-        logits, state, alpha = apply_method(model, params, "decode_step", g.prev, g.state, memory)
-        top = logits.max(axis=-1, keepdims=True)  # (B, 1): log_softmax's argmax is the logits'
+        dist, state, alpha = apply_method(model, params, "decode_step", g.prev, g.state, memory)
+        best, best_log_prob = dist.best()  # (B,) each
         live = ~g.done  # stopped rows run on, but their outputs no longer change
-        token = jnp.where(live, logits.argmax(axis=-1).astype(jnp.int32), eos)
+        token = jnp.where(live, best.astype(jnp.int32), eos)
         length = jnp.where(live, g.step + 1, g.length)
-        log_prob = jnp.where(live, -_log_sum_exp_from(logits, top)[:, 0], 0.0)  # top - lse
+        log_prob = jnp.where(live, best_log_prob, 0.0)
         return Greedy(
             step=g.step + 1,
             prev=token,
@@ -213,9 +209,9 @@ def _beam_step(
     """One step of every sentence's beams: the loop body of `beam_search`."""
     batch, k = beam.scores.shape
     prev = beam.prev.reshape(-1)
-    logits, state, weights = apply_method(model, params, "decode_step", prev, beam.state, memory)
-    logits = logits.reshape(batch, k, -1)
-    cand, parents, tokens, rank = _candidates(beam.scores, logits, model.eos_id)
+    dist, state, weights = apply_method(model, params, "decode_step", prev, beam.state, memory)
+    dist = LogProbs(*(None if t is None else t.reshape(batch, k, -1) for t in dist))
+    cand, parents, tokens, rank = _candidates(beam.scores, dist, model.eos_id)
     length = beam.step + 1  # the candidates' length
     at_limit = length >= limit  # (B,)
     # Of the K best, </s> ends a hypothesis (at the limit all do); -inf ones are not live yet
@@ -247,19 +243,17 @@ def _beam_step(
     )
 
 
-def _candidates(scores: Array, logits: Array, eos_id: int) -> tuple[Array, Array, Array, Array]:
+def _candidates(
+    scores: Array, log_probs: LogProbs, eos_id: int
+) -> tuple[Array, Array, Array, Array]:
     """The 2K best one-token extensions of a sentence's K beams, those ending in </s> last
-    (beam.candidates): from scores (B, K) and logits (B, K, V), their scores, parents,
+    (beam.candidates): from scores (B, K) and log p (B, K, V), their scores, parents,
     tokens and rank (place in best-first order before </s> went last), each (B, 2K)."""
-    batch, k, vocab = logits.shape
+    batch, k, vocab = log_probs.scores.shape
     width = min(2 * k, vocab)
-    # A sentence's 2K best extensions are among each beam's own 2K best, and a beam's
-    # ranking is its logits': only K * 2K candidates need a log-probability.
-    top, token = jax.lax.top_k(logits, width)  # (B, K, W)
-    # the max again rather than top[..., :1]: a second use of top_k's values makes XLA:CPU
-    # sort whole rows instead of selecting, 100x slower at V = 7,865
-    largest = logits.max(axis=-1, keepdims=True)
-    total = scores[..., None] + top - largest - _log_sum_exp_from(logits, largest)
+    # A sentence's 2K best extensions are among each beam's own 2K best: only K * 2K
+    # candidates need a log-probability.
+    total, token = log_probs.top(width, base=scores[..., None])  # (B, K, W)
     best, index = jax.lax.top_k(total.reshape(batch, k * width), 2 * k)  # best first
     tokens = jnp.take_along_axis(token.reshape(batch, k * width), index, axis=1)
     rank = jnp.argsort((tokens == eos_id).astype(jnp.int32), axis=1, stable=True)

@@ -18,7 +18,8 @@ from torch import Tensor
 from alignmt.decoding.results import Hypothesis
 from alignmt.decoding.torch_engine.constraints import Table
 from alignmt.decoding.torch_engine.rows import Taken, pad_dim1, select_rows
-from alignmt.decoding.torch_engine.steps import as_array, log_sum_exp_from
+from alignmt.decoding.torch_engine.steps import as_array
+from alignmt.model.distribution import LogProbs
 
 
 class BeamStep(NamedTuple):
@@ -93,11 +94,11 @@ class Covering:
     def __call__(self, prev: Tensor, state: tuple, memory: Any):
         *fields, covered = state
         inner = self.kind._make(fields) if hasattr(self.kind, "_make") else self.kind(fields)
-        logits, inner, alpha = self.step(prev, inner, memory)
+        log_probs, inner, alpha = self.step(prev, inner, memory)
         if alpha is None:
             raise ValueError("search.coverage_penalty sums attention, and this model has none")
         covered = pad_dim1(covered, alpha.size(1)) + alpha.float()  # (N, T_src)
-        return logits, (*inner, covered), alpha
+        return log_probs, (*inner, covered), alpha
 
 
 def start_beams(
@@ -136,13 +137,13 @@ def start_beams(
 
 
 def candidates(
-    scores: Tensor, logits: Tensor, eos_id: int
+    scores: Tensor, log_probs: LogProbs, eos_id: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The 2K best one-token extensions of a sentence's K beams, those ending in </s> last.
 
     Args:
         scores: (B_t, K) each beam's summed log-probability.
-        logits: (B_t, K, V) each beam's next-token logits.
+        log_probs: (B_t * K, V) each beam's next-token log p, sentence-major.
         eos_id: the end symbol.
 
     Returns:
@@ -150,17 +151,15 @@ def candidates(
         best-first order, before </s> went last), each (B_t, 2K). Each beam has one </s>
         extension, so at most K of the 2K end in </s>, and slots 0..K-1 never do (V >= 2).
     """
-    beams, vocab = logits.shape[1:]
-    width = min(2 * beams, vocab)
-    # A sentence's 2K best extensions are among each beam's own 2K best, and a beam's
-    # ranking is its logits' ranking: only those K * 2K candidates get a log-probability,
-    # which spares a log_softmax and an addition over all K * V.
-    top, token = logits.topk(width, dim=2)  # (B_t, K, 2K)
-    largest = top[..., :1]  # (B_t, K, 1)
-    log_probs = top - largest - log_sum_exp_from(logits, largest)  # (B_t, K, 2K)
-    total = (scores.unsqueeze(2) + log_probs).flatten(1)  # (B_t, K * 2K)
+    batch, beams = scores.shape
+    width = min(2 * beams, log_probs.scores.size(-1))
+    # A sentence's 2K best extensions are among each beam's own 2K best: only those K * 2K
+    # candidates get a log-probability, which spares a log_softmax and an addition over all
+    # K * V where the step hands out logits.
+    total, token = log_probs.top(width, base=scores.reshape(-1, 1))  # (B_t * K, 2K) each
+    total, token = total.view(batch, -1), token.view(batch, -1)  # (B_t, K * 2K)
     best, index = total.topk(min(2 * beams, total.size(1)), dim=1)  # (B_t, 2K) best first
-    tokens = token.flatten(1).gather(1, index)
+    tokens = token.gather(1, index)
     rank = torch.sort((tokens == eos_id).int(), dim=1, stable=True).indices  # </s> last
     return best.gather(1, rank), (index // width).gather(1, rank), tokens.gather(1, rank), rank
 

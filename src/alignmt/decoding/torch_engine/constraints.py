@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from alignmt.decoding.constraint import Constraint
+from alignmt.model.distribution import LogProbs
 
 # How far below every hypothesis that met its constraints one that did not ranks, per
 # constraint token missing, when the length limit ends it. Summed log-probabilities of
@@ -92,14 +93,14 @@ class Table(NamedTuple):
         return (done * lengths).sum(dim=2) + depth
 
     def candidates(
-        self, scores: Tensor, logits: Tensor, progress: Tensor, sentences: Tensor, eos_id: int
+        self, scores: Tensor, log_probs: LogProbs, progress: Tensor, sentences: Tensor, eos_id: int
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """`beam.candidates` under the sentences' constraints: 2K extensions of the K beams
         of each sentence, chosen round the banks, those ending in </s> last.
 
         Args:
             scores: (B, K) each beam's summed log-probability.
-            logits: (B, K, V) each beam's next-token logits.
+            log_probs: (B * K, V) each beam's next-token log p, sentence-major.
             progress: (B, K, F) each beam's progress.
             sentences: (B,) the sentences' places in the table.
             eos_id: the end symbol.
@@ -108,10 +109,10 @@ class Table(NamedTuple):
             scores, parents, tokens and rank, as `beam.candidates` returns them (rank is the
             order round the banks), and the candidates' progress (B, 2K, F).
         """
-        K = logits.size(1)
-        log_probs = logits.log_softmax(dim=2)  # (B, K, V)
-        log_probs = self._rule_out(log_probs, progress, sentences, eos_id)
-        total = scores.unsqueeze(2) + log_probs  # (B, K, V)
+        K = progress.size(1)
+        full = log_probs.full().unflatten(0, (-1, K))  # (B, K, V)
+        full = self._rule_out(full, progress, sentences, eos_id)
+        total = scores.unsqueeze(2) + full  # (B, K, V)
         pool, pool_tokens, pool_parents = self._pool(total, progress, sentences)  # (B, M) each
         parent_progress = progress.gather(1, _rows(pool_parents, progress.size(2)))
         pool_progress = self._advance(parent_progress, pool_tokens, sentences)  # (B, M, F)

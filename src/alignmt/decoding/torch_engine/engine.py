@@ -56,7 +56,7 @@ class TorchEngine(Engine):
         self.model = model.eval()
         check_precision(self.device, precision)
         self.precision = precision
-        self.speed = check_speed(search, shortlist, vocabs, self.device, precision)
+        self.speed = check_speed(search, shortlist, vocabs, self.device, precision, model)
         self.pad_id = vocabs[0].pad_id
         self.has_attention = model.has_attention
         self.parameters = sum(p.numel() for p in model.parameters())
@@ -142,8 +142,8 @@ class TorchEngine(Engine):
     @torch.no_grad()
     def step(self, prev: np.ndarray, state: Any, memory: Any) -> tuple[np.ndarray, Any, Any]:
         prev = torch.as_tensor(prev, dtype=torch.int64, device=self.device)
-        logits, state, alpha = self.model.decode_step(prev, state, memory)
-        log_probs = full_precision(logits).log_softmax(dim=-1).cpu().numpy()
+        dist, state, alpha = self.model.decode_step(prev, state, memory)
+        log_probs = dist.float().full().cpu().numpy()
         alpha = None if alpha is None else full_precision(alpha).cpu().numpy()
         return log_probs, state, alpha
 

@@ -7,9 +7,9 @@ rows.py's operations (continuous batching, beam reordering) move every member's 
 together without knowing there are several. The members must read the same source ids and
 write the same target vocabulary: the translator checks the vocabularies and tokenizers.
 
-At each step a member's logits become log-probabilities, and their mean is what search reads
-as logits: search renormalises it, so the ensemble's distribution is the normalised geometric
-mean of the members' (a product of experts; Hinton 2002). Its attention is the mean of the
+At each step the mean of the members' log-probabilities is what search reads as logits:
+normalised, the ensemble's distribution is the normalised geometric mean of the members' (a
+product of experts; Hinton 2002). Its attention is the mean of the
 members' α_i. That is a summary, not a mechanism: no member attended that way, and members
 whose attention disagrees (one aligned to the next source word, another to the current one)
 average to a blur that none of them computed. An ensemble of one model decodes as that model.
@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from alignmt.checkpoint.torch_io import Checkpoint
 from alignmt.decoding.torch_engine.steps import full_precision
+from alignmt.model.distribution import LogProbs
 from alignmt.model.seq2seq import Seq2Seq
 
 Layout = list[tuple[Any, int]]  # each member's state (or memory) type and field count
@@ -82,8 +83,9 @@ class Ensemble(nn.Module):
         return _join(memories), _join(states)
 
     def decode_step(self, prev: Tensor, state: tuple, memory: tuple):
-        """One step of every member: the mean log-probabilities (N, V) as logits, the joined
-        new state, and the mean attention (N, T_src) of the members that attend, or None."""
+        """One step of every member: the mean log-probabilities (N, V) as the logits of its
+        log p, the joined new state, and the mean attention (N, T_src) of the members that
+        attend, or None."""
         memory_layout, state_layout = self._layouts
         steps = [
             model.decode_step(prev, s, m)
@@ -94,10 +96,11 @@ class Ensemble(nn.Module):
                 strict=True,
             )
         ]
-        log_probs = torch.stack([full_precision(logits).log_softmax(-1) for logits, _, _ in steps])
+        log_probs = torch.stack([dist.float().full() for dist, _, _ in steps])  # (M, N, V)
         alphas = [full_precision(alpha) for _, _, alpha in steps if alpha is not None]
         alpha = torch.stack(alphas).mean(dim=0) if alphas else None
-        return log_probs.mean(dim=0), _join([s for _, s, _ in steps]), alpha
+        mean = LogProbs(logits=log_probs.mean(dim=0))
+        return mean, _join([s for _, s, _ in steps]), alpha
 
 
 def _layout(parts: list[Any]) -> Layout:

@@ -123,7 +123,7 @@ class _Encoder(nn.Module):
 
 
 class _Step(nn.Module):
-    """`Seq2Seq.decode_step` on flat tensors, returning log-probabilities."""
+    """`Seq2Seq.decode_step` on flat tensors."""
 
     def __init__(self, model: Seq2Seq, manifest: Manifest) -> None:
         super().__init__()
@@ -136,10 +136,10 @@ class _Step(nn.Module):
         given = flat[count : count + len(names.memory)]
         memory = from_flat(Memory, dict(zip(names.memory, given, strict=True)))
         memory = memory._replace(steer=flat[-1] if names.steer else None)
-        logits, state, alpha = self.model.decode_step(prev, state, memory)
+        log_probs, state, alpha = self.model.decode_step(prev, state, memory)
         fields = flat_fields(state)
         outputs = [fields[n] for n in names.state]
-        return (logits.log_softmax(dim=-1), *outputs, *([alpha] if alpha is not None else []))
+        return (log_probs.full(), *outputs, *([alpha] if alpha is not None else []))
 
 
 def _example_source(model: Seq2Seq) -> tuple[Tensor, Tensor]:

@@ -15,7 +15,8 @@ from torch import Tensor
 
 from alignmt.decoding.torch_engine.rows import Encoded, Pending, pad_dim1, refill
 from alignmt.decoding.torch_engine.settings import Search
-from alignmt.decoding.torch_engine.steps import StepFn, full_precision, log_sum_exp_from
+from alignmt.decoding.torch_engine.steps import StepFn, full_precision
+from alignmt.model.distribution import LogProbs
 
 
 class Token(NamedTuple):
@@ -28,10 +29,9 @@ class Token(NamedTuple):
     attention: Tensor | None  # (W_t, T_src) alpha; None for vanilla
 
 
-def most_probable(logits: Tensor) -> tuple[Tensor, Tensor]:
+def most_probable(log_probs: LogProbs) -> tuple[Tensor, Tensor]:
     """Greedy search's choice: each row's most probable token and its log-probability."""
-    top, tokens = logits.max(dim=-1)  # (W_t,): log_softmax's argmax is the logits'
-    return tokens, -log_sum_exp_from(logits, top[:, None]).squeeze(1)  # top - logsumexp
+    return log_probs.best()
 
 
 @torch.no_grad()
@@ -53,7 +53,7 @@ def greedy_search(
             each batch only when its first sentence is needed. Memory fields whose second
             dimension (the source length) differs between batches are zero-padded to the
             longer one: the memory's mask must read zeros as padding.
-        how: reads `width`, `pick` (a step's logits (W_t, V) -> the chosen tokens and their
+        how: reads `width`, `pick` (a step's log p (W_t, V) -> the chosen tokens and their
             log-probabilities, each (W_t,); None: the most probable) and `check`, called
             before every step.
         bos_id, eos_id: start and end symbols.
@@ -75,9 +75,9 @@ def greedy_search(
     while len(rows.sentence):
         if how.check is not None:
             how.check()
-        logits, state, alpha = step(rows.prev, state, memory)  # (W_t, V), (W_t, T_src) | None
-        logits, alpha = full_precision(logits), full_precision(alpha)
-        prev, log_probs = pick(logits)  # (W_t,) each
+        dist, state, alpha = step(rows.prev, state, memory)  # (W_t, V), (W_t, T_src) | None
+        prev, log_probs = pick(dist.float())  # (W_t,) each
+        alpha = full_precision(alpha)
         history.append(Token(rows.sentence, rows.position, prev, log_probs, alpha))
         rows = rows._replace(position=rows.position + 1, prev=prev)
         ended = (prev == eos_id) | (rows.position >= rows.limit)  # (W_t,)

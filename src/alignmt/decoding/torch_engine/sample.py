@@ -17,24 +17,26 @@ from torch import Tensor
 
 from alignmt.decoding.rules import Sampling
 from alignmt.decoding.torch_engine.steps import Pick
+from alignmt.model.distribution import LogProbs
 
 
 def sampler(sampling: Sampling, generator: torch.Generator) -> Pick:
     """The token choice of `greedy_search` that draws from the reshaped distribution."""
 
-    def pick(logits: Tensor) -> tuple[Tensor, Tensor]:
-        log_probs = logits.log_softmax(dim=-1)  # (W_t, V): the model's own
-        weights = reshaped(logits, sampling).softmax(dim=-1)
+    def pick(dist: LogProbs) -> tuple[Tensor, Tensor]:
+        log_probs = dist.full()  # (W_t, V): the model's own
+        weights = reshaped(dist.scores, sampling).softmax(dim=-1)
         tokens = torch.multinomial(weights, 1, generator=generator).squeeze(1)  # (W_t,)
         return tokens, log_probs.gather(1, tokens[:, None]).squeeze(1)
 
     return pick
 
 
-def reshaped(logits: Tensor, sampling: Sampling) -> Tensor:
-    """A step's logits (W_t, V) over the temperature, -inf outside the top k and outside
-    the nucleus (ties at the k-th logit are kept)."""
-    scores = logits / sampling.temperature
+def reshaped(scores: Tensor, sampling: Sampling) -> Tensor:
+    """A step's scores (W_t, V) (logits, or log-probabilities: their softmax is the
+    distribution) over the temperature, -inf outside the top k and outside the nucleus
+    (ties at the k-th score are kept)."""
+    scores = scores / sampling.temperature
     if 0 < sampling.top_k < scores.size(-1):
         kth = scores.topk(sampling.top_k, dim=-1).values[:, -1:]  # (W_t, 1)
         scores = scores.masked_fill(scores < kth, float("-inf"))

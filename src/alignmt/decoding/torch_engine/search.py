@@ -3,7 +3,7 @@
 Knows nothing about words, files or checkpoints. `how` is one `settings.Search` value (built
 from the config's `SearchConfig` by `Search.from_config`) that says which search runs and
 everything it reads. Below the door, `greedy_search` and `beam_search` run any step function
-`step(prev, state, memory) -> (logits, state, alpha)` over a stream of encoded batches.
+`step(prev, state, memory) -> (log_probs, state, alpha)` over a stream of encoded batches.
 State and memory are tuples of batch-first tensors (or None), so with the row operations of
 rows.py both searches hand the rows of an ended sentence to the next one waiting and drop
 rows once none waits (continuous batching: `refill`, one step shared by both). The
@@ -42,6 +42,7 @@ from alignmt.decoding.torch_engine.rows import Encoded, Pending, refill, select_
 from alignmt.decoding.torch_engine.settings import Search
 from alignmt.decoding.torch_engine.speed import Join, fast_step
 from alignmt.decoding.torch_engine.steps import StepFn, as_array, full_precision
+from alignmt.model.distribution import LogProbs
 from alignmt.model.seq2seq import Seq2Seq
 
 Source = tuple[Tensor, Tensor]  # src (B, T_src) int64 ending in </s> and padded, src_len (B,)
@@ -157,7 +158,7 @@ def beam_search(
     `greedy_search`); once none waits, stopped sentences leave the batch.
 
     Args:
-        step: (prev (N,), state, memory) -> (logits (N, V), new state, alpha (N, T_src) or
+        step: (prev (N,), state, memory) -> (log p (N, V), new state, alpha (N, T_src) or
             None); see `StepFn` and `Seq2Seq.decode_step`.
         batches: `Encoded` batches of one row per sentence, taken lazily (see
             `greedy_search`, also for memories of different source lengths).
@@ -205,10 +206,9 @@ def beam_steps(
     while len(beams.sentence):
         if how.check is not None:
             how.check()
-        logits, state, weights = step(beams.prev.flatten(), state, memory)  # (N, V), (N, T_src)
-        logits = full_precision(logits).unflatten(0, (-1, K))  # (B_t, K, V)
+        log_probs, state, weights = step(beams.prev.flatten(), state, memory)  # (N, V), (N, T_src)
         weights = full_precision(weights)
-        cand, parents, tokens, rank, progress = _candidates(beams, logits, table, eos_id)
+        cand, parents, tokens, rank, progress = _candidates(beams, log_probs.float(), table, eos_id)
         length = beams.position + 1  # (B_t,) the candidates' lengths
         at_limit = length >= beams.limit
         # Of the K best, </s> ends a hypothesis, and at the limit all do; -inf ones extend
@@ -235,14 +235,14 @@ def beam_steps(
     return history, pending.taken
 
 
-def _candidates(beams: Beams, logits: Tensor, table: Table | None, eos_id: int) -> tuple:
+def _candidates(beams: Beams, log_probs: LogProbs, table: Table | None, eos_id: int) -> tuple:
     """beam.candidates, or dynamic beam allocation over the constraints' banks: scores,
     parents, tokens and rank, (B_t, 2K) each, and the candidates' progress (None without
-    constraints)."""
-    scores = beams.scores.to(logits)
+    constraints). `log_probs` is (B_t * K, V)."""
+    scores = beams.scores.to(log_probs.scores)
     if table is None:
-        return (*candidates(scores, logits, eos_id), None)
-    return table.candidates(scores, logits, beams.progress, beams.sentence, eos_id)
+        return (*candidates(scores, log_probs, eos_id), None)
+    return table.candidates(scores, log_probs, beams.progress, beams.sentence, eos_id)
 
 
 def _ranked(

@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from alignmt.decoding.torch_engine.int8 import int8_linear
 from alignmt.decoding.torch_engine.packed import quantised
 from alignmt.decoding.torch_engine.steps import StepFn
+from alignmt.model.distribution import LogProbs
 from alignmt.text.shortlist import Shortlist
 
 
@@ -94,15 +95,15 @@ class Shortlisted:
                 if forward is not None:  # an outer block's (int8_linears')
                     proj.forward = forward
 
-    def __call__(self, prev: Tensor, state: Any, memory: tuple) -> tuple[Tensor, Any, Any]:
+    def __call__(self, prev: Tensor, state: Any, memory: tuple) -> tuple[LogProbs, Any, Any]:
         *fields, allowed = memory  # allowed (N, V) bool
         inner = self.kind._make(fields) if hasattr(self.kind, "_make") else self.kind(fields)
         self._use(allowed)
-        logits, state, alpha = self.step(prev, state, inner)  # (N, S)
+        restricted, state, alpha = self.step(prev, state, inner)  # logits (N, S)
         own = allowed.index_select(1, self._union)  # (N, S) each row's own words
-        logits = logits.masked_fill_(~own, float("-inf"))
+        logits = restricted.logits.masked_fill_(~own, float("-inf"))
         full = logits.new_full(allowed.shape, float("-inf"))
-        return full.index_copy_(1, self._union, logits), state, alpha  # (N, V)
+        return LogProbs(logits=full.index_copy_(1, self._union, logits)), state, alpha  # (N, V)
 
     def _use(self, allowed: Tensor) -> None:
         """Make the union of `allowed`'s rows the words the projections score, unless the

@@ -46,11 +46,19 @@ def check_speed(
     vocabs: tuple[Vocab, Vocab],
     device: torch.device,
     precision: Precision,
+    model: Any,
 ) -> Speed:
     """What `search.weights` and `search.shortlist` ask for, given the run's `shortlist`;
     refused where it cannot be: int8 off the CPU or under bfloat16, a shortlist the run lacks
-    or that does not fit its vocabularies."""
+    or that does not fit its vocabularies, either for a `model` (a Seq2Seq or an Ensemble)
+    whose output layer is not a plain projection (`Decoder.plain_projection`)."""
     int8 = search.weights == "int8"
+    if (int8 or search.shortlist) and not all(d.plain_projection for d in _decoders(model)):
+        asked = "search.weights=int8" if int8 else f"search.shortlist={search.shortlist}"
+        raise ValueError(
+            f"{asked} holds for a plain output projection (log p = log_softmax(W h + b)), "
+            "and this model's decoder declares another output layer: decode it without"
+        )
     if int8 and (device.type != "cpu" or precision != "float32"):
         raise ValueError(
             f"search.weights=int8 runs the CPU's int8 matmuls in place of float32 ones; "
@@ -110,5 +118,9 @@ def fast_step(model: Any, speed: Speed, rows: int) -> Iterator[tuple[StepFn, Joi
 
 def _projections(model: Any) -> list[nn.Linear]:
     """The vocabulary projection of the model's decoder, or of each ensemble member's."""
-    decoders = model.decoder if isinstance(model.decoder, nn.ModuleList) else [model.decoder]
-    return [decoder.projection for decoder in decoders]
+    return [decoder.projection for decoder in _decoders(model)]
+
+
+def _decoders(model: Any) -> list[nn.Module]:
+    """The model's decoder, or each ensemble member's."""
+    return list(model.decoder) if isinstance(model.decoder, nn.ModuleList) else [model.decoder]

@@ -1,9 +1,9 @@
-"""What greedy and beam search share below their loops: the step function they run, what
-they make of one step's output, and their outputs as NumPy.
+"""What greedy and beam search share below their loops: the step function they run, the
+choice of a token, and their outputs as NumPy.
 
-A step's logits become log-probabilities only where search needs them, from the largest
-logit that search finds anyway (`log_sum_exp_from`); under autocast they are first brought
-to float32 (`full_precision`), so that summed scores rank as they do without it.
+A step hands out the model's log-probabilities (`model.distribution.LogProbs`); under
+autocast they are first brought to float32 (`LogProbs.float`, and `full_precision` for the
+attention), so that summed scores rank as they do without it.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-# step(prev (N,) int64, state, memory) -> (logits (N, V), new state, alpha (N, T_src) or None)
-StepFn = Callable[[Tensor, Any, Any], tuple[Tensor, Any, "Tensor | None"]]
+from alignmt.model.distribution import LogProbs
 
-# a step's logits (W_t, V) -> the chosen tokens (W_t,) int64 and their log-probabilities (W_t,)
-Pick = Callable[[Tensor], tuple[Tensor, Tensor]]
+# step(prev (N,) int64, state, memory) -> (log p (N, V), new state, alpha (N, T_src) or None)
+StepFn = Callable[[Tensor, Any, Any], tuple[LogProbs, Any, "Tensor | None"]]
+
+# a step's log p (W_t, V) -> the chosen tokens (W_t,) int64 and their log-probabilities (W_t,)
+Pick = Callable[[LogProbs], tuple[Tensor, Tensor]]
 
 
 def as_array(attention: Tensor | None, src_len: int | None = None) -> np.ndarray | None:
@@ -31,13 +33,10 @@ def as_array(attention: Tensor | None, src_len: int | None = None) -> np.ndarray
 
 
 def full_precision(tensor: Tensor | None) -> Tensor | None:
-    """`tensor` in float32 at least.
-
-    A step's bfloat16 logits and attention (autocast's) become float32, so that
-    log-probabilities sum and rank as they do without autocast.
+    """`tensor` in float32 at least: a step's bfloat16 attention (autocast's) in float32.
 
     Args:
-        tensor: a step's logits or attention, or None.
+        tensor: a step's attention, or None.
 
     Returns:
         float32 and float64 tensors as they are, lower precisions in float32; None for None.
@@ -45,18 +44,3 @@ def full_precision(tensor: Tensor | None) -> Tensor | None:
     if tensor is None:
         return None
     return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
-
-
-def log_sum_exp_from(logits: Tensor, largest: Tensor) -> Tensor:
-    """log sum_v exp(logits_v - largest), with `largest` the logits' max that search has
-    already found: torch.logsumexp finds it again, and on a 64 x 7,865 step this is over
-    twice as fast.
-
-    Args:
-        logits: (..., V) a step's logits.
-        largest: (..., 1) their max over V.
-
-    Returns:
-        (..., 1); a token's log-probability is its logit - largest - this.
-    """
-    return (logits - largest).exp_().sum(dim=-1, keepdim=True).log_()

@@ -28,6 +28,7 @@ from alignmt.decoding.torch_engine.settings import Search
 from alignmt.decoding.torch_engine.steps import StepFn, full_precision
 from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import Memory
+from alignmt.model.distribution import LogProbs
 from alignmt.model.seq2seq import Seq2Seq
 
 
@@ -108,9 +109,9 @@ def _walk(
         position = len(steps)
         if check is not None:
             check()
-        logits, state, alpha = step(prev, state, memory, position)  # (1, V), (1, T_src)
+        dist, state, alpha = step(prev, state, memory, position)  # (1, V), (1, T_src)
         alpha = full_precision(alpha)
-        log_probs = full_precision(logits)[0].log_softmax(dim=-1)  # (V,)
+        log_probs = dist.float().full()[0]  # (V,)
         top = log_probs.topk(min(top_k, len(log_probs)))
         token = follow[position] if position < len(follow) else int(top.indices[0])
         steps.append(
@@ -137,7 +138,7 @@ class _Steered:
 
     def __call__(
         self, prev: Tensor, state: DecoderState, memory: Memory, position: int
-    ) -> tuple[Tensor, DecoderState, Tensor | None]:
+    ) -> tuple[LogProbs, DecoderState, Tensor | None]:
         if position in self.override:
             # all of the weight on one position, whatever the scores (or a local window) say
             steer = torch.zeros_like(memory.mask, dtype=memory.states.dtype)  # (N, T_src)
@@ -163,13 +164,11 @@ def _beam_best(
 
     def forced_step(prev: Tensor, state: DecoderState, memory: Memory):
         nonlocal calls
-        logits, state, weights = step(prev, state, memory, calls)  # (K, V), state, (K, T_src)
+        log_probs, state, weights = step(prev, state, memory, calls)  # (K, V), state, (K, T_src)
         if calls < len(prefix):
-            keep = logits[:, prefix[calls]].clone()  # (K,)
-            logits = torch.full_like(logits, float("-inf"))
-            logits[:, prefix[calls]] = keep
+            log_probs = log_probs.forced(prefix[calls])
         calls += 1
-        return logits, state, weights
+        return log_probs, state, weights
 
     history = _sentence_steps(model, forced_step, state, memory, max_len, how)
     trace = _trace(history, how.beam_size)
