@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from alignmt.cli import main
+from alignmt.decoding.engine import Unavailable
 from tests.conftest import chromium
 
 SENTENCES = 50
@@ -267,8 +268,10 @@ def test_what_the_browser_cannot_answer_is_refused_with_the_reason(
     ]
     got = ask_worker(browser, host(site) + "index.html", requests)
     assert [g.get("needsServer") for g in got] == [True] * 3 + [False] * 5
-    assert "gradients" in got[0]["error"] and "snapshots" in got[1]["error"]
-    assert "alignmt serve" in got[2]["error"]
+    # what the engine table says the browser cannot do, in its words
+    refused = [Unavailable.of(f, "browser") for f in ("attribution", "constrained search")]
+    assert [got[0]["error"], got[2]["error"]] == [str(r) for r in refused]
+    assert "snapshots" in got[1]["error"]
     assert [g["error"] for g in got[3:]] == server_refusals(reverse_run, requests[3:])
 
 

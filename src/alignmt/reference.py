@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -254,6 +255,11 @@ def vanilla_step(y_emb, hs, cs, context, layers, out: ReadoutWeights):
 # --- beam search over one sentence -----------------------------------------------------------
 
 
+class Searched(NamedTuple):
+    outputs: list[tuple[list[int], float]]  # the nbest best, best first: (tokens, score)
+    steps: int  # the steps the search ran before it stopped
+
+
 def beam_search(
     log_probs: Callable[[tuple[int, ...]], Array],
     *,
@@ -263,8 +269,24 @@ def beam_search(
     nbest: int = 1,
     alpha: float = 0.0,
 ) -> list[tuple[list[int], float]]:
+    """`search`'s n-best outputs, best first: (tokens, summed log-probability)."""
+    return search(
+        log_probs, eos=eos, beam_size=beam_size, max_len=max_len, nbest=nbest, alpha=alpha
+    ).outputs
+
+
+def search(
+    log_probs: Callable[[tuple[int, ...]], Array],
+    *,
+    eos: int,
+    beam_size: int,
+    max_len: int,
+    nbest: int = 1,
+    alpha: float = 0.0,
+) -> Searched:
     """Beam search as every engine's search defines it, for reading: `log_probs(prefix)` is
-    the model's next-token distribution (V,) after the output `prefix`.
+    the model's next-token distribution (V,) after the output `prefix`. A beam of one with
+    nbest 1 is greedy search.
 
     Each step extends each of the K live outputs by every token and keeps the 2K best
     extensions by summed log-probability. Of these, one among the K best ends an output if
@@ -275,7 +297,7 @@ def beam_search(
     score only falls as it grows, divided by lp now or at the limit).
 
     Returns:
-        The nbest best ended outputs, best first: (tokens, summed log-probability).
+        The nbest best ended outputs, and the step the search stopped at.
     """
     lp = lambda length: ((5 + length) / 6) ** alpha  # noqa: E731
     live: list[tuple[tuple[int, ...], float]] = [((), 0.0)]
@@ -301,4 +323,4 @@ def beam_search(
             ended[nbest - 1][0] >= best_live / lp(at) for at in (length, max_len)
         ):
             break
-    return [(tokens, score) for _, tokens, score in ended[:nbest]]
+    return Searched([(tokens, score) for _, tokens, score in ended[:nbest]], length)

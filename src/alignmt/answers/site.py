@@ -1,7 +1,8 @@
 """`alignmt export RUN_DIR --out DIR --web`: an exported folder made a static site. DIR gets
 index.html (the explorer's page), static/ (explorer.js and .css; web/ with the Web Worker
 that runs the graphs, the tokenizers and ONNX Runtime Web) and site.json, which tells the
-worker what the server's /v1/models would say of the model and how it searches. Any static
+worker what the server's /v1/models would say of the model, how it searches and what it
+refuses (the engine table's row of the browser, `decoding.engine.FEATURES`). Any static
 file host serves DIR; the page fetches nothing from outside it.
 
 Only the tokenizers that have a twin in static/web/tokenize.js run in the browser: a model
@@ -14,8 +15,10 @@ import shutil
 from pathlib import Path
 
 from alignmt.answers.registry import model_info
+from alignmt.answers.schemas import BeamRequest, StepRequest, TranslateRequest
 from alignmt.checkpoint.format import Header
 from alignmt.decoding.door import open_translator
+from alignmt.decoding.engine import EVERY, FEATURES, Unavailable
 from alignmt.decoding.exported import ENCODER, STEP, int8_name
 
 STATIC = Path(__file__).parent / "static"
@@ -71,7 +74,13 @@ def write_site(folder: str | Path, name: str | None = None) -> list[Path]:
     graphs = {"encoder": ENCODER, "step": STEP}
     if translator.search.weights == "int8":
         graphs = {part: int8_name(graph) for part, graph in graphs.items()}
+    # the worker refuses what the engine table says the browser cannot do, in its words
+    refusals = {f: str(Unavailable.of(f, "browser")) for f in sorted(EVERY - FEATURES["browser"])}
+    # the worker checks a request against its route's schema, the server's own
+    routes = {"translate": TranslateRequest, "step": StepRequest, "beam": BeamRequest}
+    requests = {what: schema.model_json_schema() for what, schema in routes.items()}
     site = {"info": info.model_dump(), "search": search, "graphs": graphs}
+    site |= {"refusals": refusals, "requests": requests}
     (folder / SITE).write_text(json.dumps(site, indent=1, ensure_ascii=False) + "\n")
     static = folder / "static"
     shutil.rmtree(static, ignore_errors=True)

@@ -23,7 +23,9 @@ from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.results import BeamTrace, DecoderStep, Hypothesis
 from alignmt.decoding.rules import Sampling
 
-EngineName = Literal["torch", "flax", "onnxruntime"]
+# browser: the explorer's Web Worker, which runs an exported folder's graphs in a page
+# (answers/static/web/worker.js); a row of the table, so that the page refuses as it says
+EngineName = Literal["torch", "flax", "onnxruntime", "browser"]
 Feature = Literal[
     "sampling",
     "constrained search",
@@ -45,11 +47,13 @@ FEATURES: dict[EngineName, frozenset[Feature]] = {
     "torch": EVERY,
     "flax": frozenset({"a GPU"}),
     "onnxruntime": frozenset({"int8"}),
+    "browser": frozenset({"int8", "stepping through the decoder"}),
 }
 INSTEAD: dict[EngineName, str] = {
     "torch": "",
     "flax": "use the torch engine (--backend torch) for it",
     "onnxruntime": "translate or serve the run folder it was exported from (the torch engine)",
+    "browser": "serve the run folder it was exported from (`alignmt serve RUN_DIR`)",
 }
 
 # Called before every decoder step; it stops the search by raising (a server's deadline).

@@ -42,6 +42,7 @@ class Output(NamedTuple):
     token_scores: Array  # (B, n, L) float32 each token's log-probability
     found: Array  # (B, n) bool: False for a padding row, or where fewer than n outputs exist
     attention: Array | None  # (B, n, L, T_src) each step's alpha; None without attention
+    steps: Array  # (B,) int32 the steps each sentence's search ran before it stopped
 
 
 class Greedy(NamedTuple):
@@ -67,6 +68,7 @@ class Beam(NamedTuple):
     scores: Array  # (B, K) float32 their summed log-probabilities, best first
     state: Any  # the DecoderState, (N, ...) fields
     done: Array  # (B,) bool: stopped, or a padding row
+    stopped: Array  # (B,) int32 the steps it ran while not done
     ended: Array  # (B,) int32 how many hypotheses have ended
     best: Array  # (B, n) float32 the best ended hypotheses' score / lp, best first
     best_score: Array  # (B, n) float32 their summed log-probabilities
@@ -147,7 +149,7 @@ def greedy_search(
     found = (limit > 0)[:, None]
     scores = g.token_scores.T[:, None]
     return Output(
-        g.tokens.T[:, None], g.length[:, None], g.score[:, None], scores, found, attention
+        g.tokens.T[:, None], g.length[:, None], g.score[:, None], scores, found, attention, g.length
     )
 
 
@@ -192,6 +194,7 @@ def _first_beam(
         scores=jnp.full((batch, k), -jnp.inf).at[:, 0].set(0.0),
         state=_repeat(state, k),
         done=limit <= 0,
+        stopped=jnp.zeros((batch,), jnp.int32),
         ended=jnp.zeros((batch,), jnp.int32),
         best=jnp.full((batch, nbest), -jnp.inf),
         best_score=jnp.zeros((batch, nbest)),
@@ -230,6 +233,7 @@ def _beam_step(
         scores=cand[:, :k],
         state=jax.tree_util.tree_map(lambda x: x[rows], state),
         done=beam.done | at_limit | (count >= k) | hopeless,
+        stopped=jnp.where(live, length, beam.stopped),
         ended=count,
         best=best,
         best_score=best_score,
@@ -294,7 +298,8 @@ def _backtrack(beam: Beam) -> Output:
     token_scores = jnp.diff(sums, axis=2, prepend=jnp.zeros_like(sums[..., :1]))
     found = beam.best > -jnp.inf  # False: fewer than n outputs have a nonzero probability
     tokens = tokens.transpose(1, 2, 0)
-    return Output(tokens, last + 1, beam.best_score, token_scores, found, attention)
+    steps = beam.stopped
+    return Output(tokens, last + 1, beam.best_score, token_scores, found, attention, steps)
 
 
 class FlaxSearch:

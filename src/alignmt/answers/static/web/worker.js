@@ -12,6 +12,8 @@
    page), each written by `alignmt export RUN --out DIR --web`. */
 
 import * as ort from "./ort/ort.wasm.min.mjs";
+import { problem } from "./requests.js";
+import { beam as beamSearch, greedy as greedySearch, row, topK } from "./search.js";
 import { SPECIALS, Vocab, tokenizer } from "./tokenize.js";
 
 ort.env.wasm.wasmPaths = new URL("./ort/", import.meta.url).href;
@@ -20,7 +22,6 @@ ort.env.wasm.numThreads = self.crossOriginIsolated ? Math.min(4, navigator.hardw
 
 const DECIMALS = 1e5; // of probabilities and attention weights, as the server rounds them
 const round = (x) => Math.round(x * DECIMALS) / DECIMALS;
-const NO_STEP = "needs the model's gradients";
 
 class Refused extends Error {} // what the browser cannot do: the explorer says why, not "error"
 class Invalid extends Error {} // a request the server would answer with 422
@@ -46,6 +47,8 @@ class Model {
   constructor(manifest, site, encoder, step) {
     this.info = site.info;
     this.search = site.search;
+    this.refusals = site.refusals; // feature -> why the browser cannot (decoding.engine.FEATURES)
+    this.requests = site.requests; // each route's JSON Schema, the server's
     this.src = { vocab: new Vocab(JSON.parse(manifest.src_vocab).itos),
       tokenizer: tokenizer(JSON.parse(manifest.src_tokenizer)) };
     this.tgt = { vocab: new Vocab(JSON.parse(manifest.tgt_vocab).itos),
@@ -61,6 +64,11 @@ class Model {
     this.encoder = encoder;
     this.stepGraph = step;
     this.steers = step.inputNames.includes("steer");
+  }
+
+  /** A field of the graphs' kind (search.js builds new rows with it). */
+  tensor(type, data, dims) {
+    return new ort.Tensor(type, data, dims);
   }
 
   /** The most output tokens (</s> included) for `n` source tokens: ratio * (n + 1) + offset
@@ -108,33 +116,6 @@ class Model {
   }
 }
 
-/** `fields` with their rows (the first axis) taken at `index`, in that order. */
-function pick(fields, index) {
-  return Object.fromEntries(Object.entries(fields).map(([name, t]) => {
-    const width = t.dims.slice(1).reduce((a, b) => a * b, 1);
-    const data = new t.data.constructor(index.length * width);
-    index.forEach((row, r) => data.set(t.data.subarray(row * width, (row + 1) * width), r * width));
-    return [name, new ort.Tensor(t.type, data, [index.length, ...t.dims.slice(1)])];
-  }));
-}
-
-/** The `k` largest entries of `values[from, from + n)`, best first (ties: the lower index),
-    as [index, value] pairs. */
-function topK(values, from, n, k) {
-  const best = [];
-  for (let i = 0; i < n; i++) {
-    const v = values[from + i];
-    if (best.length === k && v <= best[k - 1][1]) continue;
-    let at = best.length === k ? k - 1 : best.length;
-    if (best.length < k) best.push(null);
-    while (at > 0 && best[at - 1][1] < v) { best[at] = best[at - 1]; at -= 1; }
-    best[at] = [i, v];
-  }
-  return best;
-}
-
-const row = (flat, r, width) => Array.from(flat.subarray(r * width, (r + 1) * width));
-
 // ---- The answers ---------------------------------------------------------------------------------
 
 /** The source of one sentence as tokens, ids and what the model reads; none is an error. */
@@ -171,7 +152,7 @@ function alignment(attention, tokens) {
 /** /v1/step: the decoder over one sentence, `prefix` forced, `override` steering attention. */
 async function step(model, { sentence, prefix = [], override = {}, top_k: k = 5,
   beam_size: beamSize = 1, attribution = null }) {
-  if (attribution) throw new Refused(`attribution ${NO_STEP}, which the graphs do not give`);
+  if (attribution) throw new Refused(model.refusals.attribution);
   if (beamSize !== 1) throw new Refused("the step-through after a prefix is greedy in the browser");
   const src = source(model, sentence);
   const limit = model.limit(src.tokens.length);
@@ -246,100 +227,31 @@ const pyRepr = (text) => {
   return quote + (quote === "'" ? escaped.replaceAll("'", "\\'") : escaped) + quote;
 };
 
-/* GNMT's length penalty, ((5 + |Y|) / 6) ** alpha, in float32 as the searches rank with it. */
-const lengthPenalty = (length, alpha) => Math.fround(((5 + length) / 6) ** alpha);
-
-/** /v1/beam: beam search over one sentence, every candidate it weighed kept as a tree. */
+/** /v1/beam: beam search over one sentence, every candidate it weighed kept as a tree
+    (search.js's `beam` with n-best K, as the server's beam tree is searched). */
 async function beam(model, { sentence, beam_size: size = null, constraints = null }) {
-  if (constraints) throw new Refused("a constrained search runs on the server (`alignmt serve`)");
+  if (constraints) throw new Refused(model.refusals["constrained search"]);
   const K = size ?? model.search.beam_size;
   const alpha = model.search.length_penalty;
   const src = source(model, sentence);
-  const limit = model.limit(src.tokens.length);
-  const V = model.tgt.vocab.size, T = src.ids.length;
-  const encoded = await model.encode([src.ids]);
-  const repeat = new Array(K).fill(0);
-  let state = pick(encoded.state, repeat);
-  const memory = pick(encoded.memory, repeat);
-  // only beam 0 is live at first, or all K would extend <s> alike
-  let scores = Float32Array.from({ length: K }, (_, k) => (k ? -Infinity : 0));
-  let prev = new Array(K).fill(model.bos);
-  let ended = 0;
-  let best = new Array(K).fill(-Infinity); // the K best ended hypotheses' score / lp
-  const nodes = [];
-  let live = new Array(K).fill(null); // the node in each live slot
-  for (let length = 1; ; length++) {
-    const out = await model.step(prev, state, memory);
-    const cand = candidates(scores, out.logProbs, K, V, model.eos);
-    const atLimit = length >= limit;
-    const lp = lengthPenalty(length, alpha);
-    const ends = cand.map((c, s) => c.rank < K && Number.isFinite(c.score) && (c.token === model.eos || atLimit));
-    const endedScores = cand.map((c, s) => (ends[s] ? Math.fround(c.score / lp) : -Infinity));
-    best = [...best, ...endedScores].sort((a, b) => b - a).slice(0, K);
-    ended += ends.filter(Boolean).length;
-    scores = Float32Array.from(cand.slice(0, K), (c) => c.score);
-    const bestLive = Math.max(...scores);
-    const hopeless = best[K - 1] >= bestLive / lp && best[K - 1] >= bestLive / lengthPenalty(limit, alpha);
-    const done = atLimit || ended >= K || hopeless;
-    const next = new Array(K).fill(null);
-    cand.forEach((c, slot) => {
-      if (c.score === -Infinity) return; // an extension of a beam not yet live
-      const status = ends[slot] ? "finished" : slot < K ? (done ? "stopped" : "live") : "pruned";
-      if (status === "live") next[slot] = nodes.length;
-      nodes.push({ id: nodes.length, step: length - 1, parent: length > 1 ? live[c.parent] : null,
-        token: c.token, score: c.score, status, final_score: status === "finished" ? endedScores[slot] : null,
-        attention: out.alpha ? row(out.alpha, c.parent, T) : null, met: null });
-    });
-    if (done) break;
-    live = next;
-    const parents = cand.slice(0, K).map((c) => c.parent);
-    state = pick(out.state, parents);
-    prev = cand.slice(0, K).map((c) => c.token);
-  }
-  const finished = nodes.filter((n) => n.status === "finished").map((n) => n.id);
-  finished.sort((a, b) => nodes[b].final_score - nodes[a].final_score);
+  const searched = await beamSearch(model, src.ids, model.limit(src.tokens.length), K, K, alpha);
   return {
     model: model.info.name,
     source_tokens: src.read,
     beam_size: K,
     length_penalty: alpha,
     coverage_penalty: model.search.coverage_penalty,
-    nodes: nodes.map((n) => ({ ...n, token: model.tgt.vocab.itos[n.token],
-      attention: n.attention && n.attention.map(round) })),
-    finished: finished.map((id) => hypothesis(model, src, nodes, id)),
-    finished_nodes: finished,
+    nodes: searched.nodes.map((n) => ({ id: n.id, step: n.step, parent: n.parent,
+      token: model.tgt.vocab.itos[n.token], score: n.score, status: n.status,
+      final_score: n.final_score, attention: n.attention && n.attention.map(round), met: null })),
+    finished: searched.finished.map((h) => asHypothesis(model, src, h)),
+    finished_nodes: searched.finishedNodes,
     constraints: null,
   };
 }
 
-/** The 2K best one-token extensions of the K beams, best first, those ending in </s> moved
-    last; `rank` is each one's place before that move (torch_engine/beam.py `candidates`). */
-function candidates(scores, logProbs, K, V, eos) {
-  const width = Math.min(2 * K, V);
-  const all = [];
-  for (let k = 0; k < K; k++) {
-    for (const [token, lp] of topK(logProbs, k * V, V, width)) {
-      all.push({ score: Math.fround(scores[k] + lp), parent: k, token });
-    }
-  }
-  const ranked = all.map((c, i) => [c, i]).sort((a, b) => b[0].score - a[0].score || a[1] - b[1])
-    .slice(0, 2 * K).map(([c], rank) => ({ ...c, rank }));
-  return [...ranked.filter((c) => c.token !== eos), ...ranked.filter((c) => c.token === eos)];
-}
-
-/** The finished hypothesis that ends at node `id`, followed back through its parents. */
-function hypothesis(model, src, nodes, id) {
-  const path = [];
-  for (let at = id; at !== null; at = nodes[at].parent) path.unshift(nodes[at]);
-  const sums = path.map((n) => n.score);
-  const logProbs = sums.map((s, i) => s - (i ? sums[i - 1] : 0));
-  const attention = model.attention ? path.map((n) => n.attention) : null;
-  return asHypothesis(model, src, path.map((n) => n.token), logProbs, sums.at(-1), attention);
-}
-
-/** An output as the server's Hypothesis: `ids` with each one's log-probability, the summed
-    `score`, and the attention rows (null without attention). */
-function asHypothesis(model, src, ids, logProbs, score, attention) {
+/** An output of search.js ({ ids, logProbs, score, attention }) as the server's Hypothesis. */
+function asHypothesis(model, src, { ids, logProbs, score, attention }) {
   const said = words(model, src, ids, attention);
   return {
     text: said.text,
@@ -356,58 +268,26 @@ function asHypothesis(model, src, ids, logProbs, score, attention) {
     together) or each by beam search, the n best of each. */
 async function translate(model, { sentences, beam_size: size = null, nbest = 1, attention = false,
   sample = null, constraints = null }) {
-  if (sample || constraints) {
-    throw new Refused("sampling and constrained search run on the server (`alignmt serve`)");
-  }
+  if (sample) throw new Refused(model.refusals.sampling);
+  if (constraints) throw new Refused(model.refusals["constrained search"]);
   const K = size ?? model.search.beam_size;
   if (nbest > K) throw new Invalid(`nbest: ${nbest} hypotheses need a beam of at least ${nbest}, not ${K}`);
   const sources = sentences.map((sentence) => source(model, sentence));
-  const found = K === 1 ? await greedy(model, sources)
-    : await Promise.all(sentences.map(async (sentence) =>
-      (await beam(model, { sentence, beam_size: K })).finished.slice(0, nbest)));
+  const limits = sources.map((src) => model.limit(src.tokens.length));
+  const found = K === 1
+    ? (await greedySearch(model, sources.map((src) => src.ids), limits)).map((h) => [h])
+    : await Promise.all(sources.map(async (src, b) => (await beamSearch(model, src.ids,
+      limits[b], K, nbest, model.search.length_penalty)).finished.slice(0, nbest)));
   return {
     model: model.info.name,
     beam_size: K,
     translations: sources.map((src, b) => ({
       source_tokens: src.read,
-      hypotheses: found[b].map((h) => ({ ...h, attention: attention ? h.attention : null })),
+      hypotheses: found[b].map((h) => asHypothesis(model, src, h))
+        .map((h) => ({ ...h, attention: attention ? h.attention : null })),
     })),
   };
 }
-
-/** Greedy decoding of `sources` in one batch, each row until its </s> or its length limit,
-    the rows still going stepped together (ended ones leave the batch): one hypothesis
-    each, as `hypothesis` words it. */
-async function greedy(model, sources) {
-  let { memory, state } = await model.encode(sources.map((src) => src.ids));
-  const V = model.tgt.vocab.size, T = memory.mask.dims[1];
-  const limits = sources.map((src) => model.limit(src.tokens.length));
-  const rows = sources.map(() => ({ ids: [], logProbs: [], attention: [] }));
-  let going = sources.map((_, b) => b); // the sentence of each row of the batch
-  let prev = going.map(() => model.bos);
-  while (going.length) {
-    const out = await model.step(prev, state, memory);
-    going.forEach((b, r) => {
-      const [[id, logProb]] = topK(out.logProbs, r * V, V, 1);
-      rows[b].ids.push(id);
-      rows[b].logProbs.push(logProb);
-      if (out.alpha) rows[b].attention.push(row(out.alpha, r, T).slice(0, sources[b].ids.length));
-    });
-    const kept = [...going.keys()].filter((r) => !ended(rows[going[r]], limits[going[r]], model.eos));
-    if (kept.length < going.length) {
-      memory = pick(memory, kept);
-      state = pick(out.state, kept);
-    } else {
-      state = out.state;
-    }
-    going = kept.map((r) => going[r]);
-    prev = going.map((b) => rows[b].ids.at(-1));
-  }
-  return rows.map((r, b) => [asHypothesis(model, sources[b], r.ids, r.logProbs,
-    r.logProbs.reduce((sum, lp) => sum + lp, 0), model.attention ? r.attention : null)]);
-}
-
-const ended = (r, limit, eos) => r.ids.length >= limit || r.ids.at(-1) === eos;
 
 // ---- The messages ------------------------------------------------------------------------------------
 
@@ -443,6 +323,9 @@ self.onmessage = ({ data: { id, what, body } }) => {
   queue = queue.then(async () => {
     try {
       if (!ANSWERS[what]) throw new Invalid(`the explorer asks ${Object.keys(ANSWERS)}, not ${what}`);
+      const schema = models && models.values().next().value.requests[what];
+      const bad = schema && problem(schema, body ?? {});
+      if (bad) throw new Invalid(bad);
       self.postMessage({ id, answer: await ANSWERS[what](body ?? {}) });
     } catch (error) {
       self.postMessage({ id, error: error.message, needsServer: error instanceof Refused });
