@@ -15,8 +15,9 @@ import argparse
 import logging
 import random
 
-from alignmt.analysis.align import alignment_error_rate, attention_links
+from alignmt.analysis.align import alignment_error_rate, token_links
 from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.decoding.door import open_translator
 from alignmt.text.cache import cache_root
 from alignmt.text.guide import eflomal_training_links
 from alignmt.text.prepare import prepare_text
@@ -36,7 +37,7 @@ def main() -> None:
     guides = eflomal_training_links(text.train, vocabs, subwords=subwords, cache=cache)
     rows = sorted(random.Random(1).sample(range(len(text.train)), args.pairs))
     pairs = text.train.pairs(rows)
-    found = attention_links(ckpt.model, pairs, text.src_vocab, text.tgt_vocab)
+    found = token_links(open_translator(ckpt).engine, pairs)
     gold = [set(links) for links in guides.of(rows)]
     score = alignment_error_rate(found, gold)
     print(

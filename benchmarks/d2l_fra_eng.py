@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--config", default=str(CONFIG), help="default: %(default)s")
     parser.add_argument("overrides", nargs="*", help="key.path=value, after the config's")
     args = parser.parse_args()
-    cfg = load_config(args.config, [f"train.backend={args.backend}", *args.overrides])
+    cfg = load_config(args.config, [f"train.engine={args.backend}", *args.overrides])
     start = time.perf_counter()
     result = train(cfg, progress=False, overwrite=True)
     seconds = time.perf_counter() - start
@@ -37,7 +37,7 @@ def main() -> None:
         print(translation.line)
     valid = result.evals[-1] if result.evals else {}
     print(
-        f"\n{cfg.train.backend}: {result.step} steps in {seconds:.1f} s ({result.seconds:.1f} s "
+        f"\n{cfg.train.engine}: {result.step} steps in {seconds:.1f} s ({result.seconds:.1f} s "
         f"in the loop); last loss {result.losses[-1]:.3f}; validation loss "
         f"{valid.get('valid_loss', float('nan')):.3f}, greedy BLEU {valid.get('bleu', 0):.1f}"
     )

@@ -10,7 +10,7 @@ not finite. Each returns a `drill_common.Tally` result, as those of drill_runs.p
   counted in metrics.jsonl, and the weights stay finite; `max_bad_steps` in a row stop the
   run with an error and leave the last good checkpoint, from which it resumes.
 
-Both train with either backend (`train.backend`).
+Both train with either backend (`train.engine`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def disks(workdir: Path, *, mounts: bool = True, backend: str = "torch", steps: 
     where this process may mount one); and on a read-only filesystem, in-process: the write
     raises EROFS as the kernel would (a filesystem with files open for writing cannot be
     remounted read-only under a running process)."""
-    reference = reverse_config(workdir / "whole", backend=backend, steps=steps)
+    reference = reverse_config(workdir / "whole", engine=backend, steps=steps)
     problems = uninterrupted(reference)
     if problems:
         return outcome([problems])
@@ -85,7 +85,7 @@ def _fail_a_write(
     """Train in `folder`, bring on `fault` once a checkpoint is on disk, and check that the
     run stopped as it should and kept that checkpoint; then clear the fault (the callable
     `fault` returned) and resume to the end."""
-    cfg = reverse_config(folder, backend=backend, steps=steps)
+    cfg = reverse_config(folder, engine=backend, steps=steps)
     run_dir, last = Path(cfg.out_dir), Path(cfg.out_dir) / "last.safetensors"
     if fault is _fill_tmpfs:
         folder.mkdir(parents=True, exist_ok=True)
@@ -144,7 +144,7 @@ def _fill_tmpfs(folder: Path) -> Callable[[], None]:
 
 def _read_only(folder: Path, *, backend: str, steps: int) -> list[str]:
     """Train in-process, with every checkpoint write after the first raising EROFS."""
-    cfg = reverse_config(folder, backend=backend, steps=steps)
+    cfg = reverse_config(folder, engine=backend, steps=steps)
     config, run_dir = write_config(cfg), Path(cfg.out_dir)
     real = Path.write_bytes
 
@@ -252,7 +252,7 @@ def nonfinite(workdir: Path, count: int, seed: int = 0, backend: str = "torch") 
     """`count` poisoned updates at random steps of one run, and then a run poisoned
     `max_bad_steps` times in a row."""
     rng = random.Random(seed)
-    cfg = reverse_config(workdir / "scattered", steps=300, backend=backend)
+    cfg = reverse_config(workdir / "scattered", steps=300, engine=backend)
     at = {step: rng.choice(sorted(POISONS)) for step in rng.sample(range(1, 301), count)}
     with poisoned(at, backend):
         result = train(cfg, progress=False)
@@ -269,7 +269,7 @@ def nonfinite(workdir: Path, count: int, seed: int = 0, backend: str = "torch") 
 
 
 def _streak(folder: Path, rng: random.Random, backend: str) -> list[str]:
-    cfg = reverse_config(folder, steps=100, max_bad_steps=5, backend=backend)
+    cfg = reverse_config(folder, steps=100, max_bad_steps=5, engine=backend)
     first = rng.randint(25, 90)
     try:
         with poisoned({step: "NaN loss" for step in range(first, first + 5)}, backend):

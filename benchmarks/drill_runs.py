@@ -18,7 +18,7 @@ with trains in this process, unless the drill times it (kills) or it is torchrun
   `--resume` then ends as an uninterrupted run. Under torchrun (2 processes) one rank is
   signalled, as a scheduler pre-empting one node does, and both stop at the same step.
 
-Both train with either backend (`train.backend`), and both promise the same: bit for bit.
+Both train with either backend (`train.engine`), and both promise the same: bit for bit.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python benchmarks/drills.py                  # every drill at full count (about 15 minutes)
     python benchmarks/drills.py --only kills     # one drill (see `drills`)
     python benchmarks/drills.py --scale 0.1      # a tenth of each count
-    python benchmarks/drills.py --backend flax   # the training drills, train.backend=flax
+    python benchmarks/drills.py --engine flax    # the training drills, train.engine=flax
 
 Each drill sends its faults, checks what alignmt promises after each, and reports how many
 were tried and how many held; the table it prints is docs/reliability.md's. The drills
@@ -12,7 +12,7 @@ updates), drill_args.py (bad run folders and arguments), drill_inputs.py (corpor
 translate input from the wild, written by drill_texts.py) and drill_server.py (the server
 under attack, with requests from drill_requests.py); each returns a `drill_common.Tally`
 result, and tests/ runs each with a few faults. With `--backend flax` the drills on training
-(`FLAX`) train with `train.backend=flax`; the others do not depend on the backend that
+(`FLAX`) train with `train.engine=flax`; the others do not depend on the backend that
 trained the model, and torchrun is PyTorch's. Every process a drill starts is bounded in
 time. Run from the repository root, with nothing else using the CPU (the kills draw their
 moments from the time an uninterrupted run takes). Needs root for the full-tmpfs case of
@@ -107,7 +107,12 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", metavar="NAME", help="these drills only")
     parser.add_argument("--scale", type=float, default=1.0, help="share of the full counts")
     parser.add_argument(
-        "--backend", choices=("torch", "flax"), default="torch", help=f"train.backend of {FLAX}"
+        "--engine",
+        "--backend",
+        dest="backend",
+        choices=("torch", "flax"),
+        default="torch",
+        help=f"train.engine of {FLAX}",
     )
     parser.add_argument("--out", help="results as JSON (default runs/drills[_flax].json)")
     args = parser.parse_args()

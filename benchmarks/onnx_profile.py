@@ -23,8 +23,6 @@ import onnxruntime as ort
 
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.exported import STEP, int8_name
-from alignmt.decoding.onnx_engine.engine import OnnxEngine
-from alignmt.decoding.onnx_engine.model import OnnxModel
 from alignmt.text.corpora import data_root
 
 MULTI30K = data_root() / "multi30k"  # alignmt data get multi30k
@@ -57,10 +55,7 @@ def _arguments() -> argparse.Namespace:
 
 
 def _row(args: argparse.Namespace, lines: list[str], beam: int, threads: int) -> str:
-    translator = open_translator(args.exported, weights=args.weights)
-    if threads:
-        int8 = args.weights == "int8"
-        translator.engine = OnnxEngine(OnnxModel(args.exported, threads=threads, int8=int8))
+    translator = open_translator(args.exported, weights=args.weights, threads=threads)
     spent = _timed(translator.engine.model)
     tokens = [translator.source_tokens(line) for line in lines]
     translator.translate_tokens(

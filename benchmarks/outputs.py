@@ -53,7 +53,7 @@ def main() -> None:
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="a run folder trained with PyTorch")
-    parser.add_argument("flax_run", nargs="?", help="a run folder trained with train.backend=flax")
+    parser.add_argument("flax_run", nargs="?", help="a run folder trained with train.engine=flax")
     parser.add_argument("--exported", help="RUN exported with `alignmt export --int8`")
     parser.add_argument("--out", required=True, help="the folder the outputs go to")
     parser.add_argument("--src", default=str(DEFAULT_SRC), help="source sentences (.gz too)")

@@ -29,7 +29,6 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -169,22 +168,10 @@ def python_sentences_per_second(site: Path, sentences: list[str]) -> dict[str, f
     """Greedy sentences/s of `alignmt translate DIR --beam 1` on ONNX Runtime in Python,
     with one thread, on the graphs the page ran: all at once (its batches) and one sentence
     per call, each the best of ten."""
-    from alignmt.decoding.exported import STEP
-    from alignmt.decoding.onnx_engine.engine import OnnxEngine
-    from alignmt.decoding.onnx_engine.model import OnnxModel
-    from alignmt.decoding.translator import Origin, Translator
+    from alignmt.decoding.door import open_translator
 
-    model = OnnxModel(site, threads=1, int8=not (site / STEP).is_file())
-    weights = "int8" if model.int8 else "float32"
-    search = replace(model.header.config.search, beam_size=1, weights=weights)
-    header = model.header
-    translator = Translator(
-        OnnxEngine(model),
-        tokenizers=(header.src_tokenizer, header.tgt_tokenizer),
-        vocabs=(header.src_vocab, header.tgt_vocab),
-        search=search,
-        origin=Origin(site, header),
-    )
+    # the graphs the page runs: the int8 ones where the site kept only those
+    translator = open_translator(site, threads=1, beam_size=1)
     for _ in range(3):  # as the page is warmed up
         translator.translate(sentences, warn=False)
     ways = {

@@ -75,6 +75,16 @@ def tiny_model(
     return model.to(dtype).eval()
 
 
+def engine_of(model, src_vocab, tgt_vocab=None):
+    """`model` on the torch engine, reading `src_vocab` and writing `tgt_vocab` (the same
+    where None), as the analyses ask it."""
+    from alignmt.config import SearchConfig
+    from alignmt.decoding.torch_engine.engine import TorchEngine
+
+    vocabs = (src_vocab, tgt_vocab or src_vocab)
+    return TorchEngine(model, search=SearchConfig(), vocabs=vocabs)
+
+
 def padded_batch(src_lens=(6, 2, 4), tgt_lens=(3, 5, 1), seed: int = 1):
     """Random ids for sentences of different lengths, padded with 0; sources end in </s> (2).
 

@@ -6,13 +6,14 @@ import gzip
 import os
 import sys
 
+import numpy as np
 import pytest
 import torch
 
 from alignmt.analysis.align import (
     alignment_error_rate,
     argmax_links,
-    attention_links,
+    token_links,
     word_links,
 )
 from alignmt.analysis.task_scores import score_task
@@ -20,8 +21,6 @@ from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
 from alignmt.config import load_config
 from alignmt.decoding.door import open_translator
-from alignmt.decoding.torch_engine.engine import TorchEngine
-from alignmt.decoding.torch_engine.speed import Speed
 from alignmt.decoding.translator import Translator
 from alignmt.model.batch import make_batch
 from alignmt.model.seq2seq import Seq2Seq
@@ -37,7 +36,7 @@ from alignmt.text.links import (
 from alignmt.text.tasks import ALPHABET, eval_set
 from alignmt.text.tokenize import MosesTokenizer, SentencePieceTokenizer
 from alignmt.text.vocab import Vocab
-from tests.conftest import LEXICON, tiny_model, write_toy_corpus
+from tests.conftest import LEXICON, engine_of, tiny_model, write_toy_corpus
 
 # --- AER by hand --------------------------------------------------------------------------
 
@@ -174,29 +173,27 @@ def test_a_line_count_mismatch_names_both_sides_and_both_counts(tmp_path):
 # --- Attention's argmax links -------------------------------------------------------------
 
 
-def test_argmax_links_skip_the_source_end_marker_padding_and_the_target_end_marker():
-    attention = torch.tensor(
-        [  # source: 2 words + </s>; target: 2 words + </s>
-            [[0.1, 0.2, 0.7], [0.6, 0.3, 0.1], [0.0, 0.0, 1.0]],
-            # source: 1 word + </s> + padding; target: 1 word + </s> + padding
-            [[0.3, 0.7, 0.0], [0.1, 0.9, 0.0], [0.0, 0.0, 0.0]],
-        ]
-    )  # (B=2, T_tgt=3, T_src=3)
-    links = argmax_links(attention, src_len=torch.tensor([2, 1]), tgt_len=torch.tensor([2, 1]))
+def test_argmax_links_skip_the_source_end_marker_and_the_target_end_marker():
+    attention = [
+        # source: 2 words + </s>; target: 2 words + </s>
+        np.array([[0.1, 0.2, 0.7], [0.6, 0.3, 0.1], [0.0, 0.0, 1.0]]),
+        # source: 1 word + </s>; target: 1 word + </s>
+        np.array([[0.3, 0.7], [0.1, 0.9]]),
+    ]
     # row 0 of sentence 0 weighs </s> most: its best real word is 1
-    assert links == [{(1, 0), (0, 1)}, {(0, 0)}]
+    assert argmax_links(attention) == [{(1, 0), (0, 1)}, {(0, 0)}]
 
 
 def test_an_empty_source_or_reference_has_no_links():
-    attention = torch.ones(2, 2, 1)  # only </s> to attend to
-    assert argmax_links(attention, torch.tensor([0, 0]), torch.tensor([1, 0])) == [set(), set()]
+    only_the_end = [np.ones((2, 1)), np.ones((1, 1))]  # only </s> to attend to, or to write
+    assert argmax_links(only_the_end) == [set(), set()]
 
 
 def test_attention_links_of_a_sorted_padded_batch_equal_each_pair_aligned_alone():
     model = tiny_model(dtype=torch.float32)
     vocab = Vocab("abcdefghi")  # 13 ids, as the tiny model has
     pairs = [([4, 5, 6, 7, 8], [9, 10]), ([11], [4, 5, 6, 7]), ([], [5]), ([4, 12], [])]
-    batched = attention_links(model, pairs, vocab, vocab, batch_size=3)
+    batched = token_links(engine_of(model, vocab), pairs, batch_size=3)
     for pair, links in zip(pairs, batched, strict=True):
         src = torch.tensor([[*pair[0], vocab.eos_id]])
         tgt_in = torch.tensor([[vocab.bos_id, *pair[1]]])
@@ -210,7 +207,7 @@ def test_attention_links_of_a_sorted_padded_batch_equal_each_pair_aligned_alone(
 def test_a_model_without_attention_cannot_align():
     vocab = Vocab("abcdefghi")
     with pytest.raises(ValueError, match="has no attention to align with"):
-        attention_links(tiny_model(attention="none"), [([4], [5])], vocab, vocab)
+        token_links(engine_of(tiny_model(attention="none"), vocab), [([4], [5])])
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +247,7 @@ def test_reversal_aer_is_one_minus_the_alignment_accuracy_of_score_task(reversal
     vocab, length, n = Vocab(ALPHABET), 6, 200
     accuracy = score_task(model, vocab, "reverse", length, n=n, seed=5).alignment
     pairs = [(vocab.encode(s), vocab.encode(t)) for s, t in eval_set("reverse", length, n, seed=5)]
-    hyps = attention_links(model, pairs, vocab, vocab, batch_size=64)
+    hyps = token_links(engine_of(model, vocab), pairs, batch_size=64)
     gold = [{(length - 1 - j, j) for j in range(length)}] * n
     score = alignment_error_rate(hyps, gold)
 
@@ -290,16 +287,11 @@ def test_sentencepiece_pieces_group_into_the_whitespace_separated_words():
 def test_word_links_join_the_pieces_of_a_word(monkeypatch):
     source = Words(["▁a", "b", "▁c"], ["ab", "c"], [0, 0, 1])
     reference = Words(["▁x", "▁y", "z"], ["x", "yz"], [0, 1, 1])
-    token_links = [{(0, 0), (1, 0), (2, 1), (2, 2)}]
-    monkeypatch.setattr(
-        "alignmt.analysis.align.attention_links", lambda *args, **kwargs: token_links
-    )
-    engine = TorchEngine.__new__(TorchEngine)
-    engine.model, engine.precision = torch.nn.Linear(1, 1), "float32"  # a CPU "model"
-    engine.speed = Speed()
+    found = [{(0, 0), (1, 0), (2, 1), (2, 2)}]
+    monkeypatch.setattr("alignmt.analysis.align.token_links", lambda *args, **kwargs: found)
     translator = Translator.__new__(Translator)
     translator.src_vocab, translator.tgt_vocab = Vocab([]), Vocab([])
-    translator.engine = engine
+    translator.engine = None  # token_links, which would read it, is replaced
     assert word_links(translator, [source], [reference]) == [{(0, 0), (1, 1)}]
 
 

@@ -8,16 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from alignmt.analysis.attribution import (
-    METHODS,
-    counterfactual_flips,
-    rank_agreement,
-    relevance,
-)
+from alignmt.analysis.attribution import METHODS, rank_agreement
 from alignmt.cli import main
+from alignmt.decoding.torch_engine.relevance import counterfactual_flips, relevance
 from alignmt.model.batch import make_batch
 from alignmt.text.vocab import Vocab
-from tests.conftest import VOCAB, tiny_model
+from tests.conftest import VOCAB, engine_of, tiny_model
 from tests.test_align import _evaluate, _toy_test_set
 
 VOCABULARY = Vocab([f"w{k}" for k in range(VOCAB - 4)])  # 4 specials + 9 words: ids 4..12
@@ -201,15 +197,16 @@ def test_a_notebook_run_gives_attention_and_attribution_as_arrays_and_heatmaps(t
 
 
 def test_rank_agreement_is_kendalls_tau_row_by_row_over_the_real_source():
-    model = tiny_model(attention="additive")
-    batch = batch_of(PAIRS)
-    attention = relevance(model, batch, "attention")
-    same = rank_agreement(attention, attention, batch)
-    assert len(same) == int(batch.tgt_len.sum()) and same == pytest.approx([1.0] * len(same))
-    reversed_ = rank_agreement(attention, -attention, batch)
+    engine = engine_of(tiny_model(attention="additive"), VOCABULARY)
+    attention = engine.relevance(PAIRS, "attention")
+    assert [a.shape for a in attention] == [(len(t) + 1, len(s) + 1) for s, t in PAIRS]
+    same = rank_agreement(attention, attention)
+    assert len(same) == sum(len(t) + 1 for _, t in PAIRS)
+    assert same == pytest.approx([1.0] * len(same))
+    reversed_ = rank_agreement(attention, [-a for a in attention])
     assert reversed_ == pytest.approx([-1.0] * len(same))
-    flat = torch.ones_like(attention)  # a constant row has no ranking: left out
-    assert rank_agreement(attention, flat, batch) == []
+    flat = [np.ones_like(a) for a in attention]  # a constant row has no ranking: left out
+    assert rank_agreement(attention, flat) == []
 
 
 def test_counterfactual_flips_are_the_explorers_what_if_at_every_step(toy_run):
@@ -235,17 +232,17 @@ def test_counterfactual_flips_are_the_explorers_what_if_at_every_step(toy_run):
 
 
 def test_a_comparison_gives_each_methods_links_and_taus_whatever_the_batching():
-    """`explanation.compare`: every method's argmax links equal `attention_links`' for it,
+    """`explanation.compare`: every method's argmax links equal `token_links`' for it,
     and batches of one or of all the pairs (padded) give the same links and taus."""
-    from alignmt.analysis.align import alignment_error_rate, attention_links
+    from alignmt.analysis.align import alignment_error_rate, token_links
     from alignmt.analysis.explanation import compare
 
-    model = tiny_model(attention="additive", order="luong")
-    alone = compare(model, PAIRS, VOCABULARY, VOCABULARY, batch_size=1)
-    padded = compare(model, PAIRS, VOCABULARY, VOCABULARY, batch_size=len(PAIRS))
+    engine = engine_of(tiny_model(attention="additive", order="luong"), VOCABULARY)
+    alone = compare(engine, PAIRS, batch_size=1)
+    padded = compare(engine, PAIRS, batch_size=len(PAIRS))
     assert alone.links == padded.links and set(alone.taus) == set(METHODS) - {"attention"}
     for method in METHODS:
-        expected = attention_links(model, PAIRS, VOCABULARY, VOCABULARY, method=method)
+        expected = token_links(engine, PAIRS, method=method)
         assert alone.links[method] == expected
         if method != "attention":
             np.testing.assert_allclose(alone.taus[method], padded.taus[method], atol=1e-6)

@@ -175,3 +175,58 @@ def test_a_stored_search_the_engine_cannot_run_is_turned_off_with_a_warning(
     assert "has no int8 graphs (`alignmt export --int8` writes them)" in caplog.text
     with pytest.raises(ValueError, match="not found; export with --int8"):
         open_translator(tmp_path / "int8", weights="int8")  # asked outright: refused
+
+
+# --- the door's engine options, and one word for the idea ---------------------------------
+
+
+def test_the_door_sets_an_engines_threads_or_says_why_it_cannot(toy_run, exported):
+    import torch
+
+    onnx = open_translator(exported, threads=1)
+    for session in (onnx.engine.model.encoder, onnx.engine.model.step_graph):
+        assert session.get_session_options().intra_op_num_threads == 1
+    before = torch.get_num_threads()
+    try:
+        open_translator(toy_run, device="cpu", threads=1)
+        assert torch.get_num_threads() == 1  # PyTorch's threads are the process's
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(ValueError, match="JAX fixes its CPU threads when it starts"):
+        open_translator(toy_run, engine="flax", threads=2)
+    with pytest.raises(ValueError, match="threads must be 0"):
+        open_translator(exported, threads=-1)
+
+
+def test_a_server_opens_a_run_on_flax_and_names_its_engine(toy_run, exported):
+    from fastapi.testclient import TestClient
+
+    from alignmt.answers.registry import load_models
+    from alignmt.serve.app import create_app
+    from tests.conftest import SERVE_LIMITS, post
+
+    models = load_models([toy_run, exported], engine="flax")  # the export stays on ONNX
+    with TestClient(create_app(models, SERVE_LIMITS)) as client:
+        infos = client.get("/v1/models").json()["models"]
+        assert [m["engine"] for m in infos] == ["flax", "onnxruntime"]
+        status, body = post(client, "/v1/translate", {"sentences": ["a red dog"]})
+        assert status == 200 and body["translations"][0]["hypotheses"][0]["text"]
+        expected = open_translator(toy_run, device="cpu").translate(["a red dog"])[0][0]
+        assert body["translations"][0]["hypotheses"][0]["tokens"] == expected.tokens
+        status, refused = post(client, "/v1/step", {"sentence": "a red dog"})
+        assert status == 422
+        said = "stepping through the decoder is not available with the flax engine"
+        assert said in refused["error"]["message"]
+
+
+def test_engine_names_the_framework_on_the_command_line_and_in_the_config():
+    from alignmt.cli.parser import build_parser
+    from alignmt.config import apply_overrides, config_from_dict, load_config
+
+    parser = build_parser()
+    for flag in ("--engine", "--backend"):  # --backend: its older name, still read
+        args = parser.parse_args(["translate", "runs/r", flag, "flax"])
+        assert args.engine == "flax"
+    assert parser.parse_args(["serve", "runs/r", "--engine", "flax"]).engine == "flax"
+    assert apply_overrides(load_config(), ["train.backend=flax"]).train.engine == "flax"
+    assert config_from_dict({"train": {"backend": "flax"}}).train.engine == "flax"

@@ -1,4 +1,4 @@
-"""Training with `train.backend=flax`: the run folder it writes, one update against PyTorch's,
+"""Training with `train.engine=flax`: the run folder it writes, one update against PyTorch's,
 padding, skipped updates (and a run that overflows, stopped as PyTorch's is), validation, and
 resuming after a kill."""
 
@@ -47,7 +47,7 @@ def reverse_config(tmp_path, **train) -> Config:
         model=ModelConfig(**_dims(), dropout=0.2),
         data=DataConfig(task="reverse", min_len=2, max_len=5),
         train=TrainConfig(
-            **{"backend": "flax", "steps": 12, "log_every": 4, "batch_size": 8, **train}
+            **{"engine": "flax", "steps": 12, "log_every": 4, "batch_size": 8, **train}
         ),
         out_dir=str(tmp_path / "run"),
     )
@@ -55,7 +55,7 @@ def reverse_config(tmp_path, **train) -> Config:
 
 @pytest.mark.slow  # trains and compiles whole Flax runs
 def test_a_flax_run_folder_is_read_by_pytorch_and_gives_the_same_logits(tmp_path):
-    cfg = toy_corpus_config(tmp_path, backend="flax", steps=40, eval_every=40)
+    cfg = toy_corpus_config(tmp_path, engine="flax", steps=40, eval_every=40)
     result = train(cfg, progress=False)
     assert result.losses[-1] < result.losses[0]
     assert [e["step"] for e in result.evals] == [40]
@@ -222,13 +222,13 @@ def test_a_killed_flax_run_resumes_to_the_same_weights(tmp_path, monkeypatch):
 def test_each_backend_refuses_to_resume_the_others_optimiser_state(tmp_path):
     flax_run = reverse_config(tmp_path / "f", steps=2)
     train(flax_run, progress=False)
-    flax_run.train.backend, flax_run.train.steps = "torch", 4
-    with pytest.raises(ValueError, match=r"train.backend=flax, whose optimiser state"):
+    flax_run.train.engine, flax_run.train.steps = "torch", 4
+    with pytest.raises(ValueError, match=r"train.engine=flax, whose optimiser state"):
         train(flax_run, progress=False, resume=True)
-    torch_run = reverse_config(tmp_path / "t", steps=2, backend="torch")
+    torch_run = reverse_config(tmp_path / "t", steps=2, engine="torch")
     train(torch_run, progress=False)
-    torch_run.train.backend, torch_run.train.steps = "flax", 4
-    with pytest.raises(ValueError, match=r"train.backend=torch, whose optimiser state"):
+    torch_run.train.engine, torch_run.train.steps = "flax", 4
+    with pytest.raises(ValueError, match=r"train.engine=torch, whose optimiser state"):
         train(torch_run, progress=False, resume=True)
 
 
@@ -236,7 +236,7 @@ def _overflowed(folder, backend: str, caplog) -> dict:
     """A run whose first update (lr 1e30) takes the weights to about 1e30, where every later
     loss overflows: what it said, logged and kept."""
     every = {"log_every": 1, "save_every": 1, "snapshot_every": 1}
-    cfg = reverse_config(folder, backend=backend, lr=1e30, max_bad_steps=3, **every)
+    cfg = reverse_config(folder, engine=backend, lr=1e30, max_bad_steps=3, **every)
     caplog.clear()
     with caplog.at_level(logging.WARNING), pytest.raises(TrainingError) as raised:
         train(cfg, progress=False)

@@ -91,7 +91,7 @@ def test_a_flax_run_with_graphs_is_refused(tmp_path):
     pytest.importorskip("jax")
     from alignmt.training.run import train
 
-    cfg = replace(graph_config(backend="flax"), out_dir=str(tmp_path / "run"))
+    cfg = replace(graph_config(engine="flax"), out_dir=str(tmp_path / "run"))
     with pytest.raises(ValueError, match="XLA compiles the Flax step whole already"):
         train(cfg, progress=False)
     assert not (tmp_path / "run").exists()  # refused before the run claimed its folder

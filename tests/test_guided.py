@@ -207,11 +207,13 @@ def _diagonal_pharaoh(prefix: str) -> str:
 
 def _diagonal_share(result, cfg) -> float:
     """How often a validation pair's teacher-forced argmax attention is on the diagonal."""
-    from alignmt.analysis.align import attention_links
+    from alignmt.analysis.align import token_links
     from alignmt.text.prepare import prepare_text
+    from tests.conftest import engine_of
 
     text = prepare_text(cfg.data, cfg.seed, progress=False)
-    found = attention_links(result.model, text.valid_ids, text.src_vocab, text.tgt_vocab)
+    engine = engine_of(result.model, text.src_vocab, text.tgt_vocab)
+    found = token_links(engine, text.valid_ids)
     pairs = [(len(s), len(t)) for s, t in text.valid_ids]
     on = sum(
         1 for links, (n, _) in zip(found, pairs, strict=True) for i, j in links if i == j and j < n

@@ -80,6 +80,6 @@ def test_serve_there_answers_as_pytorch(runtime_python, exported, expected, weig
         answer = json.loads(connection.getresponse().read())
         connection.request("GET", "/v1/models")
         (model,) = json.loads(connection.getresponse().read())["models"]
-    assert (model["runtime"], model["weights"]) == ("onnxruntime", weights)
+    assert (model["engine"], model["weights"]) == ("onnxruntime", weights)
     texts = [[h["text"] for h in t["hypotheses"]] for t in answer["translations"]]
     assert texts == [[h.text for h in hyps] for hyps in expected]

@@ -60,7 +60,7 @@ def test_models_say_what_runs_each(clients, toy_run):
     torch_client, runtime_client = clients
     (run,) = torch_client.get("/v1/models").json()["models"]
     (onnx,) = runtime_client.get("/v1/models").json()["models"]
-    assert run["runtime"] == "pytorch" and onnx["runtime"] == "onnxruntime"
+    assert run["engine"] == "torch" and onnx["engine"] == "onnxruntime"
     same = ("attention", "order", "cell", "parameters", "training_step", "target_vocabulary")
     assert {k: onnx[k] for k in same} == {k: run[k] for k in same}
     assert onnx["snapshots"] == [] and onnx["validation_bleu"] is None

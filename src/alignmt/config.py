@@ -140,9 +140,9 @@ class DataConfig:
 
 @dataclass
 class TrainConfig:
-    # torch, or flax: the same model in JAX/Flax (the [flax] extra), jit-compiled, writing
-    # the same run folder
-    backend: Literal["torch", "flax"] = "torch"
+    # the engine that trains: torch, or flax, the same model in JAX/Flax (the [flax] extra),
+    # jit-compiled, writing the same run folder (read as train.backend too, its older name)
+    engine: Literal["torch", "flax"] = "torch"
     steps: Count = 2000  # optimiser updates
     # >0: also stop after this many minutes of training (wall clock, evaluations included);
     # the cosine schedule then reaches zero at whichever of `steps` and `minutes` comes first
@@ -232,6 +232,21 @@ class Config:
 
 _CLI = "command line"
 _KEYS = dotted_keys(Config)
+# Keys read under an earlier name too: a run folder, a YAML file or a command line that says
+# train.backend means train.engine.
+RENAMED = {"train.backend": "train.engine"}
+
+
+def _current(data: Any) -> Any:
+    """A nested mapping with the keys of RENAMED under their current names."""
+    if not isinstance(data, Mapping):
+        return data
+    out = {key: dict(value) if isinstance(value, Mapping) else value for key, value in data.items()}
+    for old, new in RENAMED.items():
+        (section, leaf), (_, current) = old.split("."), new.split(".")
+        if isinstance(out.get(section), dict) and leaf in out[section]:
+            out[section].setdefault(current, out[section].pop(leaf))
+    return out
 
 
 def _read_yaml(path: Path) -> Any:
@@ -256,7 +271,7 @@ def _apply(cfg: Config, overrides: Sequence[str]) -> Config:
         nested: Any = value.strip()
         for part in reversed(key.strip().split(".")):
             nested = {part: nested}
-        cfg = merge(cfg, nested, _CLI)  # one at a time, so a later override beats an earlier one
+        cfg = merge(cfg, _current(nested), _CLI)  # one at a time: a later one beats an earlier
     return cfg
 
 
@@ -270,7 +285,7 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     Returns:
         The merged, coerced and range-checked Config.
     """
-    cfg = Config() if path is None else merge(Config(), _read_yaml(Path(path)), str(path))
+    cfg = Config() if path is None else merge(Config(), _current(_read_yaml(Path(path))), str(path))
     cfg = _apply(cfg, overrides)
     # Checked once, at the end: an override may repair what the file alone got wrong.
     sources = [str(path)] * (path is not None) + [_CLI] * bool(overrides)
@@ -288,7 +303,7 @@ def config_from_dict(data: Mapping[str, Any], source: str = "<dict>") -> Config:
     Returns:
         The merged, coerced and range-checked Config.
     """
-    cfg = merge(Config(), data, source)
+    cfg = merge(Config(), _current(data), source)
     check_rules(cfg, source)
     return cfg
 
@@ -343,7 +358,9 @@ def with_fields(
             in `data` and `search`: set it by its dotted key).
     """
     nested: dict[str, Any] = {}
+    renamed = {old.rsplit(".", 1)[1]: new.rsplit(".", 1)[1] for old, new in RENAMED.items()}
     for name, value in values.items():
+        name = renamed.get(name, name)
         keys = [key for key in _KEYS if key.rsplit(".", 1)[-1] == name]
         if not keys:
             raise ConfigError(

@@ -10,20 +10,16 @@ are `translate.hard_alignment`'s; the synthetic tasks' alignment accuracy is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import torch
-from torch import Tensor
+import numpy as np
 
-from alignmt.analysis.attribution import Method, relevance, torch_model
 from alignmt.config import DataConfig
+from alignmt.decoding.engine import Engine, Method, Pairs
 from alignmt.decoding.translator import Translator
-from alignmt.model.batch import Batch, make_batch
-from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.links import Link, Words, eflomal_links, sentence_words
 from alignmt.text.split import read_split
-from alignmt.text.vocab import Vocab
 
 # --- Scoring ------------------------------------------------------------------------------
 
@@ -80,75 +76,50 @@ def alignment_error_rate(
 # --- Attention's alignments ---------------------------------------------------------------
 
 
-def argmax_links(attention: Tensor, src_len: Tensor, tgt_len: Tensor) -> list[set[Link]]:
-    """Each target token's most-attended real source token.
+def argmax_links(scores: Sequence[np.ndarray]) -> list[set[Link]]:
+    """Each target token's most-attended real source token, in each pair's relevance matrix.
 
     Args:
-        attention: (B, T_tgt, T_src) weights; each source ends in </s>.
-        src_len: (B,) source tokens without </s>, the columns a link may point to. </s>
-            takes no part: where it has the most weight, the best real token is taken.
-        tgt_len: (B,) target tokens without </s>, the rows that get a link.
+        scores: per pair, (target tokens + 1, source tokens + 1) weights, </s> last on both
+            sides (as `Engine.relevance` gives them). </s> takes no part: no link comes from
+            its row, and where its column has the most weight, the best real token is taken.
 
     Returns:
-        B sets of (source position, target position) links.
+        One set of (source position, target position) links per pair.
     """
-    columns = torch.arange(attention.size(-1), device=attention.device)
-    real = columns < src_len[:, None]  # (B, T_src)
-    best = attention.masked_fill(~real[:, None, :], float("-inf")).argmax(-1)  # (B, T_tgt)
-    rows = zip(best.tolist(), src_len.tolist(), tgt_len.tolist(), strict=True)
-    return [{(i, j) for j, i in enumerate(row[:m])} if n else set() for row, n, m in rows]
+    found = []
+    for matrix in scores:
+        if matrix.shape[1] < 2:  # an empty source: nothing to link to
+            found.append(set())
+            continue
+        best = matrix[:-1, :-1].argmax(axis=-1)  # (target tokens,)
+        found.append({(int(j), i) for i, j in enumerate(best)})
+    return found
 
 
-def attention_links(
-    model: Seq2Seq,
-    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
-    src_vocab: Vocab,
-    tgt_vocab: Vocab,
+def token_links(
+    engine: Engine,
+    pairs: Pairs,
     *,
     batch_size: int = 64,
     method: Method = "attention",
 ) -> list[set[Link]]:
     """Token links from teacher-forcing each reference through the model: for every
     reference token, the source token its attention (or the attribution `method`) weighs
-    most (see `argmax_links` and `attribution.relevance`).
+    most (see `argmax_links` and `Engine.relevance`).
 
     Args:
-        model: an attention model (switched to eval mode here); any model for an
-            attribution other than "attention" and "shift".
+        engine: the model, on its engine.
         pairs: (source ids, reference ids), encoded without specials.
-        src_vocab, tgt_vocab: the model's vocabularies.
         batch_size: pairs per forward pass; pairs go in sorted by length, to limit padding.
-        method: one of `attribution.METHODS`.
+        method: one of `decoding.engine.METHODS`.
 
     Returns:
         One set of (source position, reference position) links per pair, in input order.
     """
-    if method in ("attention", "shift") and not model.has_attention:
+    if method in ("attention", "shift") and not engine.has_attention:
         raise ValueError("the model has no attention to align with (model.attention=none)")
-    model.eval()
-    device = next(model.parameters()).device
-    links: list[set[Link]] = [set() for _ in pairs]
-    for rows, batch in sorted_batches(pairs, src_vocab, tgt_vocab, batch_size, device):
-        scores = relevance(model, batch, method)  # (B, T_tgt, T_src)
-        found = argmax_links(scores, batch.src_len - 1, batch.tgt_len - 1)
-        for k, sentence_links in zip(rows, found, strict=True):
-            links[k] = sentence_links
-    return links
-
-
-def sorted_batches(
-    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
-    src_vocab: Vocab,
-    tgt_vocab: Vocab,
-    batch_size: int,
-    device: torch.device,
-) -> Iterator[tuple[list[int], Batch]]:
-    """(the pairs' indices, their batch on `device`), `batch_size` pairs at a time, in order
-    of length: sorting first keeps padding, and so wasted work, small."""
-    order = sorted(range(len(pairs)), key=lambda k: (len(pairs[k][0]), len(pairs[k][1])))
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        yield rows, make_batch([pairs[k] for k in rows], src_vocab, tgt_vocab).to(device)
+    return argmax_links(engine.relevance(pairs, method, batch_size=batch_size))
 
 
 def word_links(
@@ -159,29 +130,20 @@ def word_links(
     batch_size: int = 64,
     method: Method = "attention",
 ) -> list[set[Link]]:
-    """The model's teacher-forced argmax alignments (`attention_links`) between words.
+    """The model's teacher-forced argmax alignments (`token_links`) between words.
 
     Args:
-        translator: the model with its vocabularies, on its device and at its precision.
+        translator: the model with its vocabularies, on its engine.
         sources, references: the sentence pairs, cut by `sentence_words` with the
             translator's source and target tokenizers.
         batch_size: pairs per forward pass.
-        method: what is argmaxed: the attention, or an attribution (`attribution.METHODS`).
+        method: what is argmaxed: the attention, or an attribution (`engine.METHODS`).
 
     Returns:
         One set of (source word, reference word) links per pair.
     """
     pairs = token_pairs(translator, sources, references)
-    model = torch_model(translator, method)
-    with translator.engine.numerics():
-        found = attention_links(
-            model,
-            pairs,
-            translator.src_vocab,
-            translator.tgt_vocab,
-            batch_size=batch_size,
-            method=method,
-        )
+    found = token_links(translator.engine, pairs, batch_size=batch_size, method=method)
     return between_words(sources, references, found)
 
 

@@ -1,6 +1,7 @@
 """The models an answerer holds: each folder given at start-up, opened once through the door
 (`decoding.door.open_translator`) and named by the folder's name. Requests name a model,
-never a file. A run folder runs on the torch engine; the weights it kept during training
+never a file. A run folder runs on the torch engine, or the flax one; the weights it kept
+during training
 (its snapshots) are opened when first asked for, on the decoding thread, and kept. A folder
 that `alignmt export` wrote runs on ONNX Runtime, and a server of such folders alone never
 loads torch. Every model and snapshot of a server sits on one device and decodes at one
@@ -18,6 +19,7 @@ from alignmt.answers.schemas import ModelInfo
 from alignmt.checkpoint.format import snapshot_steps
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.engine import Unavailable
+from alignmt.decoding.exported import is_exported
 from alignmt.model.attention.registry import compose
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ def load_models(
     precision: Precision = "float32",
     weights: Weights | None = None,
     shortlist: int | None = None,
+    engine: str = "torch",
 ) -> dict[str, ServedModel]:
     """Open each run folder (or .safetensors file, or exported folder); the first is the
     default model. RUN_A+RUN_B serves the runs as one ensemble, named so, for /v1/translate.
@@ -61,6 +64,8 @@ def load_models(
         weights, shortlist: replace each run's `search.weights` and `search.shortlist`
             (None: keep the run's). An exported model runs its int8 graphs for
             weights="int8".
+        engine: what run folders decode on, "torch" or "flax"; an exported folder runs on
+            ONNX Runtime whatever this says.
 
     Raises:
         ValueError: two folders share a name, none is given, or a model is asked for what
@@ -76,9 +81,11 @@ def load_models(
         name = "+".join(_name(Path(run)) for run in runs)
         if name in models:
             raise ValueError(f"two models would be named {name!r}: give folders distinct names")
+        on = "auto" if engine == "torch" or any(is_exported(run) for run in runs) else engine
         translator = open_translator(
-            runs, device=device, precision=precision, weights=weights, shortlist=shortlist
-        )
+            runs, engine=on, device=device, precision=precision, weights=weights,
+            shortlist=shortlist,
+        )  # fmt: skip
         members = [_name(Path(run)) for run in runs] if len(runs) > 1 else None
         models[name] = ServedModel(name, translator, model_info(name, translator, members))
     return models
@@ -106,7 +113,7 @@ def model_info(name: str, translator: Translator, members: list[str] | None = No
         shortlist=search.shortlist,
         snapshots=snapshot_steps(folder) if own_run else [],
         ensemble=members,
-        runtime="onnxruntime" if engine.name == "onnxruntime" else "pytorch",
+        engine=engine.name,
     )
 
 

@@ -418,10 +418,11 @@ class ModelInfo(BaseModel):
         description="an ensemble's member runs, the first describing it above; it translates "
         "only (/v1/translate)",
     )
-    runtime: Literal["pytorch", "onnxruntime"] = Field(
-        "pytorch",
-        description="what runs it: pytorch (a run folder), or onnxruntime (a folder `alignmt "
-        "export` wrote), which translates only (/v1/translate), greedy or with a beam",
+    engine: Literal["torch", "flax", "onnxruntime"] = Field(
+        "torch",
+        description="what runs it: torch or flax (a run folder), or onnxruntime (a folder "
+        "`alignmt export` wrote); an engine that cannot step through the decoder translates "
+        "only (/v1/translate), greedy or with a beam",
     )
 
 

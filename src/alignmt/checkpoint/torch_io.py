@@ -212,9 +212,9 @@ def restore_train_state(
     tensors, values = load_train_state(path)
     if values.get("backend", "torch") != "torch":
         raise ValueError(
-            f"{path}: was trained with train.backend={values['backend']}, whose optimiser state "
-            "train.backend=torch cannot resume; resume it with "
-            f"train.backend={values['backend']}, or start a new run"
+            f"{path}: was trained with train.engine={values['backend']}, whose optimiser state "
+            "train.engine=torch cannot resume; resume it with "
+            f"train.engine={values['backend']}, or start a new run"
         )
     model.load_state_dict(current_names(load_weights(path), model.composition))
     moments: dict[int, dict[str, Tensor]] = {}

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     print(result.table)
     times = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in result.seconds.items())
     print(
-        f"\nTraining time ({cfg.train.backend}, {cfg.train.steps} steps, "
+        f"\nTraining time ({cfg.train.engine}, {cfg.train.steps} steps, "
         f"batch {cfg.train.batch_size}, "
         f"{hardware}): {times}"
     )

@@ -45,6 +45,20 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     add_speed_options(parser)
 
 
+def add_engine_option(parser: argparse.ArgumentParser) -> None:
+    """--engine (or --backend, its older name): the framework a run folder decodes on."""
+    parser.add_argument(
+        "--engine",
+        "--backend",
+        dest="engine",
+        choices=["torch", "flax"],
+        default="torch",
+        help="decode a run folder with PyTorch, or with JAX/Flax (the [flax] extra; float32, "
+        "compiled once per padded batch shape); an exported folder runs on ONNX Runtime "
+        "whatever this says (default torch)",
+    )
+
+
 def add_speed_options(parser: argparse.ArgumentParser) -> None:
     """int8 matmuls and the lexical shortlist: faster CPU decoding, at a measured cost."""
     parser.add_argument(

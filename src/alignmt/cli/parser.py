@@ -15,6 +15,7 @@ from alignmt.cli.flags import (
     REPLACE_UNK,
     above_zero,
     add_device_options,
+    add_engine_option,
     add_run_options,
     add_speed_options,
     add_test_options,
@@ -144,13 +145,7 @@ def _translate(commands: Commands) -> None:
         help="refuse input with a line longer than this, in the model's source tokens, before "
         f"translating anything (default {Limits.max_source_tokens}, as `alignmt serve`)",
     )
-    translate.add_argument(
-        "--backend",
-        choices=["torch", "flax"],
-        default="torch",
-        help="decode with PyTorch, or with JAX/Flax (the [flax] extra; float32, compiled once "
-        "per padded batch shape) (default torch)",
-    )
+    add_engine_option(translate)
 
 
 def _add_sampling_options(translate: argparse.ArgumentParser) -> None:
@@ -349,6 +344,7 @@ def _serve(commands: Commands) -> None:
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=port, default=8000, help="default 8000")
+    add_engine_option(serve)
     for limit in fields(Limits):
         is_time = isinstance(limit.default, float)
         serve.add_argument(

@@ -21,6 +21,7 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision,
         weights=args.weights,
         shortlist=args.shortlist,
+        engine=args.engine,
     )
     logging.getLogger("alignmt.serve").setLevel(logging.INFO)
     url = f"http://{args.host}:{args.port}"

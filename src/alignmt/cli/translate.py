@@ -141,7 +141,7 @@ def check_lengths(tokens: list[list[str]], limit: int) -> None:
 def translator_for(
     runs: str | list[str], args: argparse.Namespace, needs: Sequence[Feature] = ()
 ) -> Translator:
-    """The model of a run, an exported folder or (several runs) an ensemble, on --backend,
+    """The model of a run, an exported folder or (several runs) an ensemble, on --engine,
     --device and --precision, searching as the first stored its search, with --beam,
     --replace-unk, --coverage-penalty, --weights and --shortlist applied; what its engine
     cannot do of `needs` is refused before it is loaded."""
@@ -149,7 +149,7 @@ def translator_for(
 
     return open_translator(
         runs,
-        engine="auto" if getattr(args, "backend", "torch") == "torch" else args.backend,
+        engine="auto" if getattr(args, "engine", "torch") == "torch" else args.engine,
         device=args.device,
         precision=args.precision,
         beam_size=args.beam,

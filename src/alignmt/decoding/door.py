@@ -38,6 +38,7 @@ def open_translator(
     precision: Precision = "float32",
     search: SearchConfig | None = None,
     needs: Iterable[Feature] = (),
+    threads: int = 0,
     **changes: Any,
 ) -> Translator:
     """The translator of the model at `path`.
@@ -54,6 +55,9 @@ def open_translator(
         search: the search to use instead of the model's stored one.
         needs: what the caller will ask of the translator (sampling, constrained search,
             ...), refused with the rest before anything is loaded.
+        threads: the CPU threads the engine computes with; 0: its framework's default.
+            PyTorch's are the process's (`torch.set_num_threads`); ONNX Runtime's are its
+            sessions'; JAX fixes its own when it starts, so the flax engine refuses any.
         **changes: `SearchConfig` fields to change (beam_size, weights, shortlist,
             coverage_penalty, replace_unk, ...); None leaves a field as stored.
 
@@ -69,10 +73,21 @@ def open_translator(
     changes = {key: value for key, value in changes.items() if value is not None}
     asked = _asked(device, precision, len(paths)) + _searches(search, changes) + list(needs)
     _check(name, asked)
+    if threads < 0:
+        raise ValueError(f"threads must be 0 (the framework's default) or more, got {threads}")
     if name == "onnxruntime":  # on the CPU, in float32 or int8: the checks said so
-        return _onnx(paths[0], search, changes)
+        return _onnx(paths[0], search, changes, threads)
     if name == "flax":  # in float32: the checks said so
+        if threads:
+            raise ValueError(
+                f"threads={threads}: JAX fixes its CPU threads when it starts, and the flax "
+                "engine cannot change them: leave threads at 0"
+            )
         return _flax(paths[0], device, search, changes)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     return _torch(paths, device=device, precision=precision, changes=changes, search=search)
 
 
@@ -218,7 +233,9 @@ def _flax(path: str | Path, device: str, search: SearchConfig | None, changes: d
     return _translator(engine, search, Origin(_folder(path), header))
 
 
-def _onnx(path: str | Path, search: SearchConfig | None, changes: dict) -> Translator:
+def _onnx(
+    path: str | Path, search: SearchConfig | None, changes: dict, threads: int = 0
+) -> Translator:
     """A folder `alignmt export` wrote, on ONNX Runtime and NumPy: float32, or its int8
     graphs where the search asks for int8 weights."""
     from alignmt.decoding.onnx_engine.engine import OnnxEngine
@@ -236,7 +253,7 @@ def _onnx(path: str | Path, search: SearchConfig | None, changes: dict) -> Trans
             path,
         )
         search = replace(search, weights="float32")
-    model = OnnxModel(path, int8=search.weights == "int8")
+    model = OnnxModel(path, threads=threads, int8=search.weights == "int8")
     engine = OnnxEngine(model)
     return _translator(engine, search, Origin(Path(path), model.header))
 

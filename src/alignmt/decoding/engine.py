@@ -41,6 +41,20 @@ Feature = Literal[
 ]
 EVERY: frozenset[Feature] = frozenset(Feature.__args__)  # type: ignore[attr-defined]
 
+# How much each source token moved each output token, teacher-forced (`Engine.relevance`;
+# the torch engine's torch_engine/relevance.py says what each is): attention as it is or one
+# step on, or an attribution
+Method = Literal["attention", "shift", "gradient", "integrated", "erasure"]
+METHODS: tuple[Method, ...] = Method.__args__  # type: ignore[attr-defined]
+# (source ids, output ids) sentence pairs, encoded without specials
+Pairs = Sequence[tuple[Sequence[int], Sequence[int]]]
+
+
+def needs(method: Method) -> Feature:
+    """The feature of the engine table that a relevance `method` asks for."""
+    return "teacher-forced attention" if method in ("attention", "shift") else "attribution"
+
+
 # What each engine can do beyond greedy and beam search (n-best, the length penalty, token
 # probabilities and attention, which all of them do), and what a user who needs more does.
 FEATURES: dict[EngineName, frozenset[Feature]] = {
@@ -51,7 +65,7 @@ FEATURES: dict[EngineName, frozenset[Feature]] = {
 }
 INSTEAD: dict[EngineName, str] = {
     "torch": "",
-    "flax": "use the torch engine (--backend torch) for it",
+    "flax": "use the torch engine (--engine torch) for it",
     "onnxruntime": "translate or serve the run folder it was exported from (the torch engine)",
     "browser": "serve the run folder it was exported from (`alignmt serve RUN_DIR`)",
 }
@@ -164,3 +178,16 @@ class Engine(ABC):
         """Every candidate beam search weighs for one sentence, as a tree (the torch
         engine's is its trace.py)."""
         raise Unavailable("stepping through the decoder", self.label, self.instead)
+
+    def relevance(self, pairs: Pairs, method: Method, *, batch_size: int = 64) -> list[np.ndarray]:
+        """The analyses' teacher-forced entry point: for each (source ids, output ids) pair
+        (without specials), how much each source token moved each output token by `method`,
+        (len(output) + 1, len(source) + 1), </s> last on both sides (the torch engine's is
+        its relevance.py). Pairs go through `batch_size` at a time."""
+        raise Unavailable(needs(method), self.label, self.instead)
+
+    def flips(self, pairs: Pairs, *, batch_size: int = 64) -> tuple[int, int]:
+        """The explorer's what-if over teacher-forced pairs: how many output steps write
+        another token once their attention is moved to the source word it ranks second, of
+        how many steps tried (the torch engine's relevance.py)."""
+        raise Unavailable("teacher-forced attention", self.label, self.instead)

@@ -1,4 +1,4 @@
-"""Training in Flax (`train.backend=flax`): the `loop.Backend` that trains a `FlaxSeq2Seq`
+"""Training in Flax (`train.engine=flax`): the `loop.Backend` that trains a `FlaxSeq2Seq`
 with the same model, loss, schedule, clipping and Adam as the PyTorch backend, jit-compiled
 (`flax_optim`), and writes the same run folder. `loop.Loop` runs it as it runs PyTorch's:
 steps, the clock, evaluation and checkpoint cadence, early stopping, signals, snapshots, the
@@ -168,8 +168,8 @@ def restore(path: Path, tx: optax.GradientTransformation, cfg: Config, text: Tex
     params, tensors, values = load_flax_train_state(path)
     if values.get("backend") != "flax":
         raise ValueError(
-            f"{path}: was trained with train.backend=torch, whose optimiser state (PyTorch's "
-            "Adam) train.backend=flax cannot resume; resume it with train.backend=torch, or "
+            f"{path}: was trained with train.engine=torch, whose optimiser state (PyTorch's "
+            "Adam) train.engine=flax cannot resume; resume it with train.engine=torch, or "
             "start a new run"
         )
     leaves, tree = jax.tree_util.tree_flatten_with_path(tx.init(params))
@@ -191,18 +191,18 @@ def one_process(cfg: Config) -> World:
     why, before the run claims its folder."""
     if cfg.train.guided_alignment:
         raise ValueError(
-            "train.guided_alignment is trained by the PyTorch backend only: use train.backend=torch"
+            "train.guided_alignment is trained by the PyTorch backend only: use train.engine=torch"
         )
     if cfg.train.cuda_graphs:
         raise ValueError(
             "train.cuda_graphs captures PyTorch's unroll; XLA compiles the Flax step whole "
-            "already: leave it false with train.backend=flax"
+            "already: leave it false with train.engine=flax"
         )
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ValueError("train.backend=flax trains in one process; run it without torchrun")
+        raise ValueError("train.engine=flax trains in one process; run it without torchrun")
     if cfg.train.precision != "float32":
         raise ValueError(
-            f"train.precision={cfg.train.precision}: train.backend=flax trains in float32 only"
+            f"train.precision={cfg.train.precision}: train.engine=flax trains in float32 only"
         )
     return World()
 

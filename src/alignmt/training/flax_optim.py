@@ -1,4 +1,4 @@
-"""Optimisation in JAX (`train.backend=flax`): optax's clipped Adam and one update, compiled.
+"""Optimisation in JAX (`train.engine=flax`): optax's clipped Adam and one update, compiled.
 
 optim.py's `train_step` for a `FlaxSeq2Seq`: the same loss, clipping and Adam (PyTorch's
 defaults), each micro-batch's loss weighted by its share of the update's target tokens, and

@@ -60,7 +60,7 @@ def train(
         The trained model, its vocabularies, the loss curve and the training time (on ranks
         other than 0 the curve is empty: rank 0 keeps the record).
     """
-    if cfg.train.backend == "flax":  # imported here: JAX is an optional extra
+    if cfg.train.engine == "flax":  # imported here: JAX is an optional extra
         from alignmt.training import flax_backend
 
         world = flax_backend.one_process(cfg)  # refuses what Flax does not train, first

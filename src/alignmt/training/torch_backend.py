@@ -1,4 +1,4 @@
-"""Training in PyTorch (`train.backend=torch`, the default): the `loop.Backend` that updates
+"""Training in PyTorch (`train.engine=torch`, the default): the `loop.Backend` that updates
 a `Seq2Seq` with `optim.train_step`, inside DistributedDataParallel when torchrun starts
 several processes, measures it for `validate` and writes its checkpoints with
 `checkpoint.torch_io`. Deciding what happens when (and skipping what is not finite) is the

@@ -19,7 +19,7 @@ import torch
 
 from alignmt.config import Precision, SearchConfig
 from alignmt.decoding.constraint import Constraint
-from alignmt.decoding.engine import Call, Check, Engine, Feature, Searcher
+from alignmt.decoding.engine import Call, Check, Engine, Feature, Method, Pairs, Searcher, needs
 from alignmt.decoding.results import BeamTrace, DecoderStep, Hypothesis
 from alignmt.decoding.torch_engine.constraints import Table
 from alignmt.decoding.torch_engine.ensemble import Ensemble
@@ -58,6 +58,7 @@ class TorchEngine(Engine):
         self.precision = precision
         self.speed = check_speed(search, shortlist, vocabs, self.device, precision, model)
         self.pad_id = vocabs[0].pad_id
+        self.vocabs = vocabs
         self.has_attention = model.has_attention
         self.parameters = sum(p.numel() for p in model.parameters())
 
@@ -173,6 +174,20 @@ class TorchEngine(Engine):
                 beta=search.coverage_penalty,
                 check=check,
             )
+
+    def relevance(self, pairs: Pairs, method: Method, *, batch_size: int = 64) -> list[np.ndarray]:
+        self.require([needs(method)])
+        from alignmt.decoding.torch_engine.relevance import pair_relevance  # loads Captum
+
+        with self.numerics():
+            return pair_relevance(self.model, pairs, self.vocabs, method, batch_size=batch_size)
+
+    def flips(self, pairs: Pairs, *, batch_size: int = 64) -> tuple[int, int]:
+        self.require(["teacher-forced attention"])
+        from alignmt.decoding.torch_engine.relevance import pair_flips
+
+        with self.numerics():
+            return pair_flips(self.model, pairs, self.vocabs, batch_size)
 
     @torch.no_grad()
     def beam_trace(
