@@ -1,19 +1,21 @@
 """The attention room's scores and its composer against the papers' equations, hand
 arithmetic and the entries' float64 references; its declarations, and run folders written
-before the room."""
+before the room: loaded, and resumed."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from alignmt.checkpoint.torch_io import load_checkpoint
-from alignmt.config import ModelConfig
+from alignmt.config import ModelConfig, apply_overrides, load_config
 from alignmt.model.attention import registry
 from alignmt.model.attention.additive import reference as additive_ref
 from alignmt.model.attention.coverage import reference as coverage_ref
@@ -23,6 +25,7 @@ from alignmt.model.attention.mappings.torch import masked_softmax
 from alignmt.model.attention.multiplicative import reference as multiplicative_ref
 from alignmt.model.attention.torch import Attention
 from alignmt.model.decoder import Memory
+from alignmt.training.run import train
 from tests.architectures import ATTENTIONS
 
 D, C, A = 3, 4, 5
@@ -317,3 +320,39 @@ def test_todays_names_are_left_as_they_are_and_old_ones_are_moved():
     assert registry.current_names(before, composition) == today
     vanilla = replace(ModelConfig(), attention="none")
     assert registry.current_names(before, registry.compose(vanilla)) == before
+
+
+@pytest.mark.parametrize("engine", ["torch", "flax"])
+def test_a_run_stopped_before_the_room_resumes_as_if_it_never_stopped(engine, tmp_path):
+    """tests/data/legacy/resume: the code before the room trained a local-p model for 2 steps of
+    4 (a constant rate, so the step count changes nothing else) and, apart, for all 4; Flax
+    under the suite's XLA flags (conftest.py). The first resumed here ends with the second's
+    weights, bit for bit: its optimiser state (PyTorch's moments by position, optax's by
+    parameter path) meets the weights it was kept for."""
+    if engine == "flax":
+        pytest.importorskip("flax")
+    run = _legacy_run(f"{engine}_local_p_half", tmp_path)
+    cfg = apply_overrides(load_config(run / "config.yaml"), [f"out_dir={run}", "train.steps=4"])
+    train(cfg, progress=False, resume=True)
+    whole = load_file(LEGACY / "resume" / f"{engine}_local_p_whole.safetensors")
+    resumed = load_file(run / "model.safetensors")
+    expected = registry.current_names(whole, registry.compose(cfg.model))
+    assert resumed.keys() == expected.keys()
+    assert all(torch.equal(resumed[name], expected[name]) for name in expected)
+
+
+def test_a_coverage_run_stopped_before_the_room_is_refused_and_kept(tmp_path):
+    """Coverage's weights moved among the model's parameters, so the old PyTorch moments,
+    stored by position, would reach other weights: resuming is refused, the folder kept."""
+    run = _legacy_run("torch_sum_half", tmp_path)
+    kept = {path.name: path.read_bytes() for path in run.iterdir()}
+    cfg = apply_overrides(load_config(run / "config.yaml"), [f"out_dir={run}", "train.steps=4"])
+    with pytest.raises(ValueError, match=r"last.safetensors: was saved by an alignmt .* cannot"):
+        train(cfg, progress=False, resume=True)
+    assert {path.name: path.read_bytes() for path in run.iterdir()} == kept
+
+
+def _legacy_run(name: str, tmp_path: Path) -> Path:
+    run = tmp_path / name
+    shutil.copytree(LEGACY / "resume" / name, run)
+    return run

@@ -194,4 +194,29 @@ def load_flax_train_state(path: Path) -> tuple[Params, dict[str, np.ndarray], di
                 state[name[len(TRAIN_PREFIX) :]] = f.get_tensor(name)
             else:
                 model[name] = f.get_tensor(name)
-    return params_from_tensors(model, cfg), state, json.loads(meta["train_state"])
+    return (
+        params_from_tensors(model, cfg),
+        current_state_names(state, cfg),
+        json.loads(meta["train_state"]),
+    )
+
+
+def current_state_names(state: Mapping[str, np.ndarray], cfg: ModelConfig) -> dict[str, Any]:
+    """A Flax run's training state under today's parameter paths. optax's entries are named by
+    their parameter's path (`opt...mu['decoder']['window']['W_p']['kernel']`), which moves
+    as `registry.current_names` moves the parameter's own name in a run saved before the
+    attention room."""
+    paths = {}
+    for name in state:
+        head, mark, rest = name.partition("['")
+        if mark:
+            paths[name] = (head, ".".join(re.findall(r"\['([^']*)'\]", mark + rest)))
+    dotted = {path for _, path in paths.values()}
+    moved = {old: new for new, old in current_names({p: p for p in dotted}, compose(cfg)).items()}
+    renamed = {}
+    for name, value in state.items():
+        if name in paths:
+            head, path = paths[name]
+            name = head + "".join(f"['{part}']" for part in moved[path].split("."))
+        renamed[name] = value
+    return renamed

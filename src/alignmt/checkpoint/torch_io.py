@@ -216,7 +216,10 @@ def restore_train_state(
             "train.engine=torch cannot resume; resume it with "
             f"train.engine={values['backend']}, or start a new run"
         )
-    model.load_state_dict(current_names(load_weights(path), model.composition))
+    weights = load_weights(path)
+    current = current_names(weights, model.composition)
+    _check_moments_line_up(path, current.keys() != weights.keys(), model)
+    model.load_state_dict(current)
     moments: dict[int, dict[str, Tensor]] = {}
     rngs: dict[int, dict[str, Tensor]] = {}
     for name, value in tensors.items():
@@ -231,3 +234,16 @@ def restore_train_state(
     optimizer.load_state_dict({"state": moments, "param_groups": values["param_groups"]})
     random.setstate(as_tuples(values["python_rng"]))
     return values["progress"], [rngs[rank] for rank in sorted(rngs)]
+
+
+def _check_moments_line_up(path: Path, before_the_room: bool, model: Seq2Seq) -> None:
+    """Refuse a run saved before the attention room whose parameters have moved in order
+    since: its optimiser moments, stored by position, would be given to other weights."""
+    moved = [spec.about for spec in model.composition or () if spec.reordered]
+    if before_the_room and moved:
+        raise ValueError(
+            f"{path}: was saved by an alignmt that stored the {moved[0]} weights elsewhere, "
+            "and its optimiser state no longer lines up with this model's parameters, so it "
+            "cannot be resumed; its weights still load to translate, evaluate and explore, "
+            "or start a new run"
+        )

@@ -15,9 +15,10 @@ The three decoders with attention (Bahdanau's, Luong's and the conditional GRU's
 in `attention_decoder.py`; attention itself in the room, `attention/`.
 
 Under teacher forcing everything that does not depend on the recurrence is computed once,
-outside the time loop: the key projections (in `prepare`), the embedding part of the RNN
-input projection (and, for vanilla, the fixed context's part), and the output layer over all
-steps at once. `forward` and a loop of `step` run the same `_advance` and give the same logits.
+outside the time loop: the attention's memory slots (in `prepare`), the embedding part of the
+RNN input projection (and, for vanilla, the fixed context's part), and the output layer over
+all steps at once. `forward` and a loop of `step` run the same `_advance` and give the same
+log-probabilities.
 
 A decoder owns its output distribution: `step` and `forward` hand out `LogProbs`
 (distribution.py), which every search, the exporter and the analyses read. Its output layer is

@@ -3,8 +3,9 @@
 
 Owns the choice, not the moves: callers put models and tensors on the device they get here.
 Precision is autocast's (weights stay float32; matmuls and RNNs run in bfloat16), never a
-conversion of the weights, so one checkpoint serves every precision. Search casts logits
-back to float32 before ranking (`alignmt.decoding.torch_engine.search`), and MKL's packed
+conversion of the weights, so one checkpoint serves every precision. Search casts the
+log-probabilities back to float32 before ranking (`LogProbs.float`, in
+`alignmt.decoding.torch_engine.steps`), and MKL's packed
 weights stay out of autocast (`alignmt.decoding.torch_engine.packed`).
 """
 

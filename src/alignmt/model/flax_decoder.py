@@ -40,7 +40,6 @@ class Memory(NamedTuple):
     mask: Array  # (B, T_src) bool, True at real tokens
     context: Array | None  # (B, C) vanilla's fixed context; else None
     slots: dict[str, Array]  # what the attention mechanisms made (decoder.Memory's)
-    steer: Array | None = None  # (B, T_src) weights that replace alpha (decoder.Memory's)
 
 
 class TiedBias(nn.Module):
@@ -167,7 +166,8 @@ class Decoder(nn.Module):
         )
 
     def prepare(self, states: Array, mask: Array, final: Array) -> Memory:
-        """What every step reads: the keys projected once, or vanilla's fixed context."""
+        """What every step reads: the attention's memory slots, made once, or vanilla's fixed
+        context."""
         if self.order == "vanilla":
             return Memory(states, mask, final if self.feed_context else None, {})
         return Memory(states, mask, None, self.attention.prepare(states, mask))
@@ -176,7 +176,7 @@ class Decoder(nn.Module):
         """Teacher-forced unroll: log p (B, T_tgt, V), attention (B, T_tgt, T_src) or None,
         and the state after the last step."""
         features, attention, state = self.unroll(tgt_in, state, memory, train)
-        return LogProbs(logits=self.project(features)), attention, state
+        return self.distribution(features), attention, state
 
     def unroll(self, tgt_in: Array, state: DecoderState, memory: Memory, train: bool):
         """`__call__` up to the vocabulary projection: features (B, T_tgt, R)."""
@@ -239,8 +239,8 @@ class Decoder(nn.Module):
         emb = self.embed(prev)[:, None]  # (B, 1, E)
         gates = self.input_gates(emb, memory)[:, 0]
         state, feature, alpha = self.advance(gates, state, memory, False)
-        logits = self.project(self.features(feature[:, None], emb, memory, False))
-        return LogProbs(logits=logits[:, 0]), state, alpha
+        log_probs = self.distribution(self.features(feature[:, None], emb, memory, False))
+        return jax.tree_util.tree_map(lambda a: a[:, 0], log_probs), state, alpha  # (B, V)
 
     def input_gates(self, emb: Array, memory: Memory) -> Array:
         """(B, T, E) -> (B, T, G): the first layer's input projection known before the loop."""
@@ -300,8 +300,12 @@ class Decoder(nn.Module):
             )
         return self.output(jnp.concatenate([*parts, emb], -1), train)  # [s_i; c_i; y_{i-1}]
 
+    def distribution(self, features: Array) -> LogProbs:
+        """(..., R) output features -> log p over the vocabulary, (..., V) (decoder.py's)."""
+        return LogProbs(logits=self.project(features))
+
     def project(self, features: Array) -> Array:
-        """(B, T, R) -> (B, T, V)."""
+        """(..., R) -> (..., V)."""
         embedding = self.embed.embedding
         if self.order == "luong":
             return self.proj(features, embedding) if self.tied else self.proj(features)

@@ -5,18 +5,25 @@ equations in float64 NumPy (the tests' oracle) and its declaration (`spec.Spec`:
 that chooses it, its state and memory slots with their axes, what the explorer shows);
 `torch.py`, its PyTorch module; and `flax.py`, its Flax twin.
 
-    spec.py          what a mechanism declares, and a model's composition of them
-    registry.py      the entries, and the composition a model config chooses
-    torch.py         a score, a mapping and a modifier in PyTorch, and `Attention`, which
-                     composes them into one step
-    flax.py          the same composer in Flax
-
-    additive/        the scores with a hidden layer: additive and concat
-    multiplicative/  the dot, scaled dot and general scores
-    location/        Luong's location score
-    mappings/        softmax, sparsemax and 1.5-entmax
-    local/           Luong's local windows, local-m and local-p
-    coverage/        Tu et al.'s coverage, summed or by fertility
-
 Nothing is imported here, so that the declarations load no framework.
+
+    additive/        The scores with a hidden layer, additive (Bahdanau et al. 2015) and concat
+                     (Luong et al. 2015): an entry of the attention room.
+    coverage/        Coverage, summed or by fertility (Tu et al. 2016): an entry of the
+                     attention room.
+    flax.py          the same composer in Flax
+    local/           Local attention's windows, local-m and local-p (Luong et al. 2015, §3.2):
+                     an entry of the attention room.
+    location/        Luong et al.'s location score (2015): an entry of the attention room.
+    mappings/        The mappings from scores to weights, softmax, sparsemax (Martins &
+                     Astudillo 2016) and 1.5-entmax (Peters et al. 2019): an entry of the
+                     attention room.
+    multiplicative/  The dot and general scores (Luong et al. 2015) and the scaled dot product
+                     (Vaswani et al. 2017): an entry of the attention room.
+    registry.py      the room's entries, the composition a model config chooses, and the names
+                     of weights stored before the room
+    spec.py          what an attention mechanism declares: its entry, its state and memory slots
+                     with their axes, what the explorer shows
+    torch.py         what a score, a mapping and a modifier are in PyTorch, and `Attention`, the
+                     step they compose
 """

@@ -9,14 +9,13 @@ A Flax part has the methods of its PyTorch twin: a score `prepare(states)` and
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from alignmt.model.attention.spec import Composition, Spec
+from alignmt.model.attention.spec import Composition
 
 Array = jax.Array
 Slots = dict[str, Array]
@@ -30,15 +29,9 @@ class Focus(NamedTuple):
     term: Array | None  # (B, T_src, A)
 
 
-def build_part(spec: Spec, *, query_dim: int, key_dim: int) -> Any:
-    """The Flax module (or mapping) `spec` declares, built by its entry's flax.py."""
-    entry = importlib.import_module(f"{spec.entry}.flax")
-    return entry.build(spec, query_dim=query_dim, key_dim=key_dim)
-
-
 def modifier_names(composition: Composition) -> tuple[str, ...]:
     """The children the modifiers are, in the order they act."""
-    return tuple(spec.entry.rsplit(".", 1)[1] for spec in composition.modifiers)
+    return tuple(spec.name for spec in composition.modifiers)
 
 
 class Attention(nn.Module):
@@ -50,12 +43,12 @@ class Attention(nn.Module):
 
     def setup(self) -> None:
         sizes = dict(query_dim=self.query_dim, key_dim=self.key_dim)
-        self.score = build_part(self.composition.score, **sizes)
-        self.mapping = build_part(self.composition.mapping, **sizes)
+        self.score = self.composition.score.build("flax", **sizes)
+        self.mapping = self.composition.mapping.build("flax", **sizes)
         for name, spec in zip(
             modifier_names(self.composition), self.composition.modifiers, strict=True
         ):
-            setattr(self, name, build_part(spec, **sizes))
+            setattr(self, name, spec.build("flax", **sizes))
 
     def _modifiers(self) -> list[Any]:
         return [getattr(self, name) for name in modifier_names(self.composition)]
@@ -82,9 +75,6 @@ class Attention(nn.Module):
         alpha = self.mapping(self.score(query, memory, focus.term), focus.mask)
         if focus.prior is not None:
             alpha = alpha * focus.prior
-        if memory.steer is not None:
-            steered = memory.steer.sum(axis=1, keepdims=True) > 0  # (B, 1)
-            alpha = jnp.where(steered, memory.steer, alpha)
         context = jnp.einsum("bt,btc->bc", alpha, memory.states)
         for modifier in self._modifiers():
             slots = modifier.update(alpha, slots, memory)

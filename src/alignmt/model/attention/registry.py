@@ -3,7 +3,8 @@ the server, the exporter's manifest and the config checks read it without a fram
 
 Each entry is a package beside this module whose `reference.py` holds the mechanism's
 float64 equations and its `from_config(cfg) -> Spec | None`, with `torch.py` and `flax.py`
-building it in each framework. Adding a mechanism is one package and one line here.
+building it in each framework. Adding a mechanism is one package, and here its import and
+its place in `SCORES` or `MODIFIERS`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ def compose(cfg: ModelConfig) -> Composition | None:
                 f"use model.{spec.off}"
             )
         return None
-    score = next(spec for entry in SCORES if (spec := entry.from_config(cfg)))
+    score = next((spec for entry in SCORES if (spec := entry.from_config(cfg))), None)
+    if score is None:
+        raise ValueError(f"model.attention={cfg.attention} is no score of the attention room")
     for spec in modifiers:
         if spec.hidden_term and not score.hidden_term:
             takers = ", ".join(

@@ -11,11 +11,11 @@ and the browser worker show the declared values. Nothing here imports a framewor
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Role = Literal["score", "mapping", "modifier"]
 # rows: the batch (sentences, or a beam's rows); source: the source positions (T_src);
 # units: any other axis, fixed by the model's sizes
 Axis = Literal["rows", "source", "units"]
@@ -51,7 +51,6 @@ class Spec:
     """
 
     entry: str  # the entry's package, alignmt.model.attention.<name>
-    role: Role
     kind: str  # the variant the config chose ("additive", "sparsemax", "fertility", ...)
     about: str  # how a model's description names it
     settings: Mapping[str, Any] = field(default_factory=dict)
@@ -62,9 +61,24 @@ class Spec:
     # 2016's V C_{i-1,j}). For a modifier: whether it adds one.
     hidden_term: bool = False
     off: str = ""  # for a modifier, the setting that leaves it out ("coverage=none")
-    # (before, after) prefixes of the run-folder tensor names, relative to the decoder, of
+    # (today's, before) prefixes of the run-folder tensor names, relative to the decoder, of
     # weights stored elsewhere before the room: a checkpoint written then loads as it was
     former: tuple[tuple[str, str], ...] = ()
+    # Whether those moves changed the order of the model's parameters too: PyTorch's
+    # optimiser moments of a run saved before the room, stored in that order, then no longer
+    # line up, and the run cannot be resumed (its weights still load)
+    reordered: bool = False
+
+    @property
+    def name(self) -> str:
+        """The entry's own name, which names its weights in a run folder ("local")."""
+        return self.entry.rsplit(".", 1)[1]
+
+    def build(self, framework: str, *, query_dim: int, key_dim: int) -> Any:
+        """The part this declares, built by the entry's `framework` module ("torch" or
+        "flax": torch.py's or flax.py's `build`)."""
+        module = importlib.import_module(f"{self.entry}.{framework}")
+        return module.build(self, query_dim=query_dim, key_dim=key_dim)
 
 
 @dataclass(frozen=True)

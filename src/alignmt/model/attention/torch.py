@@ -22,7 +22,6 @@ as a softmax mapping would (model/fused.py); `Attention` takes it where the mapp
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
@@ -31,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from alignmt.model import fused
-from alignmt.model.attention.spec import Composition, Spec
+from alignmt.model.attention.spec import Composition
 
 Slots = dict[str, Tensor]
 
@@ -91,12 +90,6 @@ class Modifier(nn.Module):
         return slots
 
 
-def build_part(spec: Spec, *, query_dim: int, key_dim: int) -> Any:
-    """The PyTorch module (or mapping) `spec` declares, built by its entry's torch.py."""
-    entry = importlib.import_module(f"{spec.entry}.torch")
-    return entry.build(spec, query_dim=query_dim, key_dim=key_dim)
-
-
 class Attention(nn.Module):
     """A score, a mapping and modifiers composed into one attention step.
 
@@ -108,12 +101,12 @@ class Attention(nn.Module):
         super().__init__()
         self.composition = composition
         sizes = dict(query_dim=query_dim, key_dim=key_dim)
-        self.score: Score = build_part(composition.score, **sizes)
-        self.mapping: Mapping = build_part(composition.mapping, **sizes)
+        self.score: Score = composition.score.build("torch", **sizes)
+        self.mapping: Mapping = composition.mapping.build("torch", **sizes)
         self.modifiers: list[Modifier] = []
         for spec in composition.modifiers:
-            module = build_part(spec, **sizes)
-            self.add_module(spec.entry.rsplit(".", 1)[1], module)
+            module = spec.build("torch", **sizes)
+            self.add_module(spec.name, module)
             self.modifiers.append(module)
 
     def prepare(self, states: Tensor, mask: Tensor) -> Slots:
@@ -146,13 +139,15 @@ class Attention(nn.Module):
             focus, slots = modifier.focus(query, slots, memory, focus)
         if self._fast(query, focus):
             context, alpha = self.score.fused(query, memory, focus.mask)
+            if memory.steer is not None:
+                context, alpha = _steered(context, alpha, memory)
         else:
             alpha = self.mapping(self.score(query, memory, focus.term), focus.mask)
             if focus.prior is not None:
                 alpha = alpha * focus.prior
+            if memory.steer is not None:
+                alpha = torch.where(_steers(memory), memory.steer, alpha)
             context = torch.bmm(alpha.unsqueeze(1), memory.states).squeeze(1)  # (B, C)
-        if memory.steer is not None:
-            context, alpha = _steered(context, alpha, memory)
         for modifier in self.modifiers:
             slots = modifier.update(alpha, slots, memory)
         return context, alpha, slots
@@ -163,11 +158,16 @@ class Attention(nn.Module):
         return self.score.fused is not None and plain and fused.applies(query)
 
 
+def _steers(memory: Any) -> Tensor:
+    """(B, 1) the rows the explorer's what-if steers: those where `memory.steer` (B, T_src),
+    the weights that replace alpha, is not all zero. A graph that always takes a steer
+    (`alignmt export --web`) so steers only the rows asked."""
+    return memory.steer.sum(dim=1, keepdim=True) > 0
+
+
 def _steered(context: Tensor, alpha: Tensor, memory: Any) -> tuple[Tensor, Tensor]:
-    """The explorer's what-if: `memory.steer` (B, T_src) replaces alpha in the rows where it
-    is not all zero, so that a graph that always takes a steer (`alignmt export --web`)
-    steers only the rows asked, and c_i follows."""
-    steered = memory.steer.sum(dim=1, keepdim=True) > 0  # (B, 1)
+    """A fused step's c_i and alpha, steered: alpha replaced in the rows asked, c_i moved."""
+    steered = _steers(memory)
     alpha = torch.where(steered, memory.steer, alpha)
     moved = torch.bmm(alpha.unsqueeze(1), memory.states).squeeze(1)  # (B, C)
     return torch.where(steered, moved, context), alpha

@@ -1,7 +1,7 @@
-"""One entry of the attention room: the scores with a hidden layer, additive (Bahdanau et al.
-2015) and concat (Luong et al. 2015).
+"""The scores with a hidden layer, additive (Bahdanau et al. 2015) and concat (Luong et
+al. 2015): an entry of the attention room.
 
-    reference.py     the equations in float64 NumPy, and the declaration (`from_config`)
-    torch.py         the PyTorch module
-    flax.py          the Flax twin
+    flax.py       the additive and concat scores in Flax
+    reference.py  the additive and concat scores in float64, and their declaration
+    torch.py      the additive and concat scores, with their fused fast path
 """

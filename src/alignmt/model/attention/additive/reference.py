@@ -27,12 +27,11 @@ def from_config(cfg: ModelConfig) -> Spec | None:
     cite = "Bahdanau et al. 2015" if cfg.attention == "additive" else "Luong et al. 2015"
     return Spec(
         entry=__package__,
-        role="score",
         kind=cfg.attention,
         about=f"{cfg.attention} score ({cite}), A = {cfg.attn_dim}",
         settings={"attn_dim": cfg.attn_dim},
         memory=(Slot("keys", ("rows", "source", "units")),),
-        hidden_term=True,
+        hidden_term=HIDDEN_LAYER,
         former=(("attention.score.", "attention."),),
     )
 

@@ -1,6 +1,6 @@
-"""One entry of the attention room: coverage, summed or by fertility (Tu et al. 2016).
+"""Coverage, summed or by fertility (Tu et al. 2016): an entry of the attention room.
 
-reference.py     the equations in float64 NumPy, and the declaration (`from_config`)
-torch.py         the PyTorch module
-flax.py          the Flax twin
+flax.py       coverage in Flax
+reference.py  coverage and fertility in float64, and their declaration
+torch.py      coverage C_i,j, its weight in the score, fertility
 """

@@ -16,6 +16,7 @@ import numpy as np
 
 from alignmt.config import ModelConfig
 from alignmt.model.attention.spec import Slot, Spec
+from alignmt.reference import sigmoid
 
 Array = np.ndarray
 
@@ -29,7 +30,6 @@ def from_config(cfg: ModelConfig) -> Spec | None:
     rate = (Slot("coverage_rate", ("rows", "source")),) if cfg.coverage == "fertility" else ()
     return Spec(
         entry=__package__,
-        role="modifier",
         off="coverage=none",
         kind=cfg.coverage,
         about=f"{cfg.coverage} coverage (Tu et al. 2016)",
@@ -38,11 +38,8 @@ def from_config(cfg: ModelConfig) -> Spec | None:
         memory=rate,
         hidden_term=True,
         former=(("attention.coverage.V.", "attention.V."), ("attention.coverage.U_f.", "U_f.")),
+        reordered=True,  # V stood between the score's W_h and v, U_f on the decoder
     )
-
-
-def sigmoid(x: Array) -> Array:
-    return 1.0 / (1.0 + np.exp(-x))
 
 
 def fertility(H: Array, U_f: Array, N: float) -> Array:

@@ -1,7 +1,7 @@
-"""One entry of the attention room: local attention's windows, local-m and local-p (Luong et al.
-2015, §3.2).
+"""Local attention's windows, local-m and local-p (Luong et al. 2015, §3.2): an entry of the
+attention room.
 
-    reference.py     the equations in float64 NumPy, and the declaration (`from_config`)
-    torch.py         the PyTorch module
-    flax.py          the Flax twin
+    flax.py       the local window in Flax
+    reference.py  Luong's local windows (local-m, local-p) in float64, and their declaration
+    torch.py      the local window, p_i and local-p's Gaussian
 """

@@ -38,7 +38,7 @@ class LocalWindow(nn.Module):
 
     def focus(self, query: Array, slots: Slots, memory: Any, focus: Focus) -> tuple[Focus, Slots]:
         mask = focus.mask
-        length = mask.sum(-1).astype(query.dtype)  # (B,) S
+        length = mask.sum(-1).astype(query.dtype)  # (B,) S (the window acts first)
         if self.kind == "local_m":
             centre = jnp.minimum(slots["step"], length - 1)
         else:

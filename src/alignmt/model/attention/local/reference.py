@@ -30,7 +30,7 @@ import numpy as np
 
 from alignmt.config import ModelConfig
 from alignmt.model.attention.spec import Shown, Slot, Spec
-from alignmt.reference import Window
+from alignmt.reference import Window, sigmoid
 
 Array = np.ndarray
 
@@ -44,7 +44,6 @@ def from_config(cfg: ModelConfig) -> Spec | None:
     name = cfg.attention_window.replace("_", "-")
     return Spec(
         entry=__package__,
-        role="modifier",
         off="attention_window=global",
         kind=cfg.attention_window,
         about=f"{name} window (Luong et al. 2015), D = {cfg.window}",
@@ -82,9 +81,5 @@ def local_p(W_p: Array, v_p: Array, D: int) -> Window:
     """local-p: p = S sigmoid(v_p^T tanh(W_p s)) (eq. 9), S the real positions, with the
     Gaussian."""
     return lambda s, mask: local_window(
-        mask.sum() * _sigmoid(v_p @ np.tanh(W_p @ s)), mask, D, gaussian=True
+        mask.sum() * sigmoid(v_p @ np.tanh(W_p @ s)), mask, D, gaussian=True
     )
-
-
-def _sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + np.exp(-x))

@@ -38,7 +38,7 @@ class LocalWindow(Modifier):
             slots: `step` (B,), i, the output position being decided (local-m's p_i).
         """
         mask = focus.mask
-        length = mask.sum(-1).to(query.dtype)  # (B,) S, </s> included
+        length = mask.sum(-1).to(query.dtype)  # (B,) S, </s> included (the window acts first)
         if self.kind == "local_m":
             centre = torch.minimum(slots["step"], length - 1)
         else:

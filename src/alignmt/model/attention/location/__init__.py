@@ -1,6 +1,6 @@
-"""One entry of the attention room: Luong et al.'s location score (2015).
+"""Luong et al.'s location score (2015): an entry of the attention room.
 
-reference.py     the equations in float64 NumPy, and the declaration (`from_config`)
-torch.py         the PyTorch module
-flax.py          the Flax twin
+flax.py       the location score in Flax
+reference.py  Luong's location score in float64, and its declaration
+torch.py      the location score
 """

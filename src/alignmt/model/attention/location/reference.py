@@ -21,7 +21,6 @@ def from_config(cfg: ModelConfig) -> Spec | None:
         return None
     return Spec(
         entry=__package__,
-        role="score",
         kind="location",
         about=f"location score (Luong et al. 2015), {cfg.positions} positions",
         settings={"positions": cfg.positions},

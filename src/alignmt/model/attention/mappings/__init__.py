@@ -1,7 +1,7 @@
-"""One entry of the attention room: the mappings from scores to weights: softmax, sparsemax
-(Martins & Astudillo 2016) and 1.5-entmax (Peters et al. 2019).
+"""The mappings from scores to weights, softmax, sparsemax (Martins & Astudillo 2016) and
+1.5-entmax (Peters et al. 2019): an entry of the attention room.
 
-    reference.py     the equations in float64 NumPy, and the declaration (`from_config`)
-    torch.py         the PyTorch module
-    flax.py          the Flax twin
+    flax.py       softmax, sparsemax and 1.5-entmax in JAX
+    reference.py  softmax, sparsemax and 1.5-entmax in float64, and their declaration
+    torch.py      the masked softmax, and the sparse mappings of the `entmax` package
 """

@@ -24,9 +24,7 @@ _ABOUT = {
 
 def from_config(cfg: ModelConfig) -> Spec:
     """The mapping `cfg.attention_fn` names."""
-    return Spec(
-        entry=__package__, role="mapping", kind=cfg.attention_fn, about=_ABOUT[cfg.attention_fn]
-    )
+    return Spec(entry=__package__, kind=cfg.attention_fn, about=_ABOUT[cfg.attention_fn])
 
 
 def masked_softmax(e: Array, mask: Array) -> Array:

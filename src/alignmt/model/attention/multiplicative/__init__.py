@@ -1,7 +1,7 @@
-"""One entry of the attention room: the dot and general scores (Luong et al. 2015) and the
-scaled dot product (Vaswani et al. 2017).
+"""The dot and general scores (Luong et al. 2015) and the scaled dot product (Vaswani et al.
+2017): an entry of the attention room.
 
-    reference.py     the equations in float64 NumPy, and the declaration (`from_config`)
-    torch.py         the PyTorch module
-    flax.py          the Flax twin
+    flax.py       the dot, scaled dot and general scores in Flax
+    reference.py  the dot, scaled dot and general scores in float64, and their declaration
+    torch.py      the dot, scaled dot and general scores
 """

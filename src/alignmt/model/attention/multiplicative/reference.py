@@ -30,7 +30,6 @@ def from_config(cfg: ModelConfig) -> Spec | None:
     keys = (Slot("keys", ("rows", "source", "units")),) if cfg.attention == "general" else ()
     return Spec(
         entry=__package__,
-        role="score",
         kind=cfg.attention,
         about=f"{cfg.attention.replace('_', ' ')} score ({_CITED[cfg.attention]})",
         memory=keys,
