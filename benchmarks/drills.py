@@ -7,7 +7,7 @@
 
 Each drill sends its faults, checks what alignmt promises after each, and reports how many
 were tried and how many held; the table it prints is docs/reliability.md's. The drills
-themselves live in drill_runs.py (kills, signals), drill_faults.py (disks, non-finite
+themselves live in drill_runs.py (kills), drill_signals.py, drill_faults.py (disks, non-finite
 updates), drill_args.py (bad run folders and arguments), drill_inputs.py (corpora and
 translate input from the wild, written by drill_texts.py) and drill_server.py (the server
 under attack, with requests from drill_requests.py); each returns a `drill_common.Tally`
@@ -35,7 +35,14 @@ from pathlib import Path
 # which the drills import each other (as `benchmarks.drill_common`, ...).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks import drill_args, drill_faults, drill_inputs, drill_runs, drill_server
+from benchmarks import (
+    drill_args,
+    drill_faults,
+    drill_inputs,
+    drill_runs,
+    drill_server,
+    drill_signals,
+)
 
 from alignmt.training.run import train
 
@@ -68,11 +75,11 @@ def drills(
         ),
         "signals": (
             f"{n(10)} SIGTERM / SIGINT",
-            lambda: drill_runs.signals(workdir / "signals", n(10), **on),
+            lambda: drill_signals.signals(workdir / "signals", n(10), **on),
         ),
         "signals_torchrun": (
             f"{n(10)} SIGTERM / SIGINT to one of 2 torchrun processes",
-            lambda: drill_runs.signals(workdir / "signals_ddp", n(10), steps=300, nproc=2),
+            lambda: drill_signals.signals(workdir / "signals_ddp", n(10), steps=300, nproc=2),
         ),
         "disks": (
             "checkpoint writes into /dev/full, a full tmpfs, a read-only folder",

@@ -53,23 +53,36 @@ def main() -> None:
     flax_model = build_model(cfg.model, text.src_vocab, text.tgt_vocab)
     tensors = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     params = jax.tree_util.tree_map(jnp.asarray, params_from_tensors(tensors, cfg.model))
-    rng = np.random.default_rng(0)
-    ids = rng.integers(4, 1000, size=(3, ROWS, LENGTH)).astype(np.int32)
-    arrays = {
+    ids = np.random.default_rng(0).integers(4, 1000, size=(3, ROWS, LENGTH)).astype(np.int32)
+    rows = training_rows(model, flax_model, params, cfg, ids)
+    rows += decoding_rows(model, flax_model, params, ids)
+    print(f"matched model, batch {ROWS} x {LENGTH} tokens, random ids; milliseconds per call\n")
+    print("| part | PyTorch ms | Flax ms | Flax / PyTorch |\n| --- | ---: | ---: | ---: |")
+    for name, t, f in rows:
+        print(f"| {name} | {t:.1f} | {f:.1f} | {f / t:.2f} |")
+
+
+def arrays_of(ids: np.ndarray) -> dict:
+    """The Flax batch of `ids` (3, ROWS, LENGTH): source, teacher-forced input and output."""
+    return {
         "src": ids[0],
         "src_len": np.full(ROWS, LENGTH, np.int32),
         "tgt_in": ids[1],
         "tgt_out": ids[2],
     }
-    src, src_len, tgt_in, tgt_out = (
-        torch.from_numpy(ids[0]).long(),
-        torch.full((ROWS,), LENGTH),
-        torch.from_numpy(ids[1]).long(),
-        torch.from_numpy(ids[2]).long(),
-    )
-    rows = []
 
-    # training
+
+def tensors_of(ids: np.ndarray) -> tuple[torch.Tensor, ...]:
+    """The same batch for PyTorch: src, src_len, tgt_in, tgt_out."""
+    src, tgt_in, tgt_out = (torch.from_numpy(a).long() for a in ids)
+    return src, torch.full((ROWS,), LENGTH), tgt_in, tgt_out
+
+
+def training_rows(model, flax_model, params, cfg, ids: np.ndarray) -> list[tuple]:
+    """The loss, its gradient, and clipping with Adam, in each framework."""
+    src, src_len, tgt_in, tgt_out = tensors_of(ids)
+    arrays = arrays_of(ids)
+
     def torch_forward():
         with torch.no_grad():
             return model.loss(src, src_len, tgt_in, tgt_out, 0.1)
@@ -85,7 +98,7 @@ def main() -> None:
     _, grads = updates.grad(params, arrays, key)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     torch_grad()
-    rows += [
+    return [
         (
             "training: loss, forward only",
             median_ms(torch_forward),
@@ -103,7 +116,11 @@ def main() -> None:
         ),
     ]
 
-    # decoding
+
+def decoding_rows(model, flax_model, params, ids: np.ndarray) -> list[tuple]:
+    """One decoder step, and greedy search of 40 steps, in each framework."""
+    src, src_len, _, _ = tensors_of(ids)
+    arrays = arrays_of(ids)
     model.eval()
     with torch.no_grad():
         memory, state = model.encode(src, src_len)
@@ -119,7 +136,7 @@ def main() -> None:
     f_prev = jnp.full((ROWS,), flax_model.bos_id, jnp.int32)
     limit = jnp.full((ROWS,), 40, jnp.int32)
     greedy = jax.jit(lambda p, s, n: greedy_search(flax_model, p, s, n, limit, max_len=40))
-    rows += [
+    return [
         (
             f"decoding: one step of {ROWS} rows",
             torch_step,
@@ -131,10 +148,6 @@ def main() -> None:
             median_ms(lambda: greedy(params, arrays["src"], arrays["src_len"]), 3),
         ),
     ]
-    print(f"matched model, batch {ROWS} x {LENGTH} tokens, random ids; milliseconds per call\n")
-    print("| part | PyTorch ms | Flax ms | Flax / PyTorch |\n| --- | ---: | ---: | ---: |")
-    for name, t, f in rows:
-        print(f"| {name} | {t:.1f} | {f:.1f} | {f / t:.2f} |")
 
 
 if __name__ == "__main__":

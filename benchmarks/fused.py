@@ -21,8 +21,8 @@ import torch
 from speed import MAX_OUTPUT, test_batches  # beside this script
 from train_profile import PATHS, warmed_up
 
+from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.search import search
-from alignmt.decoding.torch_engine.settings import Search
 
 
 def main() -> None:
@@ -42,11 +42,11 @@ def main() -> None:
     test = test_batches(trained.text, cfg, torch.device("cpu"))
     sentences = len(test.pairs)
     searches = {
-        "greedy": Search(width=64, **MAX_OUTPUT),
-        "beam 5": Search(beam_size=5, length_penalty=0.6, width=64, **MAX_OUTPUT),
+        "greedy": SearchPlan(width=64, **MAX_OUTPUT),
+        "beam 5": SearchPlan(beam_size=5, length_penalty=0.6, width=64, **MAX_OUTPUT),
     }
 
-    def decode(settings: Search) -> tuple[float, list]:
+    def decode(settings: SearchPlan) -> tuple[float, list]:
         """sentences/s of one pass, and its outputs' tokens."""
         start = time.perf_counter()
         with torch.no_grad():

@@ -35,8 +35,8 @@ import alignmt
 from alignmt.analysis.scores import corpus_scores
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.config import PRECISIONS, WEIGHTS, Config, DataConfig, ModelConfig, TrainConfig
+from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.search import search as search_batches
-from alignmt.decoding.torch_engine.settings import Search
 from alignmt.decoding.torch_engine.speed import Speed
 from alignmt.model.allocator import keep_freed_memory
 from alignmt.model.batch import source_batch
@@ -255,30 +255,12 @@ def main() -> None:
     torch.set_num_threads(cfg.train.threads)
     device = pick_device(args.device)
     seed_everything(cfg.seed)
-    if args.run:
-        ckpt = load_checkpoint(args.run, device=device)
-        model, cfg, shortlist = ckpt.model, replace(ckpt.config, train=cfg.train), ckpt.shortlist
-        text = SimpleNamespace(
-            tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer),
-            src_vocab=ckpt.src_vocab,
-            tgt_vocab=ckpt.tgt_vocab,
-        )
-        speed = None
-    else:
-        text = prepare_text(cfg.data, cfg.seed)
-        model = Seq2Seq.from_config(
-            cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
-        ).to(device)
-        speed = measure_training(
-            model, text, cfg, device, warmup=args.warmup, interval=args.interval
-        )
-        shortlist = text_shortlist(text) if args.shortlist else None
+    model, cfg, text, shortlist, speed = model_and_text(args, cfg, device)
     model.eval()
-    params = sum(p.numel() for p in model.parameters())
     paths = decoding_paths(args, shortlist)
     test = test_batches(text, cfg, device)
-    greedy = Search(width=64, **MAX_OUTPUT)
-    beam = Search(beam_size=5, length_penalty=0.6, width=64, **MAX_OUTPUT)
+    greedy = SearchPlan(width=64, **MAX_OUTPUT)
+    beam = SearchPlan(beam_size=5, length_penalty=0.6, width=64, **MAX_OUTPUT)
     searches = {  # each: (batches, speed) -> one output per sentence, in batch order
         "greedy": lambda b, s: search_batches(model, b, replace(greedy, speed=s or Speed())),
         "beam 5": lambda b, s: search_batches(model, b, replace(beam, speed=s or Speed())),
@@ -289,15 +271,11 @@ def main() -> None:
             for name, search in searches.items()
             for path, chosen in paths.items()
         }
-        profiles = (
-            {
-                f"{name}, {path}": decoding_profile(model, partial(search, s=chosen), test.batches)
-                for name, search in searches.items()
-                for path, chosen in paths.items()
-            }
-            if args.profile
-            else {}
-        )
+        profiles = {
+            f"{name}, {path}": decoding_profile(model, partial(search, s=chosen), test.batches)
+            for name, search in (searches.items() if args.profile else ())
+            for path, chosen in paths.items()
+        }
         work = {
             name: decoding_flops(
                 model, cfg.model, len(text.tgt_vocab), partial(search, s=None), test.batches
@@ -306,16 +284,7 @@ def main() -> None:
         }
         valid = valid_bleus(searches, paths, text, cfg, device) if args.run else {}
     gflops = matmul_gflops(device, getattr(torch, args.precision))
-    cpu = platform.processor() or platform.machine()
-    print(
-        f"alignmt {alignmt.__version__}, torch {torch.__version__}, {cpu}, "
-        f"{torch.get_num_threads()} threads, device {device}, precision {args.precision}"
-    )
-    source = args.run or f"{args.steps} training steps"
-    print(
-        f"model: {params / 1e6:.2f}M parameters, "
-        f"vocabularies {len(text.src_vocab)} / {len(text.tgt_vocab)}, from {source}\n"
-    )
+    print_header(args, model, text, device)
     caps = {
         name: len(test.pairs) / (flops / (gflops * 1e9)) for name, flops in work.items()
     }  # sentences/s the float32 matmuls would allow, nothing else costing anything
@@ -330,6 +299,46 @@ def main() -> None:
         print("| " + " | ".join(row) + " |")
     if speed is not None:
         print_training_arithmetic(cfg, text, speed, test, gflops)
+    print_decoding_arithmetic(work, caps, decoded, paths, gflops)
+    if profiles:
+        print_profiles(profiles)
+
+
+def model_and_text(args: argparse.Namespace, cfg: Config, device):
+    """The model to decode with, the config, the text, the shortlist and the training speed:
+    the run's (`--run`, not trained here, no speed) or one trained here for `--steps`."""
+    if args.run:
+        ckpt = load_checkpoint(args.run, device=device)
+        text = SimpleNamespace(
+            tokenizers=(ckpt.src_tokenizer, ckpt.tgt_tokenizer),
+            src_vocab=ckpt.src_vocab,
+            tgt_vocab=ckpt.tgt_vocab,
+        )
+        return ckpt.model, replace(ckpt.config, train=cfg.train), text, ckpt.shortlist, None
+    text = prepare_text(cfg.data, cfg.seed)
+    model = Seq2Seq.from_config(
+        cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
+    ).to(device)
+    speed = measure_training(model, text, cfg, device, warmup=args.warmup, interval=args.interval)
+    shortlist = text_shortlist(text) if args.shortlist else None
+    return model, cfg, text, shortlist, speed
+
+
+def print_header(args: argparse.Namespace, model, text, device) -> None:
+    params = sum(p.numel() for p in model.parameters())
+    cpu = platform.processor() or platform.machine()
+    print(
+        f"alignmt {alignmt.__version__}, torch {torch.__version__}, {cpu}, "
+        f"{torch.get_num_threads()} threads, device {device}, precision {args.precision}"
+    )
+    source = args.run or f"{args.steps} training steps"
+    print(
+        f"model: {params / 1e6:.2f}M parameters, "
+        f"vocabularies {len(text.src_vocab)} / {len(text.tgt_vocab)}, from {source}\n"
+    )
+
+
+def print_decoding_arithmetic(work, caps, decoded, paths, gflops: float) -> None:
     print(
         f"\ndecoding: forward matmul FLOPs of one pass in float32 over the whole vocabulary, "
         f"and the sentences/s that {gflops:.0f} GFLOP/s would allow if nothing but these "
@@ -342,8 +351,6 @@ def main() -> None:
     for name, flops in work.items():
         shares = "".join(f" {decoded[name, p][0] / caps[name]:.0%} |" for p in paths)
         print(f"| {name} | {flops / 1e9:,.0f} | {caps[name]:,.0f} |" + shares)
-    if profiles:
-        print_profiles(profiles)
 
 
 def parse_args() -> argparse.Namespace:

@@ -41,7 +41,9 @@ QUANTUM = 2.0**-16
 
 
 @dataclass(frozen=True)
-class Search:
+class Case:
+    """One golden case's search settings and sentence lengths."""
+
     name: str
     beam_size: int
     nbest: int
@@ -54,15 +56,15 @@ class Search:
 
 
 SEARCHES = [
-    Search("greedy", 1, 1, 0.0, width=2, sources=(4, 2, 6, 3, 5)),
-    Search("greedy-ended-rows", 1, 1, 0.0, width=3, sources=(3, 5, 2, 6, 4, 3, 2), eos_bias=1.0),
-    Search("beam-3", 3, 1, 0.0, width=2, sources=(4, 3, 5, 2, 6)),
-    Search("beam-4-length-penalty-nbest-3", 4, 3, 0.6, width=2, sources=(5, 3, 6, 4, 2)),
-    Search("beam-5-nbest-5", 5, 5, 1.0, width=3, sources=(4, 6, 3, 5)),
-    Search("beam-4-ended-rows", 4, 2, 0.6, width=2, sources=(3, 6, 2, 5, 4, 3), eos_bias=0.8),
-    Search("beam-3-max-length", 3, 2, 0.0, width=2, sources=(2, 4, 3), max_len_offset=0),
-    Search("beam-2-limit-of-one", 2, 2, 0.0, width=2, sources=(2, 3), max_len_ratio=0.4,
-           max_len_offset=0),
+    Case("greedy", 1, 1, 0.0, width=2, sources=(4, 2, 6, 3, 5)),
+    Case("greedy-ended-rows", 1, 1, 0.0, width=3, sources=(3, 5, 2, 6, 4, 3, 2), eos_bias=1.0),
+    Case("beam-3", 3, 1, 0.0, width=2, sources=(4, 3, 5, 2, 6)),
+    Case("beam-4-length-penalty-nbest-3", 4, 3, 0.6, width=2, sources=(5, 3, 6, 4, 2)),
+    Case("beam-5-nbest-5", 5, 5, 1.0, width=3, sources=(4, 6, 3, 5)),
+    Case("beam-4-ended-rows", 4, 2, 0.6, width=2, sources=(3, 6, 2, 5, 4, 3), eos_bias=0.8),
+    Case("beam-3-max-length", 3, 2, 0.0, width=2, sources=(2, 4, 3), max_len_offset=0),
+    Case("beam-2-limit-of-one", 2, 2, 0.0, width=2, sources=(2, 3), max_len_ratio=0.4,
+         max_len_offset=0),
 ]  # fmt: skip
 
 
@@ -120,7 +122,7 @@ def hypothesis(table: Table, node, tokens: list[int], score: float) -> dict:
     }
 
 
-def case(search: Search, seed: int) -> dict:
+def written(search: Case, seed: int) -> dict:
     """One search's case: its settings, table, sentences and what the reference finds."""
     draw = random.Random(seed)
     table = Table(t_src=max(search.sources))
@@ -164,7 +166,7 @@ def cases() -> dict:
         "eos": EOS,
         "vocab": VOCAB,
         "first": FIRST,
-        "cases": [case(search, seed) for seed, search in enumerate(SEARCHES)],
+        "cases": [written(search, seed) for seed, search in enumerate(SEARCHES)],
     }
 
 

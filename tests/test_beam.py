@@ -10,8 +10,8 @@ import torch
 
 from alignmt.decoding.rules import length_penalty, max_output_len
 from alignmt.decoding.torch_engine.greedy import greedy_search
+from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.search import beam_decode, beam_search, decode, search
-from alignmt.decoding.torch_engine.settings import Search
 from alignmt.model.distribution import LogProbs
 from tests.conftest import padded_batch, tiny_model
 from tests.test_search import BOS, EOS, X, Y, Z
@@ -64,7 +64,7 @@ def beam_search_over(model, batches, how):
 def mock_beam(rules, max_len, **kwargs):
     step, state, memory = markov_step(rules)
     start = (state, memory, torch.tensor(max_len))
-    how = Search(width=len(rules), **kwargs)
+    how = SearchPlan(width=len(rules), **kwargs)
     hyps = beam_search(step, [start], how, bos_id=BOS, eos_id=EOS)
     return hyps, step.rows
 
@@ -97,7 +97,7 @@ def test_length_penalty_is_gnmts():
 )
 def test_a_search_with_bad_sizes_is_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        Search(**dict(beam_size=2, nbest=1, width=1) | kwargs)
+        SearchPlan(**dict(beam_size=2, nbest=1, width=1) | kwargs)
 
 
 def test_beam_finds_the_sequence_that_greedy_misses():
@@ -111,7 +111,9 @@ def test_beam_finds_the_sequence_that_greedy_misses():
     ]
     step, state, memory = markov_step(rules)
     start = (state, memory, torch.tensor([9]))
-    tokens, _, score, _, _ = greedy_search(step, [start], Search(width=1), bos_id=BOS, eos_id=EOS)
+    tokens, _, score, _, _ = greedy_search(
+        step, [start], SearchPlan(width=1), bos_id=BOS, eos_id=EOS
+    )
     assert tokens[0, :2].tolist() == [X, EOS]
     assert math.isclose(float(score[0]), math.log(0.6 * 0.3), rel_tol=1e-12)
 
@@ -236,7 +238,7 @@ def test_beam_of_one_is_greedy(case, alpha):
     model = tiny_model(**arch, seed=seed)
     src, src_len, _, _ = padded_batch(src_lens=(9, 2, 5, 7, 3), tgt_lens=(1,) * 5)
     greedy = decode(model, src, src_len)
-    how = Search(beam_size=1, length_penalty=alpha, width=len(src_len))
+    how = SearchPlan(beam_size=1, length_penalty=alpha, width=len(src_len))
     beam = beam_search_over(model, [(src, src_len)], how)
     for g, [b], n in zip(greedy, beam, src_len.tolist(), strict=True):
         assert b.tokens == g.tokens
@@ -310,7 +312,7 @@ def test_streamed_sentences_beam_decode_as_they_do_alone():
     calls = []
     step = model.decode_step
     model.decode_step = lambda prev, *rest: calls.append(len(prev)) or step(prev, *rest)
-    streamed = search(model, batches, Search(width=2, beam_size=3, nbest=2, length_penalty=0.5))
+    streamed = search(model, batches, SearchPlan(width=2, beam_size=3, nbest=2, length_penalty=0.5))
     del model.decode_step
     assert max(calls) == 2 * 3 and calls.count(6) > len(calls) // 2  # 2 sentences, 3 beams
     assert_each_beams_as_alone(
@@ -326,7 +328,7 @@ def test_a_stopped_sentence_hands_its_beams_to_the_next_one():
         ((t[:2],), (tables[:2],), torch.tensor([4, 4])),
         ((t[2:],), (tables[2:],), torch.tensor([4])),
     ]
-    hyps = beam_search(step, batches, Search(beam_size=2, width=2), bos_id=BOS, eos_id=EOS)
+    hyps = beam_search(step, batches, SearchPlan(beam_size=2, width=2), bos_id=BOS, eos_id=EOS)
     assert step.rows[:2] == [4, 4]  # sentence 2 joined at the second step, in 0's rows
     assert hyps[0][0].tokens == [EOS] and hyps[2][0].tokens == [X, EOS]
     assert math.isclose(hyps[2][0].score, 0.0, abs_tol=1e-12)

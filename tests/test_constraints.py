@@ -16,8 +16,8 @@ from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.torch_engine.constraints import Table
+from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.search import beam_decode, beam_search, search
-from alignmt.decoding.torch_engine.settings import Search
 from alignmt.decoding.translator import Translator
 from alignmt.serve.app import create_app
 from tests.conftest import padded_batch, tiny_model
@@ -47,7 +47,7 @@ def constrained(rules, constraints, max_len=8, **kwargs):
     step, state, memory = markov_step(rules)
     start = (state, memory, torch.tensor([max_len] * len(rules)))
     table = Table.of(constraints, CPU)
-    how = Search(width=len(rules), constraints=table, **{"beam_size": 3, **kwargs})
+    how = SearchPlan(width=len(rules), constraints=table, **{"beam_size": 3, **kwargs})
     return beam_search(step, [start], how, bos_id=BOS, eos_id=EOS), step.rows
 
 
@@ -104,7 +104,7 @@ def test_a_beam_of_one_still_places_the_phrase():
 
 def test_constraints_cannot_be_sampled():
     with pytest.raises(ValueError, match="cannot be sampled"):
-        Search(constraints=Table.of([None], CPU), pick=lambda logits: logits)
+        SearchPlan(constraints=Table.of([None], CPU), pick=lambda logits: logits)
 
 
 @pytest.mark.parametrize("case", MIXED, ids=mixed_id)
@@ -113,7 +113,7 @@ def test_no_constraints_is_plain_beam_search(case):
     model = tiny_model(**arch, seed=seed)
     src, src_len, _, _ = padded_batch(src_lens=(9, 2, 5, 7, 3), tgt_lens=(1,) * 5)
     plain = beam_decode(model, src, src_len, beam_size=4, nbest=3, length_penalty=0.6)
-    how = Search(
+    how = SearchPlan(
         beam_size=4, nbest=3, length_penalty=0.6, width=5, constraints=Table.of([None] * 5, CPU)
     )
     none = search(model, [(src, src_len)], how)
@@ -143,7 +143,7 @@ def test_constrained_hypotheses_score_what_the_model_gives_them_and_batch_as_alo
     ]
     how = dict(beam_size=4, nbest=2, length_penalty=0.5, max_len_offset=14)
     table = Table.of(constraints, CPU)
-    found = search(model, batches, Search(width=2, constraints=table, **how))
+    found = search(model, batches, SearchPlan(width=2, constraints=table, **how))
     for b, (c, hyps) in enumerate(zip(constraints, found, strict=True)):
         n = int(src_len[b])
         for hyp in hyps:
@@ -154,7 +154,7 @@ def test_constrained_hypotheses_score_what_the_model_gives_them_and_batch_as_alo
             log_probs = log_probs.log_softmax(-1)
             expected = log_probs.gather(1, torch.tensor(hyp.tokens)[:, None]).sum().item()
             assert math.isclose(hyp.score, expected, rel_tol=1e-9)
-        alone = Search(width=1, constraints=Table.of([c], CPU), **how)
+        alone = SearchPlan(width=1, constraints=Table.of([c], CPU), **how)
         [again] = search(model, [(src[b : b + 1, :n], src_len[b : b + 1])], alone)
         assert [h.tokens for h in again] == [h.tokens for h in hyps]
     assert found[1][0].tokens == plain[1][0].tokens

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.search import decode, search
-from alignmt.decoding.torch_engine.settings import Search
 from alignmt.model.attention.coverage import reference as coverage_ref
 from tests.conftest import padded_batch, tiny_model
 from tests.test_beam import beam_search_over
@@ -149,9 +149,9 @@ def test_search_carries_coverage_streamed_and_through_the_beam(order):
         (src[i : i + 2, : int(src_len[i : i + 2].max())], src_len[i : i + 2])
         for i in range(0, 5, 2)
     ]
-    streamed = [hyp for [hyp] in search(model, batches, Search(width=2))]
-    beam_one = beam_search_over(model, batches, Search(width=2, beam_size=1))
-    beam_three = search(model, batches, Search(width=2, beam_size=3))
+    streamed = [hyp for [hyp] in search(model, batches, SearchPlan(width=2))]
+    beam_one = beam_search_over(model, batches, SearchPlan(width=2, beam_size=1))
+    beam_three = search(model, batches, SearchPlan(width=2, beam_size=3))
     for b, n in enumerate(src_len.tolist()):
         (alone,) = decode(model, src[b : b + 1, :n], src_len[b : b + 1])
         assert streamed[b].tokens == alone.tokens == beam_one[b][0].tokens

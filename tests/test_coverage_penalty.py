@@ -11,8 +11,8 @@ import torch
 from alignmt.cli.parser import build_parser
 from alignmt.config import ConfigError, load_config
 from alignmt.decoding.torch_engine.beam import coverage_penalty
+from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.search import beam_decode, beam_search, search
-from alignmt.decoding.torch_engine.settings import Search
 from alignmt.model.distribution import LogProbs
 from tests.conftest import padded_batch, tiny_model
 
@@ -42,7 +42,7 @@ def two_way_step(prev, state, memory):
 def test_the_penalty_prefers_the_output_that_attended_to_every_word(beta, winner):
     # ranks: X </s> log 0.54 + beta log 0.2, Y </s> log 0.36; they cross at beta = 0.252
     batch = [((torch.zeros(1),), (torch.zeros(1),), torch.tensor([5]))]
-    how = Search(beam_size=2, width=1, coverage_penalty=beta)
+    how = SearchPlan(beam_size=2, width=1, coverage_penalty=beta)
     (best,) = beam_search(two_way_step, batch, how, bos_id=BOS, eos_id=EOS)[0][:1]
     assert best.tokens == winner
     assert best.score == pytest.approx(math.log(0.54 if winner[0] == X else 0.36), abs=1e-5)
@@ -65,7 +65,7 @@ def test_streamed_and_padded_sentences_search_as_they_do_alone(order):
         for i in range(0, 5, 2)
     ]
     how = dict(beam_size=3, coverage_penalty=2.0, length_penalty=0.6)
-    streamed = search(model, batches, Search(width=2, **how))
+    streamed = search(model, batches, SearchPlan(width=2, **how))
     for b, n in enumerate(src_len.tolist()):
         (alone,) = beam_decode(model, src[b : b + 1, :n], src_len[b : b + 1], **how)
         assert streamed[b][0].tokens == alone[0].tokens

@@ -165,7 +165,7 @@ def _progress(path: Path) -> dict:
 
 
 # A signal to one process of two, or to a single one, stops the run with a checkpoint that
-# resumes as if uninterrupted: benchmarks/drill_runs.py's `signals` drill, which
+# resumes as if uninterrupted: benchmarks/drill_signals.py's drill, which
 # tests/test_drills.py runs.
 
 

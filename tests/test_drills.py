@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from benchmarks import drill_args, drill_faults, drill_runs
+from benchmarks import drill_args, drill_faults, drill_runs, drill_signals
 
 from alignmt.training.run import train
 
@@ -61,7 +61,7 @@ def test_random_kills_resume_to_the_weights_and_metrics_of_an_uninterrupted_run(
 @pytest.mark.slow
 def test_sigterm_stops_with_a_checkpoint_that_resumes_as_if_uninterrupted(tmp_path):
     """SIGTERM here; the torchrun drill below sends SIGINT, which the same handler takes."""
-    result = drill_runs.signals(tmp_path, count=1, steps=150, sent=(signal.SIGTERM,))
+    result = drill_signals.signals(tmp_path, count=1, steps=150, sent=(signal.SIGTERM,))
     assert result == {"tried": 1, "held": 1, "failures": []}
 
 
@@ -77,7 +77,7 @@ def test_a_kill_and_a_signal_to_one_of_two_torchrun_processes_lose_nothing(tmp_p
     assert problems == []
     killed = drill_runs.kills(tmp_path, count=1, nproc=2, corpus=True, reference=reference)
     assert killed["failures"] == [] and killed["tried"] == killed["held"] == 1
-    signalled = drill_runs.signals(
+    signalled = drill_signals.signals(
         tmp_path, count=1, nproc=2, reference=reference, sent=(signal.SIGINT,)
     )
     assert signalled == {"tried": 1, "held": 1, "failures": []}

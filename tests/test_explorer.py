@@ -210,122 +210,136 @@ def _report(timings: list[dict], where: str) -> None:
 def test_a_user_steps_forces_overrides_and_opens_the_beam(
     browser, snapshot_run, vanilla_run, tmp_path
 ):
+    """One user's session, in the order a user would take it; each part checks the page
+    against what the API answers for the same request."""
     from benchmarks.browser import Explorer
     from benchmarks.load import local_server
 
     port = free_port()
     with TestClient(create_app(load_models([snapshot_run, vanilla_run]))) as api:
         expected = api.post("/v1/step", json={"sentence": SENTENCE}).json()
-        beam = api.post("/v1/beam", json={"sentence": SENTENCE}).json()
-
         with local_server([snapshot_run, vanilla_run], port):
             page = Explorer(browser)
             page.open(f"http://127.0.0.1:{port}/")
             page.translate(SENTENCE, other="vanilla")
-            shown = page.panel()
-            assert shown["tokens"] == expected["tokens"] and shown["current"] == 0
-            # word-level confidence: each token shaded by its doubt, 0.8 (1 - p)
-            probabilities = [step["probability"] for step in expected["steps"]]
-            assert shown["probabilities"] == pytest.approx(probabilities, abs=1e-3)
-            for i, p in enumerate(probabilities[1:], 1):  # the current token has its own colour
-                assert shown["shade"][i] == pytest.approx(0.8 * (1 - p), abs=0.01)
-
-            for _ in range(3):
-                page.key("ArrowRight")
-            shown = page.panel()
-            alpha = expected["steps"][3]["attention"]
-            assert shown["current"] == 3
-            assert shown["alpha"] == pytest.approx(alpha, abs=1e-6)
-            assert shown["top"] == [_argmax(alpha)]  # the marked word has the largest α
-            # each word's coverage: its attention summed over steps 1 to 4
-            coverage = [
-                sum(s["attention"][j] for s in expected["steps"][:4]) for j in range(len(alpha))
-            ]
-            assert shown["coverage"] == pytest.approx(coverage, abs=1e-6)
-            assert shown["under"] == [j for j, c in enumerate(coverage) if c < 0.5]
-            assert shown["candidates"][0] == expected["steps"][3]["top_k"][0]["token"]
-            assert page.panel(1)["statement"].startswith("This model has no attention")
-
-            # What if the decoder had taken its second choice here?
-            candidate = next(c for c in shown["candidates"] if c != shown["tokens"][3])
-            page.force(candidate)
-            after = page.panel()
-            prefix = [*expected["tokens"][:3], candidate]
-            forced = api.post("/v1/step", json={"sentence": SENTENCE, "prefix": prefix}).json()
-            assert after["tokens"][3] == candidate and after["tokens"] == forced["tokens"]
-            assert after["forced"] == [0, 1, 2, 3] and after["whatif"]["kind"] == "force"
-            assert after["tokens"][:3] == expected["tokens"][:3]
-
-            # What if step 1 had looked at a word other than the one it chose?
-            page.js("document.querySelector('.panel .whatif button').click()")  # back
-            page.key("ArrowLeft")
-            page.key("ArrowLeft")
-            before = page.panel()
-            assert before["current"] == 1 and before["tokens"] == expected["tokens"]
-            elsewhere = len(before["source"]) - 2  # the last word, not </s>
-            assert elsewhere != before["top"][0]
-            page.override(elsewhere)
-            steered = page.panel()
-            truth = api.post(
-                "/v1/step",
-                json={
-                    "sentence": SENTENCE,
-                    "prefix": expected["tokens"][:1],
-                    "override": {"1": elsewhere},
-                },
-            ).json()
-            assert steered["tokens"] == truth["tokens"]
-            assert steered["alpha"][elsewhere] == 1.0 and steered["top"] == [elsewhere]
-            assert steered["whatif"]["changed"] == (truth["tokens"] != expected["tokens"])
-            if not steered["whatif"]["changed"]:
-                assert "did not change" in steered["whatif"]["text"]
-
-            # Beside attention: erasure at step 2, as the server computes it
-            page.js("document.querySelector('.panel .whatif button').click()")  # back
-            page.act(
-                "const pick = document.querySelector('.panel .attribution-pick');"
-                "pick.value = 'erasure'; pick.dispatchEvent(new Event('change'))"
-            )
-            bars = page.js(
-                "return [...document.querySelectorAll('.panel .attribution .src')]"
-                ".map((bar) => Number(bar.dataset.score))"
-            )
-            erased = api.post("/v1/step", json={"sentence": SENTENCE, "attribution": "erasure"})
-            assert bars == pytest.approx(erased.json()["steps"][1]["attribution"], abs=1e-6)
-            page.act(
-                "const pick = document.querySelector('.panel .attribution-pick');"
-                "pick.value = ''; pick.dispatchEvent(new Event('change'))"
-            )
-
-            tree = page.open_beam()
-            assert tree["nodes"] == len(beam["nodes"])
-            assert tree["nbest"] == [h["text"] for h in beam["finished"]]
-            assert set(tree["statuses"]) <= {"live", "finished", "pruned", "stopped"}
-            assert tree["chosen"] == len(beam["source_tokens"])  # the best one's attention
-
-            # Search again, made to say a word its best output lacks, and not its first word
-            best = beam["finished"][0]["tokens"]
-            wanted = next(n["token"] for n in beam["nodes"] if n["token"] not in best)
-            ask = {"include": [wanted], "exclude": [best[0]]}
-            constrained = api.post(
-                "/v1/beam", json={"sentence": SENTENCE, "constraints": ask}
-            ).json()
-            drawn = page.constrain_beam(wanted, best[0])
-            assert drawn["nodes"] == len(constrained["nodes"])
-            assert drawn["nbest"] == [h["text"] for h in constrained["finished"]]
-            met = sum(all(n["met"]) for n in constrained["nodes"])
-            assert (drawn["met"], drawn["pending"]) == (met, len(constrained["nodes"]) - met)
-            assert f'"{wanted}" met' in drawn["said"]  # the best one, chosen, met it
-            page.js("document.querySelector('.panel .beam-controls').scrollIntoView()")
-            browser.save_screenshot(str(tmp_path / "constrained.png"))
-
-            page.act("document.querySelector('.panel .training-box summary').click()")
-            snapshots = page.js("return document.querySelectorAll('.training .matrix tr').length")
-            assert snapshots == len(expected["tokens"]) + 1  # its rows and the header
-            shot = Path(os.environ.get("ALIGNMT_SCREENSHOT", tmp_path / "explorer.png"))
-            browser.save_screenshot(str(shot))
-            assert shot.stat().st_size > 10_000
+            _steps(page, expected)
+            _forces(page, api, expected)
+            _overrides(page, api, expected)
+            _erases(page, api)
+            _opens_the_beam(page, api, tmp_path)
+            _shows_snapshots(page, expected, tmp_path)
             _report(page.timings(), "live server, toy model")
+
+
+def _steps(page, expected: dict) -> None:
+    """The first step, each token's confidence, then three steps on: α, coverage, candidates."""
+    shown = page.panel()
+    assert shown["tokens"] == expected["tokens"] and shown["current"] == 0
+    # word-level confidence: each token shaded by its doubt, 0.8 (1 - p)
+    probabilities = [step["probability"] for step in expected["steps"]]
+    assert shown["probabilities"] == pytest.approx(probabilities, abs=1e-3)
+    for i, p in enumerate(probabilities[1:], 1):  # the current token has its own colour
+        assert shown["shade"][i] == pytest.approx(0.8 * (1 - p), abs=0.01)
+
+    for _ in range(3):
+        page.key("ArrowRight")
+    shown = page.panel()
+    alpha = expected["steps"][3]["attention"]
+    assert shown["current"] == 3
+    assert shown["alpha"] == pytest.approx(alpha, abs=1e-6)
+    assert shown["top"] == [_argmax(alpha)]  # the marked word has the largest α
+    # each word's coverage: its attention summed over steps 1 to 4
+    coverage = [sum(s["attention"][j] for s in expected["steps"][:4]) for j in range(len(alpha))]
+    assert shown["coverage"] == pytest.approx(coverage, abs=1e-6)
+    assert shown["under"] == [j for j, c in enumerate(coverage) if c < 0.5]
+    assert shown["candidates"][0] == expected["steps"][3]["top_k"][0]["token"]
+    assert page.panel(1)["statement"].startswith("This model has no attention")
+
+
+def _forces(page, api, expected: dict) -> None:
+    """What if the decoder had taken its second choice for the fourth token?"""
+    shown = page.panel()
+    candidate = next(c for c in shown["candidates"] if c != shown["tokens"][3])
+    page.force(candidate)
+    after = page.panel()
+    prefix = [*expected["tokens"][:3], candidate]
+    forced = api.post("/v1/step", json={"sentence": SENTENCE, "prefix": prefix}).json()
+    assert after["tokens"][3] == candidate and after["tokens"] == forced["tokens"]
+    assert after["forced"] == [0, 1, 2, 3] and after["whatif"]["kind"] == "force"
+    assert after["tokens"][:3] == expected["tokens"][:3]
+
+
+def _overrides(page, api, expected: dict) -> None:
+    """What if the second token's step had looked at a word other than the one it chose?"""
+    page.js("document.querySelector('.panel .whatif button').click()")  # back
+    page.key("ArrowLeft")
+    page.key("ArrowLeft")
+    before = page.panel()
+    assert before["current"] == 1 and before["tokens"] == expected["tokens"]
+    elsewhere = len(before["source"]) - 2  # the last word, not </s>
+    assert elsewhere != before["top"][0]
+    page.override(elsewhere)
+    steered = page.panel()
+    asked = {"sentence": SENTENCE, "prefix": expected["tokens"][:1], "override": {"1": elsewhere}}
+    truth = api.post("/v1/step", json=asked).json()
+    assert steered["tokens"] == truth["tokens"]
+    assert steered["alpha"][elsewhere] == 1.0 and steered["top"] == [elsewhere]
+    assert steered["whatif"]["changed"] == (truth["tokens"] != expected["tokens"])
+    if not steered["whatif"]["changed"]:
+        assert "did not change" in steered["whatif"]["text"]
+
+
+def _erases(page, api) -> None:
+    """Beside attention: erasure for the second token, as the server computes it."""
+    page.js("document.querySelector('.panel .whatif button').click()")  # back
+    page.act(
+        "const pick = document.querySelector('.panel .attribution-pick');"
+        "pick.value = 'erasure'; pick.dispatchEvent(new Event('change'))"
+    )
+    bars = page.js(
+        "return [...document.querySelectorAll('.panel .attribution .src')]"
+        ".map((bar) => Number(bar.dataset.score))"
+    )
+    erased = api.post("/v1/step", json={"sentence": SENTENCE, "attribution": "erasure"})
+    assert bars == pytest.approx(erased.json()["steps"][1]["attribution"], abs=1e-6)
+    page.act(
+        "const pick = document.querySelector('.panel .attribution-pick');"
+        "pick.value = ''; pick.dispatchEvent(new Event('change'))"
+    )
+
+
+def _opens_the_beam(page, api, tmp_path: Path) -> None:
+    """The beam as a tree, then searched again, made to say a word its best output lacks and
+    not its first word."""
+    beam = api.post("/v1/beam", json={"sentence": SENTENCE}).json()
+    tree = page.open_beam()
+    assert tree["nodes"] == len(beam["nodes"])
+    assert tree["nbest"] == [h["text"] for h in beam["finished"]]
+    assert set(tree["statuses"]) <= {"live", "finished", "pruned", "stopped"}
+    assert tree["chosen"] == len(beam["source_tokens"])  # the best one's attention
+
+    best = beam["finished"][0]["tokens"]
+    wanted = next(n["token"] for n in beam["nodes"] if n["token"] not in best)
+    ask = {"include": [wanted], "exclude": [best[0]]}
+    constrained = api.post("/v1/beam", json={"sentence": SENTENCE, "constraints": ask}).json()
+    drawn = page.constrain_beam(wanted, best[0])
+    assert drawn["nodes"] == len(constrained["nodes"])
+    assert drawn["nbest"] == [h["text"] for h in constrained["finished"]]
+    met = sum(all(n["met"]) for n in constrained["nodes"])
+    assert (drawn["met"], drawn["pending"]) == (met, len(constrained["nodes"]) - met)
+    assert f'"{wanted}" met' in drawn["said"]  # the best one, chosen, met it
+    page.js("document.querySelector('.panel .beam-controls').scrollIntoView()")
+    page.driver.save_screenshot(str(tmp_path / "constrained.png"))
+
+
+def _shows_snapshots(page, expected: dict, tmp_path: Path) -> None:
+    """The attention of the snapshots kept in training, one row per output token."""
+    page.act("document.querySelector('.panel .training-box summary').click()")
+    snapshots = page.js("return document.querySelectorAll('.training .matrix tr').length")
+    assert snapshots == len(expected["tokens"]) + 1  # its rows and the header
+    shot = Path(os.environ.get("ALIGNMT_SCREENSHOT", tmp_path / "explorer.png"))
+    page.driver.save_screenshot(str(shot))
+    assert shot.stat().st_size > 10_000
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ added where it breaks the map, to show that the check sees it.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import re
@@ -51,6 +52,8 @@ def read_map(path: Path = MAP) -> tuple[list[str], dict[str, tuple[str, frozense
         row = re.match(r"\| `([\w/]+\.py)` \| ([^|]+) \|", line)
         if heading:
             layers.append(heading[1])
+        elif line.startswith("## ") and layers:
+            break  # the layers end where a heading of another kind begins
         elif row and layers:
             name = ".".join(("alignmt", *Path(row[1]).with_suffix("").parts))
             needs = row[2].strip()
@@ -363,3 +366,79 @@ def test_every_public_name_resolves():
         assert getattr(alignmt, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         _ = alignmt.Nope
+
+
+# --- the lists, the tests and the sizes --------------------------------------------------------
+
+LONGEST_MODULE = 450  # lines: a module read in one sitting
+LONGEST_FUNCTION = 60  # lines: a function read on one screen
+
+
+def _package_lists():
+    """docs/package_lists.py, which writes each package's list of its modules."""
+    spec = importlib.util.spec_from_file_location("package_lists", ROOT / "docs/package_lists.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_package_lists_its_modules_as_the_map_says():
+    """A package's docstring lists its modules with their rows' words, its subpackages with
+    their first sentences, and alignmt's lists the layers: as docs/package_lists.py writes."""
+    written = _package_lists().written()
+    assert len(written) == len(list((SRC / "alignmt").rglob("__init__.py")))
+    stale = [str(p.relative_to(ROOT)) for p, text in written.items() if p.read_text() != text]
+    assert stale == [], "run: python docs/package_lists.py"
+    for path, text in written.items():  # and no list of another hand beside it
+        entries = re.findall(r"^ *([\w.]+(?:\.py|/))  ", text, re.MULTILINE)
+        assert len(entries) == len(set(entries)), path
+
+
+def test_a_row_changed_is_a_package_list_changed(tmp_path):
+    row = "| `decoding/rules.py` | — | "
+    changed = tmp_path / "layout.md"
+    changed.write_text(MAP.read_text().replace(row, row + "the rules, changed; "))
+    path = SRC / "alignmt" / "decoding" / "__init__.py"
+    text = _package_lists().written(changed)[path]
+    assert text != path.read_text() and "rules.py       the rules, changed;" in text
+
+
+def test_a_package_file_holds_its_docstring_and_nothing_else():
+    """Importing a package loads only itself: `alignmt` (whose names load when first used)
+    and `alignmt.cli` (the command line's entry point) are the two that hold code."""
+    holding = []
+    for path in sorted((SRC / "alignmt").rglob("__init__.py")):
+        body = ast.parse(path.read_text()).body
+        if len(body) != 1 or ast.get_docstring(ast.Module(body, [])) is None:
+            holding.append(str(path.parent.relative_to(SRC)).replace("/", "."))
+    assert holding == ["alignmt", "alignmt.cli"]
+
+
+def test_every_test_file_is_named_for_a_module_or_in_the_table():
+    """`test_<module or package>.py`, or a row of the map's table of the tests, which names
+    only files that exist."""
+    package = SRC / "alignmt"
+    named = {p.stem for p in package.rglob("*.py")} | {p.name for p in package.rglob("*/")}
+    table = set(re.findall(r"^\| `(test_\w+\.py)` \|", MAP.read_text(), re.MULTILINE))
+    tests = {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    assert sorted(t for t in tests - table if t[5:-3] not in named) == []
+    assert sorted(table - tests) == []
+
+
+def test_modules_and_functions_are_short_enough_to_read():
+    too_long = []
+    for path in sorted(_python_files()):
+        text = path.read_text()
+        if text.count("\n") > LONGEST_MODULE:
+            too_long.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > LONGEST_FUNCTION:
+                    too_long.append(f"{path.relative_to(ROOT)}: {node.name}, {lines} lines")
+    assert too_long == []
+
+
+def _python_files() -> list[Path]:
+    """The package's, the tests' and the benchmarks' Python files."""
+    return [p for d in (SRC, ROOT / "tests", ROOT / "benchmarks") for p in d.rglob("*.py")]

@@ -11,8 +11,8 @@ import torch
 
 from alignmt.decoding.rules import max_output_len
 from alignmt.decoding.torch_engine.greedy import greedy_search
+from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.search import beam_search, decode, search
-from alignmt.decoding.torch_engine.settings import Search
 from alignmt.model.distribution import LogProbs
 from tests.conftest import padded_batch, tiny_model
 
@@ -45,7 +45,11 @@ def test_greedy_follows_the_argmax_and_stops_each_sentence_at_its_end_symbol():
     script = [[4, 5, EOS], [5, EOS], [4, 4, 4, 4, 4, 4]]
     step, state, memory = scripted_step(script)
     tokens, lengths, scores, token_scores, attention = greedy_search(
-        step, [(state, memory, torch.tensor([9, 9, 4]))], Search(width=3), bos_id=BOS, eos_id=EOS
+        step,
+        [(state, memory, torch.tensor([9, 9, 4]))],
+        SearchPlan(width=3),
+        bos_id=BOS,
+        eos_id=EOS,
     )
     assert lengths.tolist() == [3, 2, 4]  # the third sentence hit its length limit
     assert step.rows == [3, 3, 2, 1]  # each ended sentence left the batch
@@ -69,7 +73,7 @@ def test_an_ended_sentence_hands_its_row_to_the_next_one_from_any_batch():
         ((t[3:],), (table[3:],), torch.full((2,), 9)),
     ]
     tokens, lengths, scores, _, attention = greedy_search(
-        step, batches, Search(width=2), bos_id=BOS, eos_id=EOS
+        step, batches, SearchPlan(width=2), bos_id=BOS, eos_id=EOS
     )
     # rows stay full while sentences wait: 0 and 1, then 2, 3 and 4 take over ended rows
     assert step.rows == [2, 2, 2, 2, 2, 1, 1]
@@ -87,7 +91,7 @@ def test_streamed_sentences_decode_as_they_do_alone():
         (src[i : i + 2, : int(src_len[i : i + 2].max())], src_len[i : i + 2])
         for i in range(0, 7, 2)
     ]
-    streamed = [hyp for [hyp] in search(model, batches, Search(width=3))]
+    streamed = [hyp for [hyp] in search(model, batches, SearchPlan(width=3))]
     assert len(streamed) == 7
     for b, n in enumerate(src_len.tolist()):
         (alone,) = decode(model, src[b : b + 1, :n], src_len[b : b + 1])
@@ -100,11 +104,11 @@ def test_streamed_sentences_decode_as_they_do_alone():
 
 def test_greedy_search_of_no_sentence_returns_empty_outputs():
     tokens, lengths, scores, _, attention = greedy_search(
-        None, [], Search(width=4), bos_id=BOS, eos_id=EOS
+        None, [], SearchPlan(width=4), bos_id=BOS, eos_id=EOS
     )
     assert tokens.shape == (0, 0) and lengths.shape == scores.shape == (0,) and attention is None
     with pytest.raises(ValueError, match="width must be at least 1"):
-        Search(width=0)
+        SearchPlan(width=0)
 
 
 def test_the_step_function_sees_each_previous_choice():
@@ -119,7 +123,7 @@ def test_the_step_function_sees_each_previous_choice():
 
     start = ((torch.zeros(1, dtype=torch.long),), None, torch.tensor([10]))
     tokens, _, _, _, attention = greedy_search(
-        step, [start], Search(width=1), bos_id=BOS, eos_id=EOS
+        step, [start], SearchPlan(width=1), bos_id=BOS, eos_id=EOS
     )
     assert seen == [[BOS], [4], [5]]
     assert tokens[0].tolist() == [4, 5, EOS] and attention is None
@@ -195,14 +199,14 @@ def test_bfloat16_logits_are_scored_and_ranked_in_float32():
     step, state, memory = scripted_step(script)
     start = [(state, memory, torch.tensor([9, 9]))]
     _, lengths, scores, _, attention = greedy_search(
-        bfloat16_step(step), start, Search(width=2), bos_id=BOS, eos_id=EOS
+        bfloat16_step(step), start, SearchPlan(width=2), bos_id=BOS, eos_id=EOS
     )
     assert lengths.tolist() == [6, 3]
     assert scores.dtype == attention.dtype == torch.float32
     torch.testing.assert_close(scores, lengths.float() * per_token)
     step, state, memory = scripted_step(script)
     start = [(state, memory, torch.tensor([9, 9]))]
-    how = Search(beam_size=3, width=2)
+    how = SearchPlan(beam_size=3, width=2)
     beams = beam_search(bfloat16_step(step), start, how, bos_id=BOS, eos_id=EOS)
     for (best, *_), tokens in zip(beams, script, strict=True):
         assert best.tokens == tokens
@@ -225,8 +229,8 @@ def test_models_decode_under_bfloat16_autocast_into_float32_results(arch):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         # width 2: ended sentences hand their rows to new ones, whose first state is the
         # encoder's dtype while the rows' states are the steps' bfloat16
-        greedy = search(model, [(src, src_len)], Search(width=2))
-        beams = search(model, [(src, src_len)], Search(width=2, beam_size=3))
+        greedy = search(model, [(src, src_len)], SearchPlan(width=2))
+        beams = search(model, [(src, src_len)], SearchPlan(width=2, beam_size=3))
     for hyp in [*(g[0] for g in greedy), *(b[0] for b in beams)]:
         assert math.isfinite(hyp.score)
         if model.has_attention:

@@ -89,12 +89,12 @@ class TorchTable:
 
 @pytest.mark.parametrize("case", CASES, ids=NAMES)
 def test_the_torch_search_reproduces_every_case(case):
+    from alignmt.decoding.torch_engine.plan import SearchPlan
     from alignmt.decoding.torch_engine.search import search
-    from alignmt.decoding.torch_engine.settings import Search
 
     model = TorchTable(case)
     config = settings(case)
-    how = Search.from_config(config, nbest=case["nbest"], width=case["width"])
+    how = SearchPlan.from_config(config, nbest=case["nbest"], width=case["width"])
     sources = case["sources"]
     batches = []
     for start in range(0, len(sources), case["width"]):  # encoded lazily, a batch at a time

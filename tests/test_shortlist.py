@@ -18,8 +18,8 @@ from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.torch_engine.ensemble import Ensemble
+from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.search import search
-from alignmt.decoding.torch_engine.settings import Search
 from alignmt.decoding.torch_engine.shortlist import allowed_words
 from alignmt.decoding.torch_engine.speed import Speed
 from alignmt.model.batch import source_batch
@@ -98,8 +98,8 @@ def test_a_shortlist_holding_every_word_decodes_as_the_whole_vocabulary(toy_run)
     every = Shortlist(ckpt.shortlist.table, np.arange(vocab))
     batches = toy_batches(ckpt)
     for speed in (Speed(), Speed(shortlist=every)):
-        greedy = search(model, batches, Search(width=8, speed=speed))
-        beam = search(model, batches, Search(width=8, beam_size=3, nbest=3, speed=speed))
+        greedy = search(model, batches, SearchPlan(width=8, speed=speed))
+        beam = search(model, batches, SearchPlan(width=8, beam_size=3, nbest=3, speed=speed))
         if speed.shortlist is None:
             plain = (greedy, beam)
     for ours, theirs in zip((greedy, beam), plain, strict=True):
@@ -125,9 +125,9 @@ def test_a_sentence_decodes_alike_alone_and_beside_others(toy_run):
     ckpt = load_checkpoint(toy_run)
     narrow = Speed(shortlist=Shortlist(ckpt.shortlist.table[:, :1], np.array([EOS])))
     batches = toy_batches(ckpt)
-    together = [h for [h] in search(ckpt.model, batches, Search(width=16, speed=narrow))]
+    together = [h for [h] in search(ckpt.model, batches, SearchPlan(width=16, speed=narrow))]
     rows = [(src[i : i + 1], n[i : i + 1]) for src, n in batches for i in range(len(n))]
-    alone = [search(ckpt.model, [row], Search(width=1, speed=narrow))[0][0] for row in rows]
+    alone = [search(ckpt.model, [row], SearchPlan(width=1, speed=narrow))[0][0] for row in rows]
     assert [h.tokens for h in together] == [h.tokens for h in alone]
     allowed = {EOS, *ckpt.shortlist.table[:, 0].tolist()}
     assert all(set(h.tokens) <= allowed for h in together)
@@ -210,7 +210,7 @@ def test_an_ensemble_decodes_over_a_shortlist_through_each_members_projection(to
     ensemble = Ensemble([ckpt.model, load_checkpoint(toy_run).model])
     every = Shortlist(ckpt.shortlist.table, np.arange(len(ckpt.tgt_vocab)))
     batches = toy_batches(ckpt)
-    beam = Search(width=8, beam_size=3)
+    beam = SearchPlan(width=8, beam_size=3)
     plain = search(ensemble, batches, beam)
     listed = search(ensemble, batches, replace(beam, speed=Speed(shortlist=every)))
     assert [h[0].tokens for h in listed] == [h[0].tokens for h in plain]

@@ -4,20 +4,21 @@ to train, translate with, evaluate and look inside.
 The names below are resolved on first use (PEP 562), so `import alignmt` loads neither
 torch nor matplotlib, and `alignmt.open_translator` loads the decoding layer but not
 training, and a framework only when a model needs it.
-The layers, each importing only those before it:
+The layers, each importing only those before it (docs/layout.md is the map of their modules):
 
-    config, reference   typed configs; the float64 NumPy equations every model is held to
-    text                corpora, tokenizers, vocabularies, the token cache, synthetic tasks
-    checkpoint          the run-folder format, atomic writes, then the torch loader/saver
-    model               attention, encoder, decoder, Seq2Seq, the loss, batches as tensors
-    decoding            one Translator over engines (PyTorch, Flax, ONNX Runtime); the door
-    analysis            BLEU/chrF, length buckets, alignments and AER, plots, task scores
-    training            the loop, optimiser, micro-batches, torchrun/DDP, validation, run log
-    experiments         runs that train and then analyse: the reversal demo
-    answers             what every host answers: the API's questions, models and explorer page
-    notebook            a run folder as one handle (`alignmt.train`, `alignmt.load`)
-    serve               the HTTP API (never imports training)
-    cli                 one module per command
+    config         Typed configs and the float64 reference equations
+    text           Corpora, tokenizers, vocabularies, the token cache, synthetic tasks
+    checkpoint     The run-folder format and its atomic writes
+    model          The network in PyTorch and in Flax
+    checkpoint io  Run folders as PyTorch and as Flax models
+    decoding       One translator over three engines, and the door to a model
+    analysis       BLEU, chrF, alignments and AER, coverage, plots
+    training       The loop, its two backends, torchrun/DDP, validation
+    experiments    Runs that train and then analyse
+    answers        What every host answers: the API's questions, its models, the explorer's page
+    notebook       A run folder as one handle, and the explorer as a widget
+    serve          The HTTP transport of the answers
+    cli            One module per command
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ _EXPORTS = {
     "save_checkpoint": "alignmt.checkpoint.torch_io",
     "Seq2Seq": "alignmt.model.seq2seq",
     "Hypothesis": "alignmt.decoding.results",
-    "Search": "alignmt.decoding.torch_engine.settings",
+    "SearchPlan": "alignmt.decoding.torch_engine.plan",
     "search": "alignmt.decoding.torch_engine.search",
     # search() over one padded batch, short names
     "beam_decode": "alignmt.decoding.torch_engine.search",
@@ -61,7 +62,7 @@ __all__ = [  # the names of _EXPORTS, spelt out so that tools read them
     "Hypothesis",
     "ModelConfig",
     "Run",
-    "Search",
+    "SearchPlan",
     "Seq2Seq",
     "Translation",
     "Translator",
@@ -87,8 +88,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; nothing of this runs
     from alignmt.config import Config, ModelConfig, load_config
     from alignmt.decoding.door import open_translator
     from alignmt.decoding.results import Hypothesis, Translation
+    from alignmt.decoding.torch_engine.plan import SearchPlan
     from alignmt.decoding.torch_engine.search import beam_decode, decode, search
-    from alignmt.decoding.torch_engine.settings import Search
     from alignmt.decoding.translator import Translator
     from alignmt.model.seq2seq import Seq2Seq
     from alignmt.notebook.run import Run, load, train

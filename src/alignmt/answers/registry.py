@@ -1,11 +1,10 @@
 """The models an answerer holds: each folder given at start-up, opened once through the door
 (`decoding.door.open_translator`) and named by the folder's name. Requests name a model,
 never a file. A run folder runs on the torch engine, or the flax one; the weights it kept
-during training
-(its snapshots) are opened when first asked for, on the decoding thread, and kept. A folder
-that `alignmt export` wrote runs on ONNX Runtime, and a server of such folders alone never
-loads torch. Every model and snapshot of a server sits on one device and decodes at one
-precision."""
+during training (its snapshots) are opened when first asked for, on the decoding thread,
+and kept. A folder that `alignmt export` wrote runs on ONNX Runtime, and a server of such
+folders alone never loads torch. Every model and snapshot of a server sits on one device
+and decodes at one precision."""
 
 from __future__ import annotations
 

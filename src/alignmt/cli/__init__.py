@@ -4,6 +4,20 @@ serve, explore.
 The only package that prints to stdout, and the only one that imports every layer. Parsing
 (`parser`) is cheap; each command's module (`alignmt.cli.COMMAND`, with a `run(args)`) is
 imported only once its command is chosen, so `alignmt translate --help` loads no torch.
+
+    average.py    `alignmt average`
+    compare.py    `alignmt compare`
+    data.py       `alignmt data list`, `get` and `path`
+    demo.py       `alignmt demo`
+    evaluate.py   `alignmt evaluate`
+    explore.py    `alignmt explore`
+    export.py     `alignmt export`
+    flags.py      flag types and option groups that commands share
+    parser.py     every command's flags; cheap
+    serve.py      `alignmt serve`
+    shortlist.py  `alignmt shortlist`
+    train.py      `alignmt train`
+    translate.py  `alignmt translate`
 """
 
 from __future__ import annotations

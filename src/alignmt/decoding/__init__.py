@@ -1,22 +1,18 @@
-"""Decoding a trained model: one translator over three engines.
-
-Framework-free, the spine every engine shares:
-
-    door.py         open_translator: a run folder, checkpoint, ensemble or exported folder
-    translator.py   Translator: raw text in, translations out; sorting, groups, n-best, words
-    engine.py       what an engine implements, and the table of what each can do
-    results.py      Hypothesis, Translation, and the step-by-step and beam-tree records
-    rules.py        the length limit, length penalty and stopping rule every search follows
-    words.py        alignments, <unk> replacement, constraint phrases as ids
-    constraint.py   one sentence's lexical constraints
-    exported.py     what a folder `alignmt export` wrote holds, and its graphs' names
-
-One subpackage per engine, each importing its framework and nothing of the others:
-
-    torch_engine/   PyTorch: search with continuous batching, int8, shortlist, sampling,
-                    constraints, ensembles, step-through and the beam tree; ONNX export
-    flax_engine/    JAX/Flax: greedy and beam search compiled by XLA
-    onnx_engine/    ONNX Runtime and NumPy: exported graphs, greedy and beam search
-
+"""Decoding a trained model: one translator over three engines (and the browser's, whose
+JavaScript is answers/static/web/). The modules are the framework-free spine every engine
+shares; each engine is a subpackage that imports its framework and nothing of the others.
 Nothing is imported here, so that a module of the spine loads no framework.
+
+    constraint.py  one sentence's lexical constraints as ids, and whether an output meets them
+    door.py        `open_translator`: any model folder, checkpoint or ensemble, on its engine
+    engine.py      what an engine implements, and the table of what each engine can do
+    exported.py    what an exported folder holds, and its graphs' names
+    flax_engine/   The flax engine: decoding a `FlaxSeq2Seq` with JAX, no torch.
+    onnx_engine/   The onnxruntime engine: decoding a folder `alignmt export` wrote, with ONNX
+                   Runtime and NumPy, neither torch nor JAX.
+    results.py     `Hypothesis`, `Translation`, the step-by-step and beam-tree records
+    rules.py       the length limit, length penalty and stopping rule every search follows
+    torch_engine/  The torch engine: decoding a PyTorch `Seq2Seq` (or an ensemble of them).
+    translator.py  `Translator`: raw text to translations over any engine
+    words.py       alignments, `<unk>` replacement, constraint phrases and prefixes as ids
 """

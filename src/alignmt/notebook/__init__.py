@@ -7,4 +7,8 @@ translate with, score and draw in a few lines, whose results render as tables an
 
 Everything here calls what the command line calls (training, the Translator, the scorers,
 the plots); nothing is computed a second way.
+
+    explorer.py  the explorer as an anywidget
+    run.py       `Run`, `train`, `load`
+    views.py     translations and scores as HTML
 """

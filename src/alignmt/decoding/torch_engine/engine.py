@@ -24,9 +24,9 @@ from alignmt.decoding.results import BeamTrace, DecoderStep, Hypothesis
 from alignmt.decoding.torch_engine.constraints import Table
 from alignmt.decoding.torch_engine.ensemble import Ensemble
 from alignmt.decoding.torch_engine.packed import int8_linears
+from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.sample import sampler
 from alignmt.decoding.torch_engine.search import search
-from alignmt.decoding.torch_engine.settings import Search
 from alignmt.decoding.torch_engine.speed import check_speed
 from alignmt.decoding.torch_engine.steps import full_precision
 from alignmt.decoding.torch_engine.trace import beam_trace, step_through
@@ -100,7 +100,7 @@ class TorchEngine(Engine):
         if call.sampling is not None:  # one generator for the call: its seed fixes every draw
             generator = torch.Generator(self.device).manual_seed(call.sampling.seed)
             pick = sampler(call.sampling, generator)
-        how = Search.from_config(
+        how = SearchPlan.from_config(
             call.search,
             nbest=call.nbest,
             width=call.width,

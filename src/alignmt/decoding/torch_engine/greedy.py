@@ -13,8 +13,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.rows import Encoded, Pending, pad_dim1, refill
-from alignmt.decoding.torch_engine.settings import Search
 from alignmt.decoding.torch_engine.steps import StepFn, full_precision
 from alignmt.model.distribution import LogProbs
 
@@ -29,14 +29,9 @@ class Token(NamedTuple):
     attention: Tensor | None  # (W_t, T_src) alpha; None for vanilla
 
 
-def most_probable(log_probs: LogProbs) -> tuple[Tensor, Tensor]:
-    """Greedy search's choice: each row's most probable token and its log-probability."""
-    return log_probs.best()
-
-
 @torch.no_grad()
 def greedy_search(
-    step: StepFn, batches: Iterable[Encoded], how: Search, *, bos_id: int, eos_id: int
+    step: StepFn, batches: Iterable[Encoded], how: SearchPlan, *, bos_id: int, eos_id: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
     """Pick the most probable token at every step (or the token `how.pick` chooses:
     sampling draws one), for at most `how.width` sentences at once.
@@ -64,7 +59,7 @@ def greedy_search(
         (B, T) each token's log-probability, attention (B, T, T_src) or None. Positions
         past a sentence's length hold eos_id and zeros; T_src is the longest source.
     """
-    pick = how.pick or most_probable
+    pick = how.pick or LogProbs.best  # sampling's draw, else the most probable token
     pending = Pending(batches, bos_id)
     start = pending.take(how.width)
     if start is None:

@@ -1,5 +1,5 @@
-"""How a search runs, as one typed value: `Search`, which `search.search` takes whole and
-greedy and beam search read their part of. `Search.from_config` builds it from the config's
+"""How a search runs, as one typed value: `SearchPlan`, which `search.search` takes whole and
+greedy and beam search read their part of. `SearchPlan.from_config` builds it from the config's
 `SearchConfig` and the choices a call makes (n-best, batch width, sampling, a deadline).
 """
 
@@ -16,7 +16,7 @@ from alignmt.decoding.torch_engine.steps import Pick
 
 
 @dataclass(frozen=True)
-class Search:
+class SearchPlan:
     """Greedy search, sampling or beam search, and everything each reads."""
 
     beam_size: int = 1  # K; 1 with nbest 1 and no coverage penalty is greedy search
@@ -49,7 +49,7 @@ class Search:
         pick: Pick | None = None,
         speed: Speed | None = None,
         check: Check | None = None,
-    ) -> Search:
+    ) -> SearchPlan:
         """`cfg`'s search with a call's choices: `beam_size` None is cfg's; a `pick`
         samples one output per row, whatever the beam."""
         beam = 1 if pick is not None else beam_size or cfg.beam_size

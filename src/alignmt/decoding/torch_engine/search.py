@@ -1,7 +1,7 @@
 """Greedy and beam search over token ids, through one door: `search(model, batches, how)`.
 
-Knows nothing about words, files or checkpoints. `how` is one `settings.Search` value (built
-from the config's `SearchConfig` by `Search.from_config`) that says which search runs and
+Knows nothing about words, files or checkpoints. `how` is one `plan.SearchPlan` value (built
+from the config's `SearchConfig` by `SearchPlan.from_config`) that says which search runs and
 everything it reads. Below the door, `greedy_search` and `beam_search` run any step function
 `step(prev, state, memory) -> (log_probs, state, alpha)` over a stream of encoded batches.
 State and memory are tuples of batch-first tensors (or None), so with the row operations of
@@ -38,8 +38,8 @@ from alignmt.decoding.torch_engine.beam import (
 )
 from alignmt.decoding.torch_engine.constraints import MISSING, Table
 from alignmt.decoding.torch_engine.greedy import greedy_search
+from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.rows import Encoded, Pending, refill, select_rows
-from alignmt.decoding.torch_engine.settings import Search
 from alignmt.decoding.torch_engine.speed import Join, fast_step
 from alignmt.decoding.torch_engine.steps import StepFn, as_array, full_precision
 from alignmt.model.distribution import LogProbs
@@ -49,7 +49,7 @@ Source = tuple[Tensor, Tensor]  # src (B, T_src) int64 ending in </s> and padded
 
 
 @torch.no_grad()
-def search(model: Seq2Seq, batches: Sequence[Source], how: Search) -> list[list[Hypothesis]]:
+def search(model: Seq2Seq, batches: Sequence[Source], how: SearchPlan) -> list[list[Hypothesis]]:
     """Translate source batches with the search `how` describes: greedy search (or sampling,
     with `how.pick`) when `how.greedy`, else beam search; `how.width` sentences search at a
     time, and a sentence that ends hands its rows to the next. On the CPU, the decoder's
@@ -80,7 +80,7 @@ def search(model: Seq2Seq, batches: Sequence[Source], how: Search) -> list[list[
 
 @torch.no_grad()
 def decode(model: Seq2Seq, src: Tensor, src_len: Tensor, **settings) -> list[Hypothesis]:
-    """Greedy translations of one padded source batch: `search` with `Search(**settings)`
+    """Greedy translations of one padded source batch: `search` with `SearchPlan(**settings)`
     (e.g. max_len_ratio, max_len_offset), one `Hypothesis` per sentence.
 
     Args:
@@ -88,7 +88,7 @@ def decode(model: Seq2Seq, src: Tensor, src_len: Tensor, **settings) -> list[Hyp
         src: (B, T_src) int64 source ids ending in </s>, padded.
         src_len: (B,) int64 real lengths.
     """
-    how = Search(width=max(len(src_len), 1), **settings)
+    how = SearchPlan(width=max(len(src_len), 1), **settings)
     return [hyps[0] for hyps in search(model, [(src, src_len)], how)]
 
 
@@ -97,11 +97,11 @@ def beam_decode(
     model: Seq2Seq, src: Tensor, src_len: Tensor, *, beam_size: int = 5, **settings
 ) -> list[list[Hypothesis]]:
     """Beam-search translations of one padded source batch: `search` with
-    `Search(beam_size=beam_size, **settings)` (nbest, length_penalty, coverage_penalty,
+    `SearchPlan(beam_size=beam_size, **settings)` (nbest, length_penalty, coverage_penalty,
     max_len_ratio, max_len_offset), each sentence's hypotheses best first. A beam of one
     with nbest 1 and no coverage penalty is greedy search, which gives the same output.
     """
-    how = Search(beam_size=beam_size, width=max(len(src_len), 1), **settings)
+    how = SearchPlan(beam_size=beam_size, width=max(len(src_len), 1), **settings)
     return search(model, [(src, src_len)], how)
 
 
@@ -124,7 +124,7 @@ def _greedy_hypotheses(out: tuple, src_lens: list[int]) -> list[list[Hypothesis]
 
 
 def _encoded(
-    model: Seq2Seq, batches: Iterable[Source], how: Search, join: Join = None
+    model: Seq2Seq, batches: Iterable[Source], how: SearchPlan, join: Join = None
 ) -> Iterator[Encoded]:
     """Encode each (src, src_len) batch when search asks for it, with its sentences' length
     limits; `join(src, memory)` adds what a step wrapper reads."""
@@ -138,7 +138,7 @@ def _encoded(
 
 @torch.no_grad()
 def beam_search(
-    step: StepFn, batches: Iterable[Encoded], how: Search, *, bos_id: int, eos_id: int
+    step: StepFn, batches: Iterable[Encoded], how: SearchPlan, *, bos_id: int, eos_id: int
 ) -> list[list[Hypothesis]]:
     """Keep the K = `how.beam_size` best partial outputs of each sentence, for at most
     `how.width` sentences at once.
@@ -183,7 +183,7 @@ def beam_search(
 
 @torch.no_grad()
 def beam_steps(
-    step: StepFn, batches: Iterable[Encoded], how: Search, *, bos_id: int, eos_id: int
+    step: StepFn, batches: Iterable[Encoded], how: SearchPlan, *, bos_id: int, eos_id: int
 ) -> tuple[list[BeamStep], int]:
     """`beam_search` without the back-trace, with `beam_search`'s arguments.
 
@@ -251,7 +251,7 @@ def _ranked(
     parents: Tensor,
     covered: Tensor | None,
     missing: Tensor | None,
-    how: Search,
+    how: SearchPlan,
 ) -> Tensor:
     """(B_t, 2K) each candidate's rank were it to end: score / lp, plus the coverage penalty
     of its parent's attention after this step (`covered`, (N, T_src), where beta > 0), less

@@ -23,8 +23,8 @@ from alignmt.decoding.results import BeamNode, BeamStatus, BeamTrace, DecoderSte
 from alignmt.decoding.torch_engine.beam import BeamStep
 from alignmt.decoding.torch_engine.constraints import Table
 from alignmt.decoding.torch_engine.packed import packed_linears
+from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.search import beam_steps
-from alignmt.decoding.torch_engine.settings import Search
 from alignmt.decoding.torch_engine.steps import StepFn, full_precision
 from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import Memory
@@ -55,8 +55,8 @@ def step_through(
         max_len: the most output tokens (</s> included), at least len(prefix).
         prefix: output ids to take at positions 0, 1, ... whatever the model prefers.
         override: output position -> source position that gets all of that step's
-            attention (masked_softmax over that position alone gives it weight 1); the
-            model must have attention.
+            attention (the memory's steer puts weight 1 there in place of the step's
+            alpha); the model must have attention.
         top_k: candidates recorded per step.
         beam_size, alpha, beta: with beam_size > 1 the continuation after the prefix is
             beam search's best (score / length_penalty(alpha), plus the coverage penalty
@@ -78,7 +78,7 @@ def step_through(
     follow = list(prefix)
     with packed_linears(model.decoder, rows=beam_size):
         if beam_size > 1:
-            how = Search(
+            how = SearchPlan(
                 beam_size=beam_size,
                 length_penalty=alpha,
                 coverage_penalty=beta,
@@ -154,7 +154,7 @@ def _beam_best(
     memory: Memory,
     prefix: list[int],
     max_len: int,
-    how: Search,
+    how: SearchPlan,
 ) -> list[int]:
     """Beam search's best output that starts with `prefix`: at the prefix's positions every
     other token is ruled out, so the beams grow from the prefix and are ranked with its
@@ -204,7 +204,7 @@ def beam_trace(
         constraint: lexical constraints on the output (`constraints.Constraint`), or None.
     """
     memory, state = model.encode(src[None], torch.tensor([len(src)], device=src.device))
-    how = Search(
+    how = SearchPlan(
         beam_size=beam_size,
         nbest=beam_size,
         length_penalty=alpha,
@@ -224,7 +224,7 @@ def _sentence_steps(
     state: DecoderState,
     memory: Memory,
     max_len: int,
-    how: Search,
+    how: SearchPlan,
 ) -> list[BeamStep]:
     """`beam_steps` over one sentence that `model` encoded, to at most `max_len` tokens."""
     limit = torch.tensor([max_len], device=memory.states.device)
