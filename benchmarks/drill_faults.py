@@ -10,7 +10,7 @@ not finite. Each returns a `drill_common.Tally` result, as those of drill_runs.p
   counted in metrics.jsonl, and the weights stay finite; `max_bad_steps` in a row stop the
   run with an error and leave the last good checkpoint, from which it resumes.
 
-Both train with either backend (`train.engine`).
+Both train with either engine (`train.engine`).
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ from alignmt.training.run import train
 # --- a full or read-only disk -----------------------------------------------------------------
 
 
-def disks(workdir: Path, *, mounts: bool = True, backend: str = "torch", steps: int = 300) -> dict:
+def disks(workdir: Path, *, mounts: bool = True, engine: str = "torch", steps: int = 300) -> dict:
     """Checkpoint writes that fail: through to /dev/full; into a full tmpfs (with `mounts`,
     where this process may mount one); and on a read-only filesystem, in-process: the write
     raises EROFS as the kernel would (a filesystem with files open for writing cannot be
     remounted read-only under a running process)."""
-    reference = reverse_config(workdir / "whole", engine=backend, steps=steps)
+    reference = reverse_config(workdir / "whole", engine=engine, steps=steps)
     problems = uninterrupted(reference)
     if problems:
         return outcome([problems])
@@ -66,7 +66,7 @@ def disks(workdir: Path, *, mounts: bool = True, backend: str = "torch", steps: 
     for name, fail in faults.items():
         folder = workdir / name
         try:
-            found = fail(folder, backend=backend, steps=steps)
+            found = fail(folder, engine=engine, steps=steps)
             found += differences(folder / "run", Path(reference.out_dir))
         finally:
             subprocess.run(["umount", str(folder)], capture_output=True)  # the tmpfs, if any
@@ -79,13 +79,13 @@ def _fail_a_write(
     *,
     fault: Callable[[Path], Callable[[], None]],
     cause: str,
-    backend: str,
+    engine: str,
     steps: int,
 ) -> list[str]:
     """Train in `folder`, bring on `fault` once a checkpoint is on disk, and check that the
     run stopped as it should and kept that checkpoint; then clear the fault (the callable
     `fault` returned) and resume to the end."""
-    cfg = reverse_config(folder, engine=backend, steps=steps)
+    cfg = reverse_config(folder, engine=engine, steps=steps)
     run_dir, last = Path(cfg.out_dir), Path(cfg.out_dir) / "last.safetensors"
     if fault is _fill_tmpfs:
         folder.mkdir(parents=True, exist_ok=True)
@@ -142,9 +142,9 @@ def _fill_tmpfs(folder: Path) -> Callable[[], None]:
     return filler.unlink
 
 
-def _read_only(folder: Path, *, backend: str, steps: int) -> list[str]:
+def _read_only(folder: Path, *, engine: str, steps: int) -> list[str]:
     """Train in-process, with every checkpoint write after the first raising EROFS."""
-    cfg = reverse_config(folder, engine=backend, steps=steps)
+    cfg = reverse_config(folder, engine=engine, steps=steps)
     config, run_dir = write_config(cfg), Path(cfg.out_dir)
     real = Path.write_bytes
 
@@ -209,10 +209,10 @@ def _times(grad, factor: float):
 
 
 @contextlib.contextmanager
-def poisoned(at: dict[int, str], backend: str = "torch") -> Iterator[None]:
+def poisoned(at: dict[int, str], engine: str = "torch") -> Iterator[None]:
     """Training's loss poisoned (`POISONS`) at the given calls, counted from 1: PyTorch's
     before its backward pass, Flax's as its compiled gradient returns."""
-    if backend == "flax":
+    if engine == "flax":
         with _flax_poisoned(at):
             yield
         return
@@ -248,13 +248,13 @@ def _flax_poisoned(at: dict[int, str]) -> contextlib.AbstractContextManager:
     return mock.patch.object(module.Updates, "__init__", init)
 
 
-def nonfinite(workdir: Path, count: int, seed: int = 0, backend: str = "torch") -> dict:
+def nonfinite(workdir: Path, count: int, seed: int = 0, engine: str = "torch") -> dict:
     """`count` poisoned updates at random steps of one run, and then a run poisoned
     `max_bad_steps` times in a row."""
     rng = random.Random(seed)
-    cfg = reverse_config(workdir / "scattered", steps=300, engine=backend)
+    cfg = reverse_config(workdir / "scattered", steps=300, engine=engine)
     at = {step: rng.choice(sorted(POISONS)) for step in rng.sample(range(1, 301), count)}
-    with poisoned(at, backend):
+    with poisoned(at, engine):
         result = train(cfg, progress=False)
     skipped = [
         json.loads(line).get("skipped")
@@ -265,14 +265,14 @@ def nonfinite(workdir: Path, count: int, seed: int = 0, backend: str = "torch") 
         path = result.run_dir / name
         problems += [f"{path}: {key} is not finite" for key in _not_finite(path)]
     results = [problems if i == 0 else [] for i in range(count)]  # one run holds them all
-    return outcome([*results, _streak(workdir / "streak", rng, backend)])
+    return outcome([*results, _streak(workdir / "streak", rng, engine)])
 
 
-def _streak(folder: Path, rng: random.Random, backend: str) -> list[str]:
-    cfg = reverse_config(folder, steps=100, max_bad_steps=5, engine=backend)
+def _streak(folder: Path, rng: random.Random, engine: str) -> list[str]:
+    cfg = reverse_config(folder, steps=100, max_bad_steps=5, engine=engine)
     first = rng.randint(25, 90)
     try:
-        with poisoned({step: "NaN loss" for step in range(first, first + 5)}, backend):
+        with poisoned({step: "NaN loss" for step in range(first, first + 5)}, engine):
             train(cfg, progress=False)
         return [f"{folder}: 5 poisoned updates in a row did not stop the run"]
     except TrainingError as err:

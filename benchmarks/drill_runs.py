@@ -12,7 +12,7 @@ with trains in this process, unless the drill times it (kills) or it is torchrun
 written), resuming after each, until the run ends. Then its checkpoints (weights, optimizer
 moments, generator states) must equal an uninterrupted run's bit for bit, and its metrics
 too but for their clock; after every kill the folder must translate once it holds a
-checkpoint. Under torchrun (2 processes) one rank is killed. It trains with either backend
+checkpoint. Under torchrun (2 processes) one rank is killed. It trains with either engine
 (`train.engine`).
 """
 
@@ -231,19 +231,19 @@ def kills(
     corpus: bool = False,
     nproc: int = 1,
     steps: int | None = None,
-    backend: str = "torch",
+    engine: str = "torch",
     reference: Reference | None = None,
 ) -> dict:
     """SIGKILL training `count` times at random moments, resuming after each; with `nproc`
     processes under torchrun, one rank at a time. Each run is killed until one of its
     attempts reaches the end (a moment drawn after the end kills nothing), and compared
     with an uninterrupted run (`reference`, trained here unless given; then `corpus` must
-    say which config it is, and `steps` and `backend` are its); as many runs as it takes
+    say which config it is, and `steps` and `engine` are its); as many runs as it takes
     to make `count` kills."""
     rng = random.Random(seed)
     sentence = "the big cat" if corpus else "abcde"
     if reference is None:
-        keys = {"backend": backend} | ({"steps": steps} if steps else {})
+        keys = {"engine": engine} | ({"steps": steps} if steps else {})
         reference, problems = reference_run(workdir, corpus=corpus, nproc=nproc, **keys)
         if problems:
             return outcome([problems])

@@ -2,7 +2,7 @@
 with a checkpoint of the step it stopped at, and the model a task run translates with;
 `--resume` then ends as an uninterrupted run, bit for bit. Under torchrun (2 processes) one
 rank is signalled, as a scheduler pre-empting one node does, and both stop at the same step.
-It trains with either backend (`train.engine`), on the runs of drill_runs.py, and returns a
+It trains with either engine (`train.engine`), on the runs of drill_runs.py, and returns a
 `drill_common.Tally` result as every drill does.
 """
 
@@ -41,18 +41,18 @@ def signals(
     count: int,
     seed: int = 0,
     steps: int = 1000,
-    backend: str = "torch",
+    engine: str = "torch",
     nproc: int = 1,
     reference: Reference | None = None,
     sent: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
 ) -> dict:
     """The signals `sent` in turn, one into each of `count` runs, at random moments of
     training; each run is then resumed to its end and compared with an uninterrupted run
-    (`reference`, trained here unless given; then `steps` and `backend` are its). With
+    (`reference`, trained here unless given; then `steps` and `engine` are its). With
     `nproc` processes under torchrun, one rank is signalled."""
     rng = random.Random(seed)
     if reference is None:
-        keys = {"steps": steps, "save_every": 0, "backend": backend}
+        keys = {"steps": steps, "save_every": 0, "engine": engine}
         if nproc > 1:
             reference, problems = reference_run(workdir, corpus=False, nproc=nproc, **keys)
         else:  # in this process: its time draws no moments

@@ -11,8 +11,8 @@ themselves live in drill_runs.py (kills), drill_signals.py, drill_faults.py (dis
 updates), drill_args.py (bad run folders and arguments), drill_inputs.py (corpora and
 translate input from the wild, written by drill_texts.py) and drill_server.py (the server
 under attack, with requests from drill_requests.py); each returns a `drill_common.Tally`
-result, and tests/ runs each with a few faults. With `--backend flax` the drills on training
-(`FLAX`) train with `train.engine=flax`; the others do not depend on the backend that
+result, and tests/ runs each with a few faults. With `--engine flax` the drills on training
+(`FLAX`) train with `train.engine=flax`; the others do not depend on the engine that
 trained the model, and torchrun is PyTorch's. Every process a drill starts is bounded in
 time. Run from the repository root, with nothing else using the CPU (the kills draw their
 moments from the time an uninterrupted run takes). Needs root for the full-tmpfs case of
@@ -46,12 +46,12 @@ from benchmarks import (
 
 from alignmt.training.run import train
 
-# The drills on training, which run with either backend
+# The drills on training, which run with either engine
 FLAX = ("kills", "kills_corpus", "signals", "disks", "nonfinite")
 
 
 def drills(
-    scale: float, workdir: Path, run_dir: Callable[[], Path], backend: str = "torch"
+    scale: float, workdir: Path, run_dir: Callable[[], Path], engine: str = "torch"
 ) -> dict[str, tuple[str, Callable]]:
     """Name -> (what it sends, the call), at `scale` times the full counts; `run_dir` trains
     the model that translate, bad_inputs and server drill on, when first called."""
@@ -59,7 +59,7 @@ def drills(
     def n(full: int) -> int:
         return max(1, round(full * scale))
 
-    on = {"backend": backend}
+    on = {"engine": engine}
     table = {
         "kills": (
             f"{n(20)} SIGKILLs, reversal task",
@@ -106,7 +106,7 @@ def drills(
             lambda: drill_server.server(run_dir(), n(10_000), n(20)),
         ),
     }
-    return table if backend == "torch" else {name: table[name] for name in FLAX}
+    return table if engine == "torch" else {name: table[name] for name in FLAX}
 
 
 def main() -> None:
@@ -116,14 +116,14 @@ def main() -> None:
     parser.add_argument(
         "--engine",
         "--backend",
-        dest="backend",
+        dest="engine",
         choices=("torch", "flax"),
         default="torch",
         help=f"train.engine of {FLAX}",
     )
     parser.add_argument("--out", help="results as JSON (default runs/drills[_flax].json)")
     args = parser.parse_args()
-    out = Path(args.out or f"runs/drills{'_flax' if args.backend == 'flax' else ''}.json")
+    out = Path(args.out or f"runs/drills{'_flax' if args.engine == 'flax' else ''}.json")
     workdir = Path(tempfile.mkdtemp(prefix="alignmt-drills-"))
 
     @cache
@@ -131,7 +131,7 @@ def main() -> None:
         return train(drill_runs.corpus_config(workdir / "model", steps=300), progress=False).run_dir
 
     try:
-        table = drills(args.scale, workdir, run_dir, args.backend)
+        table = drills(args.scale, workdir, run_dir, args.engine)
         unknown = sorted(set(args.only or ()) - set(table))
         if unknown:
             parser.error(f"--only {' '.join(unknown)}: not among {', '.join(table)}")

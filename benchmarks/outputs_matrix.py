@@ -106,7 +106,7 @@ def train_all(runs: Path, steps: int, only: str | None) -> None:
         if "coverage" in arch:
             continue
         flax = runs / f"flax-{name}"
-        alignmt.train("reverse", out_dir=str(flax), backend="flax", **common, **fields)
+        alignmt.train("reverse", out_dir=str(flax), engine="flax", **common, **fields)
         print(name, flush=True)
 
 
