@@ -25,7 +25,7 @@ from alignmt.decoding.door import open_translator
 from alignmt.serve import routes
 from alignmt.serve.app import create_app
 from tests.conftest import SERVE_LIMITS as LIMITS
-from tests.conftest import SHARED, needs_shared_data, post, untrained_twin
+from tests.conftest import SHARED, chromium, needs_shared_data, post, untrained_twin
 
 SENTENCE = "the big dog sleeps now"
 
@@ -192,8 +192,6 @@ GET_ROUTES = [
     "/v1/models",
     "/openapi.json",
     "/docs",
-    "/docs/oauth2-redirect",
-    "/redoc",
 ]
 
 
@@ -208,6 +206,38 @@ def test_head_is_answered_as_get_would_be_without_the_body(client, path):
     assert head.status_code == got.status_code == 200
     assert head.headers == got.headers and int(got.headers["content-length"]) == len(got.content)
     assert head.content == b""
+
+
+def test_the_api_reference_is_served_from_alignmts_own_files(client):
+    page = client.get("/docs").text
+    assert "/static/docs/swagger-ui-bundle.js" in page and "/openapi.json" in page
+    assert "http" not in page.replace("http-equiv", "")  # no URL outside the server
+    for name in ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"):
+        assert client.get(f"/static/docs/{name}").status_code == 200
+
+
+@pytest.mark.slow
+def test_the_api_reference_renders_with_only_127_0_0_1_reachable(toy_run):
+    """Swagger UI draws every route from the schema in Chromium with every other host
+    unresolvable, as on a machine with no network."""
+    from benchmarks.browser import LOCAL_ONLY
+    from benchmarks.load import local_server
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    paths = "return [...document.querySelectorAll('.opblock-summary-path')]" + (
+        ".map((e) => e.textContent)"
+    )
+    for browser in chromium(*LOCAL_ONLY):
+        port = free_port()
+        with local_server([toy_run], port):
+            browser.get(f"http://127.0.0.1:{port}/docs")
+            WebDriverWait(browser, 30).until(lambda b: b.execute_script(paths))
+            shown = set(browser.execute_script(paths))
+            fetched = browser.execute_script(
+                "return performance.getEntriesByType('resource').map((e) => e.name)"
+            )
+        assert {"/v1/translate", "/v1/step", "/v1/models"} <= {p.strip() for p in shown}
+        assert fetched and all(url.startswith(f"http://127.0.0.1:{port}/") for url in fetched)
 
 
 def test_an_app_can_be_started_again_after_it_stopped(served):

@@ -1,5 +1,6 @@
 """The FastAPI app: the routes (routes.py) behind the guard (guard.py), the explorer's
-static files, the decoding thread's start and stop, and errors as JSON.
+static files, the API reference at /docs, the decoding thread's start and stop, and errors as
+JSON.
 
 Every error, whatever raised it, is answered as `{"error": {"code", "message", ...}}` with a
 4xx status that says whose fault it was; a 500 means a bug, and its traceback goes to the
@@ -15,7 +16,8 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
@@ -36,13 +38,35 @@ def create_app(models: dict[str, ServedModel], limits: Limits | None = None) -> 
         title="alignmt",
         summary="Attention-based RNN translation, with what the decoder saw at every step.",
         lifespan=_lifespan,
+        docs_url=None,  # FastAPI's own page loads Swagger UI from a CDN: ours is below
+        redoc_url=None,
     )
     app.state.models, app.state.limits = models, limits or Limits()
     app.add_middleware(RequestGuard, limits=app.state.limits)
     _add_error_handlers(app)
     app.mount("/static", StaticFiles(directory=page.STATIC), name="static")
     app.include_router(routes.router)
+    _add_reference(app)
     return app
+
+
+def _add_reference(app: FastAPI) -> None:
+    """The API reference at /docs: Swagger UI over the OpenAPI schema, from the files alignmt
+    ships (answers/static/docs, vendored by web/vendor), so it works with no network."""
+
+    @app.get("/docs", include_in_schema=False)
+    async def reference(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        static = f"{root}/static/docs"
+        return get_swagger_ui_html(
+            openapi_url=f"{root}{app.openapi_url}",
+            title="alignmt: the HTTP API",
+            swagger_js_url=f"{static}/swagger-ui-bundle.js",
+            swagger_css_url=f"{static}/swagger-ui.css",
+            swagger_favicon_url=f"{static}/favicon-32x32.png",
+            # Swagger UI would otherwise ask validator.swagger.io about the schema
+            swagger_ui_parameters={"validatorUrl": None},
+        )
 
 
 @asynccontextmanager
