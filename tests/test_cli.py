@@ -415,3 +415,11 @@ def test_translate_constraints_place_phrases_and_name_a_bad_line(
         monkeypatch.setattr("sys.stdin", stdin(text))
         assert main(["translate", str(toy_run), "--constraints", str(given), *flags]) == 2
         assert said in capsys.readouterr().err
+
+
+def test_warnings_are_said_as_errors_are_said(toy_run):
+    """`warning: ...`, as `error: ...`, not logging's default `WARNING:name:...`."""
+    command = [sys.executable, "-m", "alignmt", "translate", str(toy_run)]
+    run = subprocess.run(command, input="the zzz dog\n", capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.startswith("warning: source tokens not in the vocabulary"), run.stderr

@@ -50,7 +50,7 @@ EXTRAS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    _say_as_errors_are_said(args.verbose)
     if args.command != "serve":
         # 10-15% faster training on CPU (see allocator.py); a server's memory must stay flat
         keep_freed_memory()
@@ -77,3 +77,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as stop:  # the demo, stopped between its runs
         print(f"interrupted{f' ({stop})' if str(stop) else ''}", file=sys.stderr)
         return 130
+
+
+class _Tidy(logging.Formatter):
+    """`warning: ...`, as errors print `error: ...`; with --verbose, `info: ...` and the
+    logger's name, to find where a message came from."""
+
+    def __init__(self, verbose: bool) -> None:
+        super().__init__("%(message)s (%(name)s)" if verbose else "%(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {super().format(record)}"
+
+
+def _say_as_errors_are_said(verbose: bool) -> None:
+    """Every message of alignmt and of the libraries under it, Python's own warnings
+    included, to stderr in one style (see `_Tidy`)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(_Tidy(verbose))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
+    logging.captureWarnings(True)
