@@ -60,6 +60,8 @@ class FlaxBackend:
     """A `loop.Backend` over a Flax model, its parameters, optax's state and a dropout key,
     in one process."""
 
+    compiles = "jax.jit"  # once per batch shape (flax_optim.py), the first before step 1
+
     def __init__(
         self,
         *,

@@ -14,22 +14,18 @@ greedy translations); the best model by `metric` is kept and training can stop e
 loop stops at `steps`, at the time budget, on early stopping, on SIGTERM or SIGINT (with a
 checkpoint of the current step: exit 0, resume later) or after `max_bad_steps` updates in a
 row with a non-finite loss or gradient (an error; the weights never take such an update).
-Each of these is decided by all processes together. Progress is a tqdm bar on stderr, shown
-only when stderr is a terminal.
+Each of these is decided by all processes together. Progress goes to stderr (`report`).
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-
-from tqdm.auto import tqdm  # a widget in a notebook, text in a terminal
 
 from alignmt.checkpoint.format import LAST, WEIGHTS, snapshot_path, snapshot_steps
 from alignmt.config import Config, SearchConfig
@@ -40,6 +36,7 @@ from alignmt.text.vocab import Vocab
 from alignmt.training.batches import Progress, Step, steps
 from alignmt.training.distributed import Interrupts, World
 from alignmt.training.optim import lr_factor
+from alignmt.training.report import ProgressReport, how_to_show
 from alignmt.training.runlog import RunLog
 from alignmt.training.validate import validate
 
@@ -59,6 +56,9 @@ class TrainingError(RuntimeError):
 
 class Backend(Protocol[Loss]):
     """What training does differently in PyTorch and in JAX; `Loop` does the rest."""
+
+    # what the first update compiles, which the progress report names; None: nothing
+    compiles: str | None
 
     def set_lr(self, lr: float) -> None:
         """The learning rate of the updates that follow."""
@@ -147,20 +147,19 @@ class Loop:
         """Train to the end of the steps, the clock, early stopping or a signal; the seconds
         this call took."""
         started = time.perf_counter()
-        show = self.world.main and (sys.stderr.isatty() if progress is None else progress)
-        bar = tqdm(
+        report = ProgressReport(
+            self.run_dir.name,
             total=self.cfg.train.steps,
             initial=self.state.step,
-            desc=f"train {self.run_dir.name}",
-            disable=not show,
-            file=sys.stderr,
+            show=how_to_show(progress) if self.world.main else "none",
+            compiles=self.backend.compiles,
         )
         try:
             with Interrupts() as interrupts:
-                self._train(interrupts, bar)
+                self._train(interrupts, report)
             self._finish()
         finally:
-            bar.close()
+            report.close()
             if self.log:
                 self.log.close()
         return time.perf_counter() - started
@@ -183,7 +182,7 @@ class Loop:
             main=self.world.main,
         )
 
-    def _train(self, interrupts: Interrupts, bar: tqdm) -> None:
+    def _train(self, interrupts: Interrupts, report: ProgressReport) -> None:
         cfg, state = self.cfg.train, self.state
         updates = steps(self.text, self.cfg.data, cfg, self.cfg.seed, state, self.world, self.links)
         interval: list[Any] = []  # the applied updates' losses; None for a skipped one
@@ -195,12 +194,12 @@ class Loop:
             self._set_lr()
             interval.append(self._update(next(updates)))
             state.step += 1
-            bar.update()
+            report.update()
             if self._every(cfg.snapshot_every):
                 self._snapshot()
             last = state.step >= cfg.steps or self._must_stop(interrupts)
             if self._every(cfg.log_every) or last:
-                bar.set_postfix(loss=self._log_interval(interval))
+                report.set_loss(self._log_interval(interval))
                 interval.clear()
             if self._checkpoint():
                 return

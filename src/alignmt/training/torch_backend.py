@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 class TorchBackend:
     """A `loop.Backend` over a PyTorch model and optimizer, on this process's `device`."""
 
+    compiles = None  # eager: the first update runs as the others do
+
     def __init__(
         self,
         *,
