@@ -77,6 +77,17 @@ def test_nbest_lists_each_sentences_hypotheses_best_first(toy_run):
     assert scores == sorted(scores, reverse=True) and found[0] is found.nbest[0][0]
 
 
+def test_translations_read_as_a_table_outside_a_notebook(toy_run):
+    found = alignmt.load(toy_run).translate(["the big dog", "a cat"], nbest=2)
+    text = repr(found)
+    assert text == str(found) and "array" not in text
+    lines = text.splitlines()
+    assert lines[0] == "1. the big dog" and "2. a cat" in lines
+    best = found[0]
+    assert f"log p {best.score:8.3f}" in lines[1] and f"{best.tokens[0]} (" in lines[1]
+    assert lines[2].split() == ["alignment", *best.alignment.split()]
+
+
 def test_constraints_are_given_as_the_command_line_reads_them(toy_run):
     run = alignmt.load(toy_run)
     plain = run.translate(["the big dog", "a cat"], beam=3)

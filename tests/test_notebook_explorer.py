@@ -95,6 +95,12 @@ def test_the_widget_is_the_explorers_module_and_holds_its_answers_for_no_kernel(
         run.explore(SENTENCE, beside=toy_run.parent / "no-such-run")
 
 
+def test_outside_a_notebook_explore_says_what_to_run_instead(toy_run, caplog):
+    alignmt.load(toy_run).explore(SENTENCE)  # pytest runs no Jupyter kernel
+    assert f"alignmt explore {toy_run} --input FILE --out page.html" in caplog.text
+    assert f"alignmt serve {toy_run}" in caplog.text
+
+
 # ---- In JupyterLab, driven from Chromium --------------------------------------------------
 
 

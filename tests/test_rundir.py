@@ -37,8 +37,14 @@ def step_of(path) -> int:
 def test_a_new_run_in_a_folder_holding_one_is_refused_and_leaves_it_as_it_was(tmp_path):
     run_dir = train(tiny(tmp_path), progress=False).run_dir
     before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
-    with pytest.raises(RunFolderError, match=r"holds an earlier run \(model.safetensors, last"):
+    with pytest.raises(
+        RunFolderError, match=r"holds an earlier run \(model.safetensors, last"
+    ) as no:
         train(tiny(tmp_path, steps=4), progress=False)
+    # the advice for the command line and for Python alike
+    assert all(
+        w in str(no.value) for w in ("--resume", "resume=True", "--overwrite", "overwrite=True")
+    )
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
 
 

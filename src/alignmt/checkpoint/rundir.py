@@ -50,8 +50,9 @@ def check_new_run(run_dir: Path, *, resume: bool, overwrite: bool) -> str | None
     if resume or overwrite or not found:
         return None
     return (
-        f"{run_dir} holds an earlier run ({', '.join(found)}): continue it with --resume, "
-        "start afresh with --overwrite (which deletes those), or choose another out_dir"
+        f"{run_dir} holds an earlier run ({', '.join(found)}): continue it with --resume "
+        "(in Python, resume=True), start afresh with --overwrite (overwrite=True, which "
+        "deletes those), or choose another out_dir"
     )
 
 

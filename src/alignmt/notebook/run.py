@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -33,6 +34,8 @@ from alignmt.training import run as training
 
 if TYPE_CHECKING:
     from alignmt.notebook.explorer import Explorer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -207,6 +210,14 @@ class Run:
             if second == mine.name:  # two folders of one name: told apart by their parents
                 second = f"{other.run_dir.parent.name}/{second}"
             models[second] = other.served(second)
+        if not _in_a_kernel():
+            log.warning(
+                "run.explore shows its widget only in a notebook (Jupyter, VS Code, Colab); "
+                "here, `alignmt explore %s --input FILE --out page.html` writes the explorer "
+                "as one page, or `alignmt serve %s` serves it",
+                self.run_dir,
+                self.run_dir,
+            )
         return Explorer(models, sentences, beside=second, beam_size=beam)
 
     def served(self, name: str | None = None) -> ServedModel:
@@ -291,6 +302,16 @@ def _display(figure: Figure) -> None:
         from IPython.display import display
 
         display(figure)
+
+
+def _in_a_kernel() -> bool:
+    """Whether this runs in a Jupyter kernel, which can show a widget (a terminal IPython
+    cannot)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return getattr(get_ipython(), "kernel", None) is not None
 
 
 def _inline_figures() -> Any:

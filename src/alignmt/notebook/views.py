@@ -52,6 +52,23 @@ class Translations(list):
     def texts(self) -> list[str]:
         return [t.text for t in self]
 
+    def __str__(self) -> str:
+        """The table as text, for a terminal or a script: each hypothesis's tokens with their
+        probabilities, its log-probability and its alignment."""
+        lines = []
+        for i, (source, hyps) in enumerate(zip(self.sources, self.nbest, strict=True)):
+            lines.append(f"{i + 1}. {source}")
+            for hyp in hyps:
+                tokens = " ".join(
+                    f"{t} ({p:.2f})" for t, p in zip(hyp.tokens, hyp.probabilities, strict=True)
+                )
+                lines.append(f"   log p {hyp.score:8.3f}  {tokens}")
+                if hyp.alignment is not None:
+                    lines.append(f"   {'alignment':>14}  {hyp.alignment}")
+        return "\n".join(lines)
+
+    __repr__ = __str__  # a Python prompt shows the table, not the arrays inside
+
     def _repr_html_(self) -> str:
         rows = [
             [
