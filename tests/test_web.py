@@ -313,7 +313,10 @@ def test_int8_graphs_run_in_the_page_as_onnx_runtime_runs_them(
     got = ask_worker(browser, host(site) + "index.html", requests)
     for asked, page, native in zip(requests, got, server_answers(site, requests), strict=True):
         assert "answer" in page, f"{asked}: the page says {page.get('error')}"
-        assert_same(page["answer"], native, f"{asked['body']}")
+        # Each runtime's int8 kernels (WebAssembly SIMD in the page, AVX2 or AVX-512 natively)
+        # round the activations they quantize on their own: on a reversal model trained with
+        # ALIGNMT_FUSED=0, an attention weight moved by 1.9e-4 between them. Tokens are exact.
+        assert_same(page["answer"], native, f"{asked['body']}", tol=1e-3)
 
 
 @pytest.mark.slow
