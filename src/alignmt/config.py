@@ -167,7 +167,8 @@ class TrainConfig:
     # CUDA: replay the decoder's unroll, forward and backward, from a CUDA graph per padded
     # batch shape instead of launching its kernels one by one (see training/graphs.py)
     cuda_graphs: bool = False
-    threads: NonNegative = 0  # torch intra-op threads; 0 keeps torch's default
+    # torch intra-op threads; 0: torch's default, less the cores other processes keep busy
+    threads: NonNegative = 0
     # Micro-batches per update and process: N processes x accumulate K x batch B is one update
     # on N*K*B sentences, so one process with K = N follows an N-process run (exactly without
     # dropout; with it, each process draws its own masks)

@@ -40,6 +40,7 @@ from alignmt.decoding.torch_engine.search import decode
 from alignmt.model.seq2seq import Seq2Seq
 from alignmt.text.tasks import ALPHABET
 from alignmt.text.vocab import EOS, Vocab
+from alignmt.training.cores import threads_to_use
 from alignmt.training.run import TrainResult, train
 
 # Inputs drawn in the heatmap: short words, and one longer than any training string.
@@ -82,6 +83,25 @@ def run_demo(
     """
     configs = demo_configs(cfg)
     aligned = in_distribution(eval_lengths, cfg)
+    threads = torch.get_num_threads()
+    if not cfg.train.threads and cfg.train.device in ("auto", "cpu"):
+        # the scoring as well as the trainings: on the cores other processes leave free
+        torch.set_num_threads(threads_to_use(threads))
+    try:
+        return _run(cfg, configs, eval_lengths, aligned, samples, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(
+    cfg: Config,
+    configs: dict[str, Config],
+    eval_lengths: tuple[int, ...],
+    aligned: tuple[int, ...],
+    samples: int,
+    progress: bool | None,
+) -> DemoResult:
+    """`run_demo`'s work, on the threads it chose."""
     runs = {name: _train(c, progress) for name, c in configs.items()}
     scores = {name: _score(run, eval_lengths, samples, cfg) for name, run in runs.items()}
     alignment = {

@@ -34,6 +34,7 @@ from alignmt.text.guide import TokenLinks, eflomal_training_links, pharaoh_train
 from alignmt.text.prepare import Text, prepare_text
 from alignmt.text.shortlist import Shortlist, build_shortlist
 from alignmt.training import torch_backend
+from alignmt.training.cores import threads_to_use
 from alignmt.training.distributed import World, join, leave
 from alignmt.training.loop import Begin, Loop, TrainResult
 from alignmt.training.start import claim_folder, prepare_in_turn, seed_everything
@@ -68,8 +69,11 @@ def train(
     world, device = join(cfg.train.device, cfg.train.wait_minutes)
     threads = torch.get_num_threads()
     try:
+        # a distributed run's processes share the cores by design (train.threads=1 each)
         if cfg.train.threads:
             torch.set_num_threads(cfg.train.threads)
+        elif world.size == 1 and device.type == "cpu":
+            torch.set_num_threads(threads_to_use(threads, "training"))
         begin = partial(torch_backend.begin, device=device)
         return _train(cfg, world, begin, progress, resume, overwrite)
     finally:
