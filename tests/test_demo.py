@@ -69,6 +69,9 @@ def test_the_demo_command_clears_its_bar_and_writes_what_it_prints(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     results = json.loads((out / "results.json").read_text())
+    # the threads it trained on, as it says, and its time in all, trainings and scoring
+    assert f"batch 64, {results['threads']} CPU threads)" in run.stdout
+    assert results["seconds"] > sum(results["train_seconds"].values())
     _attention_clears_the_bar(results)
     _alignment_and_sharpening_hold(run.stdout, out, results)
     _outputs_are_written_and_load(run.stdout, out)

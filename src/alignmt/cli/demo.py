@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"\nTraining time ({cfg.train.engine}, {cfg.train.steps} steps, "
         f"batch {cfg.train.batch_size}, "
-        f"{hardware}): {times}"
+        f"{hardware or f'{result.threads} CPU threads'}): {times}"
     )
     print("\nWritten:")
     for name, path in result.files.items():
@@ -59,7 +59,6 @@ def demo_overrides(args: argparse.Namespace) -> list[str]:
     return overrides + [f"{key}={value}" for key, value in flags.items() if value is not None]
 
 
-def _hardware(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{torch.get_num_threads()} CPU threads"
+def _hardware(device: torch.device) -> str | None:
+    """A GPU's name; None on the CPU, where the demo chooses its threads as it starts."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else None

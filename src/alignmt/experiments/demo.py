@@ -23,6 +23,7 @@ written under one output folder:
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ EVAL_SEED = 1234  # the evaluation strings of the table, the AER and the sharpen
 class DemoResult:
     table: str  # the markdown tables and the sharpening line, as printed
     seconds: dict[str, float]  # training wall time per model
+    threads: int  # PyTorch's intra-op threads: train.threads, or those of the cores free
     scores: dict[str, list[TaskScores]]  # per model, one entry per evaluated length
     # per attention model: AER on the in-distribution lengths, (step, share of argmax α on
     # the expected position) per snapshot, and the first step whose share reaches SHARP
@@ -102,6 +104,7 @@ def _run(
     progress: bool | None,
 ) -> DemoResult:
     """`run_demo`'s work, on the threads it chose."""
+    started = time.perf_counter()
     runs = {name: _train(c, progress) for name, c in configs.items()}
     scores = {name: _score(run, eval_lengths, samples, cfg) for name, run in runs.items()}
     alignment = {
@@ -127,13 +130,14 @@ def _run(
     result = DemoResult(
         table,
         {name: run.seconds for name, run in runs.items()},
+        cfg.train.threads or torch.get_num_threads(),
         scores,
         alignment,
         sharpening,
         sharpened_at,
         files={},
     )
-    result.files = write_outputs(Path(cfg.out_dir), runs, result, aligned, cfg)
+    result.files = write_outputs(Path(cfg.out_dir), runs, result, aligned, cfg, started)
     return result
 
 
@@ -317,8 +321,10 @@ def write_outputs(
     result: DemoResult,
     lengths: tuple[int, ...],
     cfg: Config,
+    started: float,
 ) -> dict[str, Path]:
-    """Heatmaps, curves, the tables and the raw numbers; returns the paths by name."""
+    """Heatmaps, curves, the tables and the raw numbers; returns the paths by name.
+    `started`: the demo's start on `time.perf_counter`'s clock, for its time in all."""
     attention = runs["attention"]
     panels = [
         heatmap_panel(attention.model, attention.src_vocab, word, cfg) for word in HEATMAP_WORDS
@@ -338,6 +344,7 @@ def write_outputs(
     }
     files["table"].write_text(result.table + "\n")
     numbers = results_json(runs, result, lengths, cfg)
+    numbers["seconds"] = time.perf_counter() - started  # trainings, scores and plots
     files["results"].write_text(json.dumps(numbers, indent=2) + "\n")
     return files
 
@@ -350,6 +357,7 @@ def results_json(
         "task": cfg.data.task,
         "train_lengths": [cfg.data.min_len, cfg.data.max_len],
         "steps": cfg.train.steps,
+        "threads": result.threads,
         "train_seconds": {name: run.seconds for name, run in runs.items()},
         "scores": {name: [asdict(s) for s in rows] for name, rows in result.scores.items()},
         "alignment_lengths": list(lengths),
