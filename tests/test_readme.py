@@ -10,9 +10,14 @@ in the order a reader meets them (below)."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,60 +91,31 @@ def test_the_python_examples_run(page, run_folders, monkeypatch):
 # the site's table of contents), is parsed by alignmt's own command line and config, and
 # every file or folder it reads is in the repository or made by a command met before it.
 # A block of placeholders (`RUN_DIR`, `[flags]`) says `<!-- shell: synopsis -->` above it,
-# and only its commands' names are checked.
+# and only its commands' names are checked. (CI runs the blocks too: docs/shell_blocks.py.)
 
-SYNOPSIS = "<!-- shell: synopsis -->"
+
+def _shell_blocks():
+    """docs/shell_blocks.py, which finds the blocks and CI runs them with."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("shell_blocks", ROOT / "docs/shell_blocks.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # for its dataclass
+    spec.loader.exec_module(module)
+    return module
+
+
+blocks = _shell_blocks()
 # what each command reads (argparse's names) and writes
 READS = ("run_dir", "run_dirs", "src", "ref", "input", "constraints", "gold_alignments")
-SEPARATORS = {"|", "&&", ";", "||"}
+TRACKED = set(
+    subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+)
 
 
-def reading_order() -> list[str]:
-    """README.md, docs/index.md, then the pages of its tables of contents in order."""
-    index = (ROOT / "docs/index.md").read_text()
-    trees = re.findall(r"```\{toctree\}\n(.*?)```", index, flags=re.S)
-    names = [line for tree in trees for line in tree.splitlines() if line and line[0] != ":"]
-    return ["README.md", "docs/index.md", *[f"docs/{name}.md" for name in names]]
-
-
-def shell_blocks(page: str) -> list[tuple[int, str, bool]]:
-    """(line, text, synopsis) of each bash block of `page`."""
-    text = (ROOT / page).read_text()
-    found = []
-    for match in re.finditer(r"^```(?:bash|sh)\n(.*?)^```", text, flags=re.S | re.M):
-        before = text[: match.start()].rstrip().rsplit("\n", 1)[-1]
-        found.append((text.count("\n", 0, match.start()) + 2, match.group(1), before == SYNOPSIS))
-    return found
-
-
-def commands(block: str) -> list[list[str]]:
-    """The block's simple commands as words: lines joined at a trailing backslash, comments
-    dropped, split at pipes and `&&`; a leading `time` or VAR=value dropped."""
-    import shlex
-
-    found: list[list[str]] = []
-    for line in block.replace("\\\n", " ").splitlines():
-        words, command = shlex.split(line, comments=True), []
-        for word in [*words, ";"]:
-            if word in SEPARATORS:
-                while command and (command[0] == "time" or re.match(r"^\w+=", command[0])):
-                    command.pop(0)
-                found += [command] if command else []
-                command = []
-            else:
-                command.append(word)
-    return found
-
-
-def alignmt_words(command: list[str]) -> list[str] | None:
-    """The arguments of an alignmt command (`alignmt`, `.venv/bin/alignmt`, `... -m alignmt`
-    under python or torchrun), or None for another program."""
-    if command[0] == "alignmt" or command[0].endswith("/bin/alignmt"):
-        return command[1:]
-    for i in range(len(command) - 1):
-        if command[i : i + 2] == ["-m", "alignmt"]:
-            return command[i + 2 :]
-    return None
+def in_repository(path: str) -> bool:
+    """A tracked file, or a folder holding one: a fresh clone has it."""
+    return path.rstrip("/") in TRACKED or any(t.startswith(path.rstrip("/") + "/") for t in TRACKED)
 
 
 def command_names() -> set[str]:
@@ -187,9 +163,9 @@ def _listed(value) -> list[str]:
 def check_block(page: str, line: int, block: str, made: set[str]) -> list[str]:
     """What is wrong with one block's commands; adds what they write to `made`."""
     problems = []
-    for command in commands(block):
+    for command in blocks.commands(block):
         words, read, written = redirects(command)
-        argv = alignmt_words(words)
+        argv = blocks.alignmt_words(words)
         where = f"{page}:{line}: {' '.join(command)}"
         if argv is None:
             read += [w for w in words[1:] if re.match(r"^(benchmarks|configs)/", w)]
@@ -205,7 +181,7 @@ def check_block(page: str, line: int, block: str, made: set[str]) -> list[str]:
             read, written = read + reads, written + writes
         for path in read:
             made_before = any(path == m or path.startswith(f"{m}/") for m in made)
-            if not (ROOT / path).exists() and not made_before:
+            if not in_repository(path) and not made_before:
                 problems.append(f"{where}: nothing before it makes {path}")
         made.update(w.rstrip("/") for w in written)
     return problems
@@ -214,11 +190,91 @@ def check_block(page: str, line: int, block: str, made: set[str]) -> list[str]:
 def test_every_shell_command_parses_and_reads_what_came_before():
     made: set[str] = set()
     problems = []
-    for page in reading_order():
-        for line, block, synopsis in shell_blocks(page):
-            if synopsis:
-                names = {c[1] for c in commands(block) if alignmt_words(c)}
-                problems += [f"{page}:{line}: no command {n}" for n in names - command_names()]
-            else:
-                problems += check_block(page, line, block, made)
+    for block in blocks.all_blocks():
+        if block.kind == "synopsis":
+            words = [blocks.alignmt_words(c) for c in blocks.commands(block.text)]
+            names = {w[0] for w in words if w}
+            problems += [f"{block.where}: no command {n}" for n in names - command_names()]
+        else:
+            problems += check_block(block.page, block.line, block.text, made)
+            problems += [
+                f"{block.where}: {' '.join(c)}: runs once only (say --overwrite or --resume)"
+                for c in map(blocks.alignmt_words, blocks.commands(block.text))
+                if c and c[0] == "train" and not {"--overwrite", "--resume"} & set(c)
+            ]
     assert not problems, "\n".join(problems)
+
+
+def test_ci_runs_the_blocks_with_the_shim_it_states_and_stops_at_the_first_failure(tmp_path):
+    made = blocks.script(
+        [
+            blocks.Block(
+                "README.md", 4, "alignmt demo\n.venv/bin/python -m pytest -n auto\n", "run"
+            ),
+            blocks.Block(
+                "a.md", 3, "alignmt train configs/reverse.yaml out_dir=x --overwrite\n", "run"
+            ),
+            blocks.Block("a.md", 9, "alignmt serve runs/x\ncurl -s 127.0.0.1:8000/\n", "run"),
+            blocks.Block("b.md", 2, "alignmt demo --out y\n", "run"),
+            blocks.Block("b.md", 7, "alignmt serve runs/x\ncurl -s 127.0.0.1:8000/\n", "run"),
+            blocks.Block("c.md", 5, "alignmt train configs/x_gpu.yaml\n", "help-only", "(a GPU)"),
+            blocks.Block("README.md", 20, "import alignmt\n", "python"),
+            blocks.Block("c.md", 9, "import alignmt, sys\n", "python"),
+        ],
+        tmp_path / "results.json",
+    )
+    readme = blocks.blocks("README.md")[0].text
+    assert blocks.TEST_COMMAND in readme and blocks.TEST_COMMAND in (ROOT / ".ci/run").read_text()
+    assert "alignmt demo\n" in made  # the first demo as written: its numbers are checked
+    assert "pytest -n auto" not in made  # CI has just run the suite
+    assert "train configs/reverse.yaml train.minutes=0.3 out_dir=x --overwrite" in made
+    assert "background alignmt serve runs/x\n" in made and "stop_background" in made
+    assert "alignmt demo --steps 100 --samples 50 --out y" in made
+    assert made.count("background alignmt serve") == 1  # the block met before is not rerun
+    assert "alignmt train --help" in made and "alignmt train configs/x_gpu" not in made
+    assert made.count("<<'PYTHON'\nimport alignmt\nPYTHON") == 2  # the notebook cells, twice
+    assert "import alignmt, sys" not in made  # the suite runs the guides' examples
+
+    broken = blocks.script(
+        [
+            blocks.Block("a.md", 3, "echo one > one.txt\n", "run"),
+            blocks.Block("b.md", 12, "cat one.txt\nalignmt translate nowhere < one.txt\n", "run"),
+            blocks.Block("c.md", 1, "echo never > never.txt\n", "run"),
+        ],
+        tmp_path / "results.json",
+    )
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-c", broken], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode != 0
+    assert "FAILED at b.md:12: alignmt translate nowhere < one.txt" in done.stderr
+    assert (tmp_path / "one.txt").exists() and not (tmp_path / "never.txt").exists()
+
+
+def _demo_numbers():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("demo_numbers", ROOT / "docs/demo_numbers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_demos_figures_on_the_pages_are_written_from_its_results():
+    numbers = _demo_numbers()
+    assert numbers.main([]) == 0, "run python docs/demo_numbers.py write"
+    spread = json.loads(numbers.SPREAD.read_text())
+    readme = (ROOT / "README.md").read_text()
+    assert "<!-- demo-numbers: readme -->\n| length | vanilla | attention |" in readme
+    # each rounding's own results lie within the ranges; ten points off does not
+    for rounding in spread["roundings"].values():
+        assert numbers.check(rounding["results"], spread) == []
+    moved = copy.deepcopy(numbers.as_is(spread))
+    moved["scores"]["vanilla"][2]["exact_match"] -= 0.1
+    moved["sharpening"]["attention"]["sharpened_at"] += 500
+    outside = numbers.check(moved, spread)
+    assert outside[0].startswith("vanilla exact_match at 7: 71.4, the pages say 81.4")
+    assert "attention sharpened at: 700.0" in "\n".join(outside)
+    moved["sharpening"]["attention"]["sharpened_at"] = None  # never sharp: said, not a crash
+    assert "attention sharpened at: none" in "\n".join(numbers.check(moved, spread))
