@@ -81,7 +81,7 @@ def blocks(page: str) -> list[Block]:
         before = text[: match.start()].rstrip().rsplit("\n", 1)[-1]
         marker = MARKER.match(before)
         line = text.count("\n", 0, match.start()) + 2
-        kind, why = (marker.group(1), marker.group(2)) if marker else ("run", "")
+        kind, why = (marker.group(1), marker.group(2).strip("()")) if marker else ("run", "")
         kind = "python" if match.group(1) == "python" else kind
         found.append(Block(page, line, match.group(2), kind, why))
     return found
@@ -181,7 +181,8 @@ def script(blocks_: list[Block], results: Path) -> str:
             continue
         seen.add(block.text)
         if block.kind == "help-only":
-            parts.append(head + f"echo '(help only: {block.why})'\n" + help_only(block))
+            said = shlex.quote(f"(help only: {block.why})")
+            parts.append(head + f"echo {said}\n" + help_only(block))
         elif block.kind == "python":
             cell = f".venv/bin/python - <<'PYTHON'\n{block.text}PYTHON\n"
             parts.append(head + cell + "echo '(and again)'\n" + cell)
