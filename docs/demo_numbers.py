@@ -203,8 +203,8 @@ def written(page: str, spread: dict) -> str:
     """The page with every fragment written from `spread`."""
     text = (ROOT / page).read_text()
 
-    def fill(match: re.Match) -> str:
-        return match.group(1) + RENDER[match.group(2)](spread) + match.group(4)
+    def fill(match: re.Match) -> str:  # blank lines keep a table apart from the markers
+        return f"{match.group(1)}\n{RENDER[match.group(2)](spread)}\n{match.group(4)}"
 
     return FRAGMENT.sub(fill, text)
 
@@ -224,6 +224,9 @@ def check(fresh: dict, spread: dict) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
     spread = json.loads(SPREAD.read_text())
     if argv == ["write"]:
         for page in PAGES:

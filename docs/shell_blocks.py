@@ -122,24 +122,29 @@ def alignmt_words(command: list[str]) -> list[str] | None:
 
 # ---- Running them ---------------------------------------------------------------------------
 
-PRELUDE = f"""\
+PRELUDE = """\
 set -euo pipefail
 export MINUTES=0.3  # benchmarks/multi30k_bleu.sh's trainings, as the shim's
 where=start
 trap 'echo "FAILED at $where: $BASH_COMMAND" >&2' ERR
+trap '[ -z "${{server:-}}" ] || kill "$server" 2>/dev/null || true' EXIT  # a failed block's server
 # A server in the background, waited for until it answers; stopped at its block's end.
 background() {{
-    "$@" > server.log 2>&1 &
+    if curl -sf -o /dev/null 127.0.0.1:{port}/; then
+        echo "127.0.0.1:{port} already answers: an earlier server was not stopped" >&2
+        return 1
+    fi
+    (exec "$@") > server.log 2>&1 &  # exec: $! is the server itself, which kill stops
     server=$!
     for _ in $(seq 1200); do
-        curl -sf -o /dev/null 127.0.0.1:{PORT}/ && return 0
+        curl -sf -o /dev/null 127.0.0.1:{port}/ && return 0
         kill -0 "$server" 2>/dev/null || {{ cat server.log >&2; return 1; }}
         sleep 0.25
     done
-    echo "no answer on 127.0.0.1:{PORT} after 5 minutes" >&2
+    echo "no answer on 127.0.0.1:{port} after 5 minutes" >&2
     return 1
 }}
-stop_background() {{ kill "$server" && wait "$server" || true; }}
+stop_background() {{ kill "$server" && wait "$server" || true; server=; }}
 """
 
 
@@ -163,15 +168,17 @@ def help_only(block: Block) -> str:
             lines.append(f"python {shlex.quote(words[1])} --help > /dev/null")
         elif words[0] == "bash":
             lines.append(f"bash -n {shlex.quote(words[1])}")
+        elif "/" in words[0]:  # a program the block itself installs (.venv-torch/bin/pip)
+            continue
         else:
             lines.append(f"command -v {shlex.quote(words[0])} > /dev/null")
     return "\n".join(lines) + "\n"
 
 
-def script(blocks_: list[Block], results: Path) -> str:
+def script(blocks_: list[Block], results: Path, port: int = PORT) -> str:
     """One bash script that runs every block, timed, in order; after the first demo it copies
-    its results.json to `results`."""
-    parts, seen, demo_seen = [PRELUDE], set(), False
+    its results.json to `results`. A server is waited for on `port`."""
+    parts, seen, demo_seen = [PRELUDE.format(port=port)], set(), False
     for block in blocks_:
         if block.kind == "synopsis" or (block.kind == "python" and block.page != "README.md"):
             continue
@@ -192,10 +199,10 @@ def script(blocks_: list[Block], results: Path) -> str:
             if first_demo:
                 body += f"cp runs/demo/results.json {shlex.quote(str(results))}\n"
                 demo_seen = True
-            if SERVERS.search(body):
+            if SERVERS.search(block.text):
                 body += "stop_background\n"
             parts.append(head + body)
-        parts.append(f'echo "=== {block.where}: $SECONDS s"\n')
+        parts.append(f'printf "\\n=== %s: %d s\\n" {block.where} "$SECONDS"\n')  # after any output
     return "".join(parts)
 
 

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -229,7 +230,7 @@ def test_ci_runs_the_blocks_with_the_shim_it_states_and_stops_at_the_first_failu
     assert "alignmt demo\n" in made  # the first demo as written: its numbers are checked
     assert "pytest -n auto" not in made  # CI has just run the suite
     assert "train configs/reverse.yaml train.minutes=0.3 out_dir=x --overwrite" in made
-    assert "background alignmt serve runs/x\n" in made and "stop_background" in made
+    assert "background alignmt serve runs/x\ncurl -s 127.0.0.1:8000/\nstop_background\n" in made
     assert "alignmt demo --steps 100 --samples 50 --out y" in made
     assert made.count("background alignmt serve") == 1  # the block met before is not rerun
     parsed = "bash -n <<'BLOCK'\nalignmt train configs/x_gpu.yaml\nBLOCK\n"
@@ -280,3 +281,30 @@ def test_the_demos_figures_on_the_pages_are_written_from_its_results():
     assert "attention sharpened at: 700.0" in "\n".join(outside)
     moved["sharpening"]["attention"]["sharpened_at"] = None  # never sharp: said, not a crash
     assert "attention sharpened at: none" in "\n".join(numbers.check(moved, spread))
+
+
+def test_a_blocks_server_answers_its_next_commands_and_is_stopped_at_the_blocks_end(tmp_path):
+    """Two blocks that each start a server on the same port: the second starts only if the
+    first was stopped; after the run, nothing answers there."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    serve = f"python -m http.server {port} --bind 127.0.0.1"
+    made = blocks.script(
+        [
+            blocks.Block("a.md", 1, f"{serve}\ncurl -sf 127.0.0.1:{port}/ > first.html\n", "run"),
+            blocks.Block(
+                "b.md", 1, f"{serve} -d .\ncurl -sf 127.0.0.1:{port}/ > again.html\n", "run"
+            ),
+        ],
+        tmp_path / "results.json",
+        port=port,
+    )
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-c", made], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Directory listing" in (tmp_path / "again.html").read_text()
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0  # stopped
