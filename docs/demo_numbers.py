@@ -7,10 +7,11 @@
 docs/results/demo.json holds the results.json of the full demo under four float32 roundings
 (benchmarks/demo_spread.py writes it). Each figure on the pages is the roundings' common
 value or, where they differ, their range; nothing between the markers
-`<!-- demo-numbers: NAME -->` and `<!-- /demo-numbers -->` is typed by hand. `check` is how
-CI holds the pages to the code: it runs the README's demo as written and asks that each of its
-figures lies within TOLERANCE points of the range the pages show (a CPU none of the four
-roundings imitates may round differently still), and each sharpening step within one snapshot.
+`<!-- demo-numbers: NAME -->` and `<!-- /demo-numbers -->` is typed by hand. CI holds the
+pages to the code: it runs the README's demo as written (docs/shell_blocks.py), and `check`
+asks that each of its figures lies within TOLERANCE points of the range the pages show (a CPU
+none of the four roundings imitates may round differently still), and each sharpening step
+within one snapshot.
 """
 
 from __future__ import annotations
@@ -21,15 +22,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+from alignmt.experiments.demo import ORDER_NAME, ORDERS
+
 ROOT = Path(__file__).resolve().parents[1]
 SPREAD = ROOT / "docs/results/demo.json"
 PAGES = ("README.md", "docs/getting-started.md")
 TOLERANCE = 3.0  # percentage points outside the range shown
 FRAGMENT = re.compile(r"(<!-- demo-numbers: (\S+) -->\n)(.*?)(<!-- /demo-numbers -->)", re.S)
-ORDER_NAME = {
-    "attention": "bahdanau (query s_{i-1})",
-    "attention_luong": "luong (query s_i, input feeding)",
-}
 METRICS = ("token_accuracy", "exact_match", "alignment")
 
 
@@ -44,7 +43,7 @@ def figures(results: dict) -> dict[str, float]:
     for model, score in results["alignment_error_rate"].items():
         for metric in ("aer", "precision", "recall"):
             found[f"{model} {metric}"] = 100 * score[metric]
-    for model in ("attention", "attention_luong"):
+    for model in ORDERS:
         curve = results["sharpening"][model]
         step = curve["sharpened_at"]
         if step is None:  # never sharp
@@ -115,9 +114,9 @@ def full_table(spread: dict) -> str:
 def alignment(spread: dict) -> str:
     span = ranges(spread)
     rows = ["| decoder order | AER | precision | recall |", "|---|---:|---:|---:|"]
-    for model, name in ORDER_NAME.items():
+    for model, order in ORDERS.items():
         cells = [percent(span[f"{model} {metric}"]) for metric in ("aer", "precision", "recall")]
-        rows.append(f"| {name} | {' | '.join(cells)} |")
+        rows.append(f"| {ORDER_NAME[order]} | {' | '.join(cells)} |")
     return "\n".join(rows) + "\n"
 
 
@@ -127,7 +126,7 @@ def sharpening(spread: dict) -> str:
     results, roundings = as_is(spread), spread["roundings"].values()
     every = results["sharpening"]["attention"]["steps"][1]
     said = []
-    for model, order in (("attention", "bahdanau"), ("attention_luong", "luong")):
+    for model, order in ORDERS.items():
         by_step: dict[float, list[dict]] = {}
         for rounding in roundings:
             found = figures(rounding["results"])
