@@ -95,18 +95,19 @@ def test_the_python_examples_run(page, run_folders, monkeypatch):
 # and only its commands' names are checked. (CI runs the blocks too: docs/shell_blocks.py.)
 
 
-def _shell_blocks():
-    """docs/shell_blocks.py, which finds the blocks and CI runs them with."""
+def docs_script(name: str):
+    """A script of docs/ as a module: shell_blocks (which finds the blocks, and which CI runs
+    them with) or demo_numbers."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("shell_blocks", ROOT / "docs/shell_blocks.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / f"docs/{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # for its dataclass
+    sys.modules[name] = module  # for its dataclasses
     spec.loader.exec_module(module)
     return module
 
 
-blocks = _shell_blocks()
+blocks = docs_script("shell_blocks")
 # what each command reads (argparse's names) and writes
 READS = ("run_dir", "run_dirs", "src", "ref", "input", "constraints", "gold_alignments")
 TRACKED = set(
@@ -255,17 +256,8 @@ def test_ci_runs_the_blocks_with_the_shim_it_states_and_stops_at_the_first_failu
     assert (tmp_path / "one.txt").exists() and not (tmp_path / "never.txt").exists()
 
 
-def _demo_numbers():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("demo_numbers", ROOT / "docs/demo_numbers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_demos_figures_on_the_pages_are_written_from_its_results():
-    numbers = _demo_numbers()
+    numbers = docs_script("demo_numbers")
     assert numbers.main([]) == 0, "run python docs/demo_numbers.py write"
     spread = json.loads(numbers.SPREAD.read_text())
     readme = (ROOT / "README.md").read_text()
