@@ -53,7 +53,7 @@ def cpu_name() -> str:
 
 
 def run_demo(folder: Path, overrides: tuple[str, ...], env: dict[str, str]) -> dict:
-    """One full demo into `folder`; its results.json, with the wall time the command took."""
+    """One full demo into `folder` (unless one is there already); its results.json."""
     results = folder / "results.json"
     if not results.exists():
         clean = {k: v for k, v in os.environ.items() if k not in KNOBS}

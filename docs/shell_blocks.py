@@ -49,6 +49,7 @@ TRAIN_SHIM = "train.minutes=0.3"
 DEMO_SHIM = "--steps 100 --samples 50"
 SERVERS = re.compile(r"^(alignmt serve|python -m http\.server)\b", re.M)
 PORT = 8000
+KINDS = ("run", "help-only", "synopsis", "python")
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def blocks(page: str) -> list[Block]:
     return found
 
 
-def all_blocks(kinds: tuple[str, ...] = ("run", "help-only", "synopsis")) -> list[Block]:
+def all_blocks(kinds: tuple[str, ...] = KINDS) -> list[Block]:
     """Every block of those kinds, in reading order."""
     return [block for page in reading_order() for block in blocks(page) if block.kind in kinds]
 
@@ -212,7 +213,7 @@ def run() -> int:
     work = Path(tempfile.mkdtemp(prefix="alignmt-reader-"))
     clone, results = work / "alignmt", work / "demo-results.json"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-    text = script(all_blocks(("run", "help-only", "synopsis", "python")), results)
+    text = script(all_blocks(), results)
     (work / "reader.sh").write_text(text)
     print(f"the blocks, shimmed, as one script: {work / 'reader.sh'}", flush=True)
     done = subprocess.run(["bash", str(work / "reader.sh")], cwd=clone)
@@ -229,7 +230,7 @@ def main(argv: list[str]) -> int:
     if argv:
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         return 2
-    for block in all_blocks(("run", "help-only", "synopsis", "python")):
+    for block in all_blocks():
         first = block.text.strip().splitlines()[0]
         print(f"{block.where:40} {block.kind:10} {first[:70]}")
     return 0
