@@ -6,13 +6,14 @@ best translations) that are exactly zero.
 
 - `sparse`: softmax, sparsemax and 1.5-entmax (`model.attention_fn`), in the recipe's
   Bahdanau order and additive score.
-- `local`: global, local-m and local-p attention (`model.attention_window`, D = 10) in
-  Luong's order with his general score, as in Luong et al. (2015), Tables 4 and 6 (the
-  order's attentional vector is its readout, so the recipe's readout and tied embeddings
-  are off).
+- `luong`: in Luong's order (its attentional vector is its readout, so the recipe's readout
+  and tied embeddings are off), his general score, the scaled general score and the additive
+  score; then global, local-m and local-p attention (`model.attention_window`, D = 10) over
+  the scaled general score, as Luong et al. (2015), Tables 4 and 6, compare windows over the
+  general score (global is the scaled general row).
 
     python benchmarks/attention_variants.py sparse                  # ~50 minutes on 2 cores
-    python benchmarks/attention_variants.py local --skip-training   # score runs/local/* again
+    python benchmarks/attention_variants.py luong --skip-training   # score runs/luong/* again
 
 Run from the repository root after `alignmt data get multi30k`, with nothing else using the
 CPU. Prints a markdown table; the runs are in runs/SET/VARIANT.
@@ -32,17 +33,28 @@ from alignmt.analysis.evaluation import read_test_set, translate_and_score
 from alignmt.decoding.door import open_translator
 from alignmt.text.links import sentence_words
 
-LUONG = ["model.order=luong", "model.attention=general", "model.readout=none"]
-LUONG += ["model.tie_embeddings=false"]
+LUONG = ["model.order=luong", "model.readout=none", "model.tie_embeddings=false"]
 # set -> (the config key that varies, {variant: the recipe's overrides})
 SETS = {
     "sparse": (
         "model.attention_fn",
         {fn: [f"model.attention_fn={fn}"] for fn in ("softmax", "sparsemax", "entmax15")},
     ),
-    "local": (
-        "model.attention_window (luong, general)",
-        {w: [*LUONG, f"model.attention_window={w}"] for w in ("global", "local_m", "local_p")},
+    "luong": (
+        "model.attention, model.attention_window (luong)",
+        {
+            "general": [*LUONG, "model.attention=general"],
+            "scaled_general": [*LUONG, "model.attention=scaled_general"],
+            "additive": [*LUONG, "model.attention=additive"],
+            **{
+                f"scaled_general, {w}": [
+                    *LUONG,
+                    "model.attention=scaled_general",
+                    f"model.attention_window={w}",
+                ]
+                for w in ("local_m", "local_p")
+            },
+        },
     ),
 }
 
@@ -56,7 +68,7 @@ def main() -> None:
     key, variants = SETS[args.set]
     rows = []
     for name, overrides in variants.items():
-        run = Path(args.out) / args.set / name
+        run = Path(args.out) / args.set / name.replace(", ", "_")
         if not args.skip_training:
             train(run, overrides)
         rows.append(score(run, name))

@@ -72,6 +72,8 @@ def reference_scores(module: Attention, s: np.ndarray, H: np.ndarray, C=None) ->
         return additive_ref.concat_scores(s, H, w["W.weight"], w["v.weight"][0], term)
     if kind == "general":
         return multiplicative_ref.general_scores(s, H, w["W.weight"])
+    if kind == "scaled_general":
+        return multiplicative_ref.scaled_general_scores(s, H, w["W.weight"], w["g"].item())
     if kind == "location":
         return location_ref.location_scores(s, H, w["W_a.weight"])
     if kind == "dot":
@@ -136,7 +138,7 @@ def test_concat_score_equals_separate_projections_when_W_is_split():
     )
 
 
-@pytest.mark.parametrize("kind", [*ATTENTIONS, "location"])
+@pytest.mark.parametrize("kind", [*ATTENTIONS, "scaled_general", "location"])
 def test_every_score_matches_the_numpy_reference_in_float64(kind):
     key_dim = D if kind in ("dot", "scaled_dot") else C
     module = attention(kind, key_dim=key_dim)
@@ -173,7 +175,7 @@ def test_masked_softmax_passes_gradcheck():
     assert torch.autograd.gradcheck(lambda e: masked_softmax(e, mask), (scores,))
 
 
-@pytest.mark.parametrize("kind", [*ATTENTIONS, "location"])
+@pytest.mark.parametrize("kind", [*ATTENTIONS, "scaled_general", "location"])
 def test_every_score_passes_gradcheck_in_query_keys_and_weights(kind):
     key_dim = D if kind in ("dot", "scaled_dot") else C
     module = attention(kind, key_dim=key_dim)
@@ -225,6 +227,22 @@ def test_scaled_dot_divides_the_dot_scores_by_sqrt_d():
     torch.testing.assert_close(
         attend(scaled, query, keys, mask), attend(plain, query / np.sqrt(D), keys, mask)
     )
+
+
+def test_the_scaled_general_score_starts_as_the_general_score_over_sqrt_d_and_learns_g():
+    """g s^T W h_j with g = 1/sqrt(D) before training, and g a weight the loss reaches."""
+    plain, scaled = attention("general"), attention("scaled_general")
+    with torch.no_grad():
+        scaled.score.W.weight.copy_(plain.score.W.weight)
+    g = scaled.score.g.item()
+    assert g == pytest.approx(1 / np.sqrt(D), rel=1e-7)  # made in float32
+    query, keys, mask = make_inputs()
+    torch.testing.assert_close(
+        attend(scaled, query, keys, mask), attend(plain, query * g, keys, mask), rtol=0, atol=1e-12
+    )
+    context, _ = attend(scaled, query, keys, mask)
+    context.square().sum().backward()
+    assert scaled.score.g.grad is not None and scaled.score.g.grad.abs().item() > 0
 
 
 def test_general_score_is_s_transpose_W_h():

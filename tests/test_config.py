@@ -141,7 +141,7 @@ def test_unknown_top_level_key_suggests_a_close_match():
         (
             "model.attention=adittive",
             "command line: model.attention: 'adittive' is not one of additive, dot, general, "
-            "concat, scaled_dot, location, none; did you mean 'additive'?",
+            "scaled_general, concat, scaled_dot, location, none; did you mean 'additive'?",
         ),
     ],
 )

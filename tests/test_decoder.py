@@ -137,6 +137,14 @@ CASES = (
         for rnn in ("gru", "lstm")
         for a in ("concat", "dot", "general", "scaled_dot")
     ]
+    + [  # the scaled general score in the order it was made for
+        (
+            dict(
+                rnn="gru", bidirectional=True, layers=2, attention="scaled_general", order="luong"
+            ),
+            "none",
+        )
+    ]
     + [
         (
             dict(

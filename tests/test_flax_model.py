@@ -106,6 +106,7 @@ MATRIX = [(arch, {"readout": readout}) for arch, readout in CASES] + [
     (ARCH["lstm-bi-L2-dot-bahdanau"], {"init": "zeros"}),
     (ARCH["gru-bi-L1-additive-bahdanau"], {"readout": "tanh", "readout_dim": 5, **TIED}),
     (ARCH["lstm-bi-L1-general-luong"], {"emb_dim": 8, **TIED}),
+    (ARCH["gru-bi-L2-general-luong"], {"attention": "scaled_general"}),
     # without attention, the order names no decoder: luong's builds the vanilla one too
     (
         ARCH["gru-uni-L2-none-bahdanau-init_only"],
@@ -146,6 +147,7 @@ COVER = [
         "lstm-bi-L2-dot-bahdanau-init=zeros",
         "gru-bi-L1-additive-bahdanau-readout=tanh-readout_dim=5-tie_embeddings=True",
         "lstm-bi-L1-general-luong-emb_dim=8-tie_embeddings=True",
+        "gru-bi-L2-general-luong-attention=scaled_general",
         "gru-bi-L1-general-luong-local_m1-readout=none",
         "lstm-bi-L1-location-bahdanau-local_p1-readout=none",
         "gru-bi-L2-concat-cgru-sparsemax-local_p1-readout=none",

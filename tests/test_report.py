@@ -1,5 +1,6 @@
 """A run's progress where stderr is no terminal: a line every half minute, the estimate of
-the time left starting after the first update, which may compile."""
+the time left starting after the first update, which may compile, and ending no later than
+a time budget."""
 
 from __future__ import annotations
 
@@ -69,3 +70,14 @@ def test_a_run_whose_stderr_is_no_terminal_prints_progress_lines(tmp_path, monke
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("train")]
     assert lines[0].startswith("train run: step 2/6 (33%), about")  # step 1 may compile
     assert lines[-1].startswith("train run: step 6/6 (100%), loss ")
+
+
+def test_a_time_budget_ends_the_estimate_where_it_stops_the_run(clock):
+    """train.minutes stops a run long before its steps: the time left is the budget's."""
+    progress = ProgressReport("run", total=3500, initial=0, show="none", deadline=240.0)
+    progress.update()
+    clock.now += 1.0
+    progress.update()  # one step a second: 3,498 s to the last step, 239 s to the deadline
+    assert progress.seconds_left(clock.now) == pytest.approx(239.0)
+    clock.now = 300.0  # past the deadline, in a last evaluation
+    assert progress.seconds_left(clock.now) == 0.0

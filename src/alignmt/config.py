@@ -53,10 +53,11 @@ class ModelConfig:
     dec_hidden: Count = 96  # D
     dec_layers: Count = 1  # L of the decoder
     # "none" is vanilla seq2seq: the decoder sees a fixed context, the final encoder state;
-    # "location" (Luong et al. 2015) scores by position alone, e_i = W_a s
-    attention: Literal["additive", "dot", "general", "concat", "scaled_dot", "location", "none"] = (
-        "additive"
-    )
+    # "location" (Luong et al. 2015) scores by position alone, e_i = W_a s; "scaled_general"
+    # is g s^T W h with a learned g, 1/sqrt(D) at first, where "general" saturates
+    attention: Literal[
+        "additive", "dot", "general", "scaled_general", "concat", "scaled_dot", "location", "none"
+    ] = "additive"
     attn_dim: Count = 96  # A, hidden units of the additive/concat scorer and of local_p's p_i
     # Luong et al. (2015, §3.2): weigh every source position (global), or only a window of
     # them, [p_i - D, p_i + D], around p_i = i (local_m) or a learnt p_i = S sigmoid(v_p^T

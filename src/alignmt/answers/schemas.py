@@ -382,7 +382,8 @@ class ModelInfo(BaseModel):
     encoder_layers: int = Field(description="stacked encoder layers")
     decoder_layers: int = Field(description="stacked decoder layers")
     attention: str = Field(
-        description="the score: additive, dot, general, concat, scaled_dot, location or none"
+        description="the score: additive, dot, general, scaled_general, concat, scaled_dot, "
+        "location or none"
     )
     mechanisms: list[str] = Field(
         default=[],

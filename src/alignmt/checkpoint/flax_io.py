@@ -15,6 +15,7 @@ The map is one rule per kind of tensor, so that it reads as a table:
 | `decoder.rnn.layer_in.K.weight`               | `decoder/rnn/layer_in_K/kernel`          |
 | `decoder.rnn.hidden_in.K.weight`              | `decoder/rnn/hidden_in_K/kernel`         |
 | tied `...proj.weight` (= `decoder.embed.weight`) | none: Flax reads the embedding        |
+| `X.g`, a bare parameter (a learned scale)     | `X/g`, the same                          |
 
 Gates keep PyTorch's order in both (GRU r, z, n; LSTM i, f, g, o) and the LSTM's (c, h)
 carry holds no weights, so nothing else is reordered; a round trip is bit-exact.
@@ -74,7 +75,7 @@ def torch_name(path: tuple[str, ...]) -> str:
     if modules[0] == "encoder" and modules[1].startswith("rnn_"):
         kind = "weight" if leaf == "kernel" else "bias"
         return f"encoder.rnn.{kind}_{modules[2]}_{modules[1].removeprefix('rnn_')}"
-    leaf = "bias" if leaf == "bias" else "weight"
+    leaf = {"kernel": "weight", "embedding": "weight"}.get(leaf, leaf)
     return _FLAX_LIST.sub(r"\1.\2", ".".join([*modules, leaf]))
 
 
@@ -98,7 +99,8 @@ def tensors_from_params(params: Params, cfg: ModelConfig) -> dict[str, np.ndarra
     tensors = {}
     for path, value in _leaves(params):
         value = np.asarray(value)
-        tensors[torch_name(path)] = np.ascontiguousarray(value.T if path[-1] == "kernel" else value)
+        # np.array, not ascontiguousarray, which makes a 0-d parameter (a scale) 1-d
+        tensors[torch_name(path)] = np.array(value.T if path[-1] == "kernel" else value, order="C")
     if cfg.tie_embeddings:
         proj = (
             "decoder.proj"

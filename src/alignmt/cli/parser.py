@@ -74,7 +74,8 @@ def _demo(commands: Commands) -> None:
     )
     demo.add_argument("--samples", type=positive, default=500, help="strings scored per length")
     demo.add_argument("--steps", type=positive, help="training steps per model (default 2000)")
-    demo.add_argument("--attention", choices=["additive", "dot", "general", "concat", "scaled_dot"])
+    scores = ["additive", "dot", "general", "scaled_general", "concat", "scaled_dot"]
+    demo.add_argument("--attention", choices=scores)
     demo.add_argument("--cell", choices=["gru", "lstm"], help="recurrent cell (default gru)")
     demo.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     demo.add_argument("--seed", type=int, help="random seed (default 1)")

@@ -153,6 +153,7 @@ class Loop:
             initial=self.state.step,
             show=how_to_show(progress) if self.world.main else "none",
             compiles=self.backend.compiles,
+            deadline=self.start + 60 * minutes if (minutes := self.cfg.train.minutes) else None,
         )
         try:
             with Interrupts() as interrupts:

@@ -28,12 +28,21 @@ def how_to_show(progress: bool | None) -> Show:
 
 class ProgressReport:
     """The progress of run `name` from step `initial` to `total`; see the module docstring.
-    `compiles` names what the first update compiles (None: nothing), said while it does."""
+    `compiles` names what the first update compiles (None: nothing), said while it does;
+    `deadline`, on time.perf_counter's clock, is when a time budget stops the run (None:
+    none), which the time left never passes."""
 
     def __init__(
-        self, name: str, total: int, initial: int, show: Show, compiles: str | None = None
+        self,
+        name: str,
+        total: int,
+        initial: int,
+        show: Show,
+        compiles: str | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.name, self.total, self.step, self.show = name, total, initial, show
+        self.deadline = deadline
         self.bar: tqdm | None = None
         self.loss = ""
         self.started: tuple[float, int] | None = None  # (clock, step) after the first update
@@ -87,11 +96,13 @@ class ProgressReport:
         print(f"train {self.name}: {', '.join(parts)}", file=sys.stderr, flush=True)
 
     def seconds_left(self, now: float) -> float | None:
-        """The time left at the pace since the first update; None before there is one."""
+        """The time left at the pace since the first update, or to the deadline where that
+        comes first; None before there is a pace."""
         if self.started is None or self.step <= self.started[1]:
             return None
         clock, step = self.started
-        return (now - clock) / (self.step - step) * max(0, self.total - self.step)
+        left = (now - clock) / (self.step - step) * max(0, self.total - self.step)
+        return left if self.deadline is None else min(left, max(0.0, self.deadline - now))
 
 
 def _duration(seconds: float) -> str:

@@ -1,5 +1,5 @@
-"""The multiplicative scores in Flax (Linen): torch.py's general, dot and scaled dot scores,
-with their parameter names."""
+"""The multiplicative scores in Flax (Linen): torch.py's general, scaled general, dot and
+scaled dot scores, with their parameter names."""
 
 from __future__ import annotations
 
@@ -17,19 +17,25 @@ Array = jax.Array
 
 
 class GeneralScore(nn.Module):
-    """e_ij = s^T W h_j; W maps keys (C) to the query's size (D)."""
+    """e_ij = s^T W h_j; W maps keys (C) to the query's size (D). `scaled`: times g, a
+    learned scalar, 1 / sqrt(D) at first."""
 
     query_dim: int
     key_dim: int
+    scaled: bool = False
 
     def setup(self) -> None:
         self.W = torch_dense(self.query_dim, self.key_dim, bias=False)
+        if self.scaled:
+            start = 1 / math.sqrt(self.query_dim)
+            self.g = self.param("g", lambda key: jnp.asarray(start, jnp.float32))
 
     def prepare(self, states: Array) -> dict[str, Array]:
         return {"keys": self.W(states)}  # (B, T_src, D)
 
     def __call__(self, query: Array, memory: Any, term: Array | None = None) -> Array:
-        return jnp.einsum("btd,bd->bt", memory.slots["keys"], query)
+        scores = jnp.einsum("btd,bd->bt", memory.slots["keys"], query)
+        return scores * self.g if self.scaled else scores
 
 
 class DotScore(nn.Module):
@@ -56,6 +62,6 @@ class DotScore(nn.Module):
 
 
 def build(spec: Spec, *, query_dim: int, key_dim: int) -> nn.Module:
-    if spec.kind == "general":
-        return GeneralScore(query_dim, key_dim)
+    if spec.kind in ("general", "scaled_general"):
+        return GeneralScore(query_dim, key_dim, scaled=spec.kind == "scaled_general")
     return DotScore(query_dim, key_dim, scaled=spec.kind == "scaled_dot")
