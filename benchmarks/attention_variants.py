@@ -34,6 +34,8 @@ from alignmt.decoding.door import open_translator
 from alignmt.text.links import sentence_words
 
 LUONG = ["model.order=luong", "model.readout=none", "model.tie_embeddings=false"]
+# snapshots for benchmarks/score_scale.py, which reads how sharp the scores grew
+LUONG += ["train.snapshot_every=500"]
 # set -> (the config key that varies, {variant: the recipe's overrides})
 SETS = {
     "sparse": (
