@@ -5,7 +5,9 @@ every step's raw scores e_ij recorded, and per step over the real source positio
 - the range of e (max - min) and the gap between the two best scores, as medians;
 - the largest weight alpha_ij, and the share of weights that are exactly 0 in float32 (a
   softmax underflows there once a score trails the best by more than about 104), as means;
-- the entropy of alpha in nats, as a mean; and the score's learned scale g where it has one.
+- the entropy of alpha in nats, as a mean; and the score's learned scale g where it has one;
+- the norms of the query s and of the real encoder states h_j, as means: a score such as
+  s^T W h_j grows with both.
 
     python benchmarks/score_scale.py runs/luong/general runs/luong/scaled_general
 
@@ -33,8 +35,9 @@ def main() -> None:
     parser.add_argument("runs", nargs="+", help="run folders with snapshots")
     parser.add_argument("--sentences", type=int, default=200, help="test sentences per snapshot")
     args = parser.parse_args()
-    print("| run | step | range of e | best - second | max alpha | alpha = 0 | entropy | g |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    columns = "range of e | best - second | max alpha | alpha = 0 | entropy | g | norm s | norm h"
+    print(f"| run | step | {columns} |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for run in args.runs:
         opened = open_translator(run, beam_size=1)
         config = opened.origin.header.config
@@ -48,12 +51,17 @@ def measure(translator, lines: list[str]) -> list[str]:
     """The table's columns for one snapshot, its score hooked while it translates `lines`."""
     score = translator.engine.model.decoder.attention.score
     steps: list[tuple[torch.Tensor, torch.Tensor]] = []  # (B, T_src) scores and mask per step
-    hook = score.register_forward_hook(
-        lambda module, inputs, out: steps.append((out.detach().double(), inputs[1].mask))
-    )
+    norms: list[tuple[torch.Tensor, torch.Tensor]] = []  # |s| (B,) and |h_j| (real j) per step
+
+    def hook(module, inputs, out) -> None:
+        query, memory = inputs[0], inputs[1]
+        steps.append((out.detach().double(), memory.mask))
+        norms.append((query.norm(dim=-1), memory.states.norm(dim=-1)[memory.mask]))
+
+    handle = score.register_forward_hook(hook)
     with torch.no_grad():
         translator.translate(lines, warn=False)
-    hook.remove()
+    handle.remove()
     ranges, gaps, peaks, zeros, entropies = [], [], [], [], []
     for scores, mask in steps:
         for e in (row[keep] for row, keep in zip(scores, mask, strict=True)):
@@ -75,6 +83,8 @@ def measure(translator, lines: list[str]) -> list[str]:
         f"{np.mean(zeros):.1%}",
         f"{np.mean(entropies):.2f}",
         "—" if g is None else f"{g.item():.4f}",
+        f"{torch.cat([s for s, _ in norms]).mean().item():.1f}",
+        f"{torch.cat([h for _, h in norms]).mean().item():.1f}",
     ]
 
 

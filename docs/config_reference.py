@@ -15,6 +15,7 @@ import io
 import tokenize
 from dataclasses import fields, is_dataclass
 from pathlib import Path
+from typing import Literal, get_args, get_origin
 
 from alignmt import config
 
@@ -42,9 +43,17 @@ def section_rows(cls: type, tree: ast.Module, comments, lines) -> list[tuple[str
     body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__)
     nodes = {n.target.id: n for n in body.body if isinstance(n, ast.AnnAssign)}
     return [
-        (f.name, ast.unparse(nodes[f.name].annotation), describe(nodes[f.name], comments, lines))
+        (f.name, written(nodes[f.name].annotation), describe(nodes[f.name], comments, lines))
         for f in fields(cls)
     ]
+
+
+def written(annotation: ast.expr) -> str:
+    """The type as written, where a Literal alias of config.py (`Score`) is spelt out: a
+    reader wants the choices, not the alias's name."""
+    text = ast.unparse(annotation)
+    alias = getattr(config, text, None)
+    return f"Literal{list(get_args(alias))}" if get_origin(alias) is Literal else text
 
 
 def default(value: object) -> str:

@@ -42,6 +42,13 @@ Weights = Literal["float32", "int8"]
 WEIGHTS: tuple[Weights, ...] = get_args(Weights)
 DEVICES = "auto, cpu, cuda or cuda:N"  # what `pick_device` accepts, for help and errors
 
+# The attention scores (model.attention), read by the server's schema and the demo's flag
+# too: a score added to the attention room is named here once. "none" is vanilla seq2seq.
+Score = Literal[
+    "additive", "dot", "general", "scaled_general", "concat", "scaled_dot", "location", "none"
+]
+SCORES: tuple[Score, ...] = get_args(Score)
+
 
 @dataclass
 class ModelConfig:
@@ -55,9 +62,7 @@ class ModelConfig:
     # "none" is vanilla seq2seq: the decoder sees a fixed context, the final encoder state;
     # "location" (Luong et al. 2015) scores by position alone, e_i = W_a s; "scaled_general"
     # is g s^T W h with a learned g, 1/sqrt(D) at first, where "general" saturates
-    attention: Literal[
-        "additive", "dot", "general", "scaled_general", "concat", "scaled_dot", "location", "none"
-    ] = "additive"
+    attention: Score = "additive"
     attn_dim: Count = 96  # A, hidden units of the additive/concat scorer and of local_p's p_i
     # Luong et al. (2015, §3.2): weigh every source position (global), or only a window of
     # them, [p_i - D, p_i + D], around p_i = i (local_m) or a learnt p_i = S sigmoid(v_p^T

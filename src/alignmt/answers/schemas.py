@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 from pydantic_core import PydanticCustomError
 
 from alignmt.answers.limits import Limits, check_beam, check_length, invalid, over_limit
+from alignmt.config import SCORES
 
 PositiveInt = Annotated[int, Field(ge=1)]
 _STEP = re.compile("[0-9]{1,6}")  # an output position, as a JSON object key
@@ -381,10 +382,7 @@ class ModelInfo(BaseModel):
     bidirectional: bool = Field(description="whether the encoder reads both ways")
     encoder_layers: int = Field(description="stacked encoder layers")
     decoder_layers: int = Field(description="stacked decoder layers")
-    attention: str = Field(
-        description="the score: additive, dot, general, scaled_general, concat, scaled_dot, "
-        "location or none"
-    )
+    attention: str = Field(description=f"the score: {', '.join(SCORES[:-1])} or {SCORES[-1]}")
     mechanisms: list[str] = Field(
         default=[],
         description="its attention's mechanisms, as each describes itself: the score, the "

@@ -26,6 +26,7 @@ from alignmt.cli.flags import (
     positive_list,
     share,
 )
+from alignmt.config import SCORES
 
 Commands = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -74,7 +75,8 @@ def _demo(commands: Commands) -> None:
     )
     demo.add_argument("--samples", type=positive, default=500, help="strings scored per length")
     demo.add_argument("--steps", type=positive, help="training steps per model (default 2000)")
-    scores = ["additive", "dot", "general", "scaled_general", "concat", "scaled_dot"]
+    # the demo trains its own vanilla model, and the location score needs model.positions
+    scores = [score for score in SCORES if score not in ("location", "none")]
     demo.add_argument("--attention", choices=scores)
     demo.add_argument("--cell", choices=["gru", "lstm"], help="recurrent cell (default gru)")
     demo.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
