@@ -75,7 +75,7 @@ def _demo(commands: Commands) -> None:
     )
     demo.add_argument("--samples", type=positive, default=500, help="strings scored per length")
     demo.add_argument("--steps", type=positive, help="training steps per model (default 2000)")
-    # the demo trains its own vanilla model, and the location score needs model.positions
+    # every score but location (by position alone) and none (the demo trains vanilla anyway)
     scores = [score for score in SCORES if score not in ("location", "none")]
     demo.add_argument("--attention", choices=scores)
     demo.add_argument("--cell", choices=["gru", "lstm"], help="recurrent cell (default gru)")
