@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -45,8 +46,10 @@ def tiny_model(
     window: int = 10,
     dtype: torch.dtype = torch.float64,
     seed: int = 0,
+    **more: Any,
 ) -> Seq2Seq:
-    """A randomly initialised model small enough for exact checks, in eval mode."""
+    """A randomly initialised model small enough for exact checks, in eval mode; `more` sets
+    other `ModelConfig` keys."""
     torch.manual_seed(seed)
     enc_hidden = 4
     cfg = ModelConfig(
@@ -70,6 +73,7 @@ def tiny_model(
         coverage=coverage,
         readout=readout,
         readout_dim=3,
+        **more,
     )
     model = Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB)
     return model.to(dtype).eval()

@@ -65,9 +65,10 @@ def reference_window(decoder, i: int) -> ref.Window | None:
     return local_ref.local_p(W_p, v_p, window.half_width)
 
 
-def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None, i=0):
+def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None, i=0, normalise=None):
     """One reference step for sentence b at output position i (with its coverage C_{i-1}
-    (n,) for a coverage model); returns (logits, hs, cs, feed, alpha)."""
+    (n,) for a coverage model, and `normalise` for a mapping with state); returns (logits,
+    hs, cs, feed, alpha)."""
     y = numpy(decoder.embed.weight)[prev[b]]
     H = numpy(memory.states[b, :n])
     mask = np.ones(n, dtype=bool)
@@ -82,7 +83,7 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None, i=0
         )
         return logits, hs, cs, None, None
     score = lambda s, H: reference_scores(decoder.attention, s, H, coverage)  # noqa: E731
-    normalise = mappings_ref.MAPPINGS[decoder.attention.composition.mapping.kind]
+    normalise = normalise or mappings_ref.MAPPINGS[decoder.attention.composition.mapping.kind]
     window = reference_window(decoder, i)
     if isinstance(decoder, LuongDecoder):
         logits, hs, cs, feed, alpha = ref.luong_step(

@@ -200,14 +200,16 @@ ARCHITECTURES = {
         "model.attention_window=local_p",
         "model.window=2",
     ],
+    "gru-monotonic": ["model.attention_fn=monotonic"],
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_other_architectures_answer_in_the_page_as_on_the_server(name, browser, host, tmp_path):
-    """A cell with a memory cell, a model without attention, and Luong's order with a local
-    window, whose every step also says its centre p_i."""
+    """A cell with a memory cell, a model without attention, Luong's order with a local
+    window, whose every step also says its centre p_i, and monotonic attention, whose every
+    step says where its walk stands and its stop probability there."""
     from alignmt.config import config_path, load_config
     from alignmt.training.run import train
 
@@ -224,6 +226,11 @@ def test_other_architectures_answer_in_the_page_as_on_the_server(name, browser, 
         assert_same(page["answer"], server, f"{name} {asked['what']}")
     if "local" in name:  # the window's centre, step by step
         assert all("centre" in step["shown"] for step in got[0]["answer"]["steps"])
+    if "monotonic" in name:
+        for answer in (page["answer"] for page in got[:8]):
+            positions = [step["shown"]["position"] for step in answer["steps"]]
+            assert positions == sorted(positions)
+            assert all(step["shown"]["stop"] >= 0.5 for step in answer["steps"])
 
 
 @pytest.mark.slow

@@ -71,8 +71,14 @@ class ModelConfig:
     window: Count = 10  # D, the local window's half-width
     positions: Count = 100  # location score: how many source positions (</s> included) W_a has
     # the weights from the scores: softmax, or sparse (exact zeros below a threshold):
-    # sparsemax (Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019)
-    attention_fn: Literal["softmax", "sparsemax", "entmax15"] = "softmax"
+    # sparsemax (Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019); or monotonic
+    # (Raffel et al. 2017): a walk left to right that stops where sigmoid(e + r) says, in
+    # training its expectation, in decoding the walk itself
+    attention_fn: Literal["softmax", "sparsemax", "entmax15", "monotonic"] = "softmax"
+    monotonic_bias: float = -1.0  # r at first: below 0, the walk starts out moving on
+    # the standard deviation of the noise added to e + r in training, which teaches the
+    # stop probabilities to be near 0 or 1, as the walk in decoding takes them
+    monotonic_noise: Annotated[float, AtLeast(0)] = 1.0
     # attention "none": the fixed context c feeds every step and the output (Cho et al. 2014),
     # or only the initial state s_0 = tanh(W c) (Sutskever et al. 2014; needs init "bridge")
     context: Literal["every_step", "init_only"] = "every_step"

@@ -294,8 +294,8 @@ class Step(BaseModel):
     shown: dict[str, float] = Field(
         default={},
         description="the values the model's attention mechanisms show after this step, by "
-        "name (a local window's centre p_i, in source positions from 0); the model's "
-        "`shown` says what each is",
+        "name (a local window's centre p_i, in source positions from 0; monotonic "
+        "attention's stop probability); the model's `shown` says what each is",
     )
 
 
@@ -371,6 +371,9 @@ class ShownValue(BaseModel):
     reach: float = Field(
         description="a position on the source: the words within `reach` of it are marked too"
     )
+    kind: Literal["position", "probability"] = Field(
+        "position", description="a position on the source, marked there; or a probability"
+    )
 
 
 class ModelInfo(BaseModel):
@@ -392,9 +395,7 @@ class ModelInfo(BaseModel):
         default=[],
         description="the values a step answer's `shown` holds, as the mechanisms declare them",
     )
-    order: str = Field(
-        description="bahdanau (query s_{i-1}), luong (query s_i) or cgru (query s'_i)"
-    )
+    order: str = Field(description="bahdanau (query s_{i-1}), luong (s_i) or cgru (s'_i)")
     embedding_size: int = Field(description="E")
     encoder_hidden: int = Field(description="H, units per direction")
     decoder_hidden: int = Field(description="D")

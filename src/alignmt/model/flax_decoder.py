@@ -255,14 +255,14 @@ class Decoder(nn.Module):
             state = self.rnn(gates, state, train)
             return state, state.hidden[:, -1], None
         if self.order == "bahdanau":
-            context, alpha, state = self.attended(state.hidden[:, -1], state, memory)
+            context, alpha, state = self.attended(state.hidden[:, -1], state, memory, train)
             state = self.rnn(gates + self.rnn.extra_in(context), state, train)
             return state, jnp.concatenate([state.hidden[:, -1], context], -1), alpha
         if self.order == "cgru":
             return self.conditional(gates, state, memory, train)
         state = self.rnn(gates + self.rnn.extra_in(state.feed), state, train)
         query = state.hidden[:, -1]  # (B, D) s_i
-        context, alpha, state = self.attended(query, state, memory)
+        context, alpha, state = self.attended(query, state, memory, train)
         attentional = jnp.tanh(self.W_c(jnp.concatenate([context, query], -1)))  # (B, D)
         return state._replace(feed=attentional), attentional, alpha
 
@@ -275,7 +275,8 @@ class Decoder(nn.Module):
             state._replace(hidden=state.hidden[:, :1], cell=state.cell[:, :1] if lstm else None),
             train,
         )
-        context, alpha, state = self.attended(first.hidden[:, 0], state, memory)  # query s'_i
+        query = first.hidden[:, 0]  # s'_i
+        context, alpha, state = self.attended(query, state, memory, train)
         inner = state._replace(
             hidden=jnp.concatenate([first.hidden, state.hidden[:, 1:]], 1),
             cell=jnp.concatenate([first.cell, state.cell[:, 1:]], 1) if lstm else None,
@@ -283,10 +284,10 @@ class Decoder(nn.Module):
         state = self.rnn2(self.rnn2.embed_in(context), inner, train)
         return state, jnp.concatenate([state.hidden[:, -1], context], -1), alpha
 
-    def attended(self, query: Array, state: DecoderState, memory: Memory):
+    def attended(self, query: Array, state: DecoderState, memory: Memory, train: bool):
         """c_i (B, C) and alpha_i (B, T_src) for `query`, and the state with the attention
         mechanisms' slots after the step."""
-        context, alpha, slots = self.attention(query, state.slots, memory)
+        context, alpha, slots = self.attention(query, state.slots, memory, train)
         return context, alpha, state._replace(slots=slots)
 
     def features(self, features: Array, emb: Array, memory: Memory, train: bool) -> Array:

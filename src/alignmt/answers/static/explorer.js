@@ -488,16 +488,17 @@ class Panel {
       return;
     }
     const steered = step.overridden ? this.request.override[this.at] : null;
-    // the values the model's mechanisms show, as its description declares them
-    const marks = (this.info.shown ?? []).filter((s) => step.shown?.[s.slot] !== undefined)
+    // the values the model's mechanisms show, as its description declares them: positions
+    // are marked on the source, probabilities only written below it
+    const shown = (this.info.shown ?? []).filter((s) => step.shown?.[s.slot] !== undefined)
       .map((s) => ({ ...s, at: step.shown[s.slot] }));
     box.replaceChildren(...attentionBars(this.result.source_tokens, step.attention, {
       steered,
       coverage: coverageAt(this.result.steps, this.at),
       onPick: (j) => this.x.timed("override", () => this.steer(j)),
-      marks,
-    }), ...marks.map((mark) => el("p", { class: "mark-note" },
-      `${mark.label} = ${fixed(mark.at, 2)}, ${mark.about}`)));
+      marks: shown.filter((s) => (s.kind ?? "position") === "position"),
+    }), ...shown.map((s) => el("p", { class: "mark-note", "data-slot": s.slot },
+      `${s.label} = ${fixed(s.at, 2)}, ${s.about}`)));
     this.drawAttribution(step);
   }
 

@@ -18,6 +18,7 @@ Nothing is imported here, so that the declarations load no framework.
     mappings/        The mappings from scores to weights, softmax, sparsemax (Martins &
                      Astudillo 2016) and 1.5-entmax (Peters et al. 2019): an entry of the
                      attention room.
+    monotonic/       Monotonic attention (Raffel et al. 2017): an entry of the attention room.
     multiplicative/  The dot and general scores (Luong et al. 2015) and the scaled dot product
                      (Vaswani et al. 2017): an entry of the attention room.
     registry.py      the room's entries, the composition a model config chooses, and the names

@@ -3,12 +3,14 @@ step, the same children (`score`, and each modifier under its entry's name, so t
 `checkpoint.flax_io` maps their weights to a run folder's by name) and the same slots.
 
 A Flax part has the methods of its PyTorch twin: a score `prepare(states)` and
-`__call__(query, memory, term)`; a mapping `__call__(scores, mask)`; a modifier `prepare`,
-`start`, `focus` and `update` (torch.py's `Score`, `Mapping` and `Modifier`).
+`__call__(query, memory, term)`; a mapping `start`, `__call__(scores, mask, slots, train)`
+and `update`; a modifier `prepare`, `start`, `focus` and `update` (torch.py's `Score`,
+`Mapping` and `Modifier`). Where PyTorch reads a module's `training`, Flax is told `train`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -27,6 +29,21 @@ class Focus(NamedTuple):
     mask: Array  # (B, T_src) bool
     prior: Array | None  # (B, T_src)
     term: Array | None  # (B, T_src, A)
+
+
+class Stateless(nn.Module):
+    """A mapping that keeps no state, from its function (scores, mask) -> alpha."""
+
+    fn: Callable[[Array, Array], Array]
+
+    def start(self, memory: Any) -> Slots:
+        return {}
+
+    def __call__(self, scores: Array, mask: Array, slots: Slots, train: bool):
+        return self.fn(scores, mask), slots
+
+    def update(self, alpha: Array, slots: Slots) -> Slots:
+        return slots
 
 
 def modifier_names(composition: Composition) -> tuple[str, ...]:
@@ -62,20 +79,24 @@ class Attention(nn.Module):
 
     def start(self, memory: Any) -> Slots:
         """Every state slot before the first step."""
-        slots: Slots = {}
+        slots = self.mapping.start(memory)
         for modifier in self._modifiers():
             slots = slots | modifier.start(memory)
         return slots
 
-    def __call__(self, query: Array, slots: Slots, memory: Any) -> tuple[Array, Array, Slots]:
+    def __call__(
+        self, query: Array, slots: Slots, memory: Any, train: bool = False
+    ) -> tuple[Array, Array, Slots]:
         """query (B, D) -> c_i (B, C), alpha_i (B, T_src) and the state slots after the step."""
         focus = Focus(memory.mask, None, None)
         for modifier in self._modifiers():
             focus, slots = modifier.focus(query, slots, memory, focus)
-        alpha = self.mapping(self.score(query, memory, focus.term), focus.mask)
+        scores = self.score(query, memory, focus.term)
+        alpha, slots = self.mapping(scores, focus.mask, slots, train)
         if focus.prior is not None:
             alpha = alpha * focus.prior
         context = jnp.einsum("bt,btc->bc", alpha, memory.states)
+        slots = self.mapping.update(alpha, slots)
         for modifier in self._modifiers():
             slots = modifier.update(alpha, slots, memory)
         return context, alpha, slots

@@ -4,7 +4,7 @@ the server, the exporter's manifest and the config checks read it without a fram
 Each entry is a package beside this module whose `reference.py` holds the mechanism's
 float64 equations and its `from_config(cfg) -> Spec | None`, with `torch.py` and `flax.py`
 building it in each framework. Adding a mechanism is one package, and here its import and
-its place in `SCORES` or `MODIFIERS`.
+its place in `SCORES`, `MAPPINGS` or `MODIFIERS`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from alignmt.model.attention.coverage import reference as coverage
 from alignmt.model.attention.local import reference as local
 from alignmt.model.attention.location import reference as location
 from alignmt.model.attention.mappings import reference as mappings
+from alignmt.model.attention.monotonic import reference as monotonic
 from alignmt.model.attention.multiplicative import reference as multiplicative
 from alignmt.model.attention.spec import Composition
 
 SCORES = (additive, multiplicative, location)
+MAPPINGS = (mappings, monotonic)
 MODIFIERS = (local, coverage)  # in the order they act on a step
 
 
@@ -48,7 +50,8 @@ def compose(cfg: ModelConfig) -> Composition | None:
                 f"{score.kind} score has none: use a score with one ({takers}), or "
                 f"model.{spec.off}"
             )
-    return Composition(score, mappings.from_config(cfg), modifiers)
+    mapping = next(spec for entry in MAPPINGS if (spec := entry.from_config(cfg)))
+    return Composition(score, mapping, modifiers)
 
 
 def current_names(tensors: Mapping[str, Any], composition: Composition | None) -> dict[str, Any]:

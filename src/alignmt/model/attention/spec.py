@@ -33,12 +33,13 @@ class Slot:
 class Shown:
     """A per-step value of the decoder state that the explorer shows beside attention: a
     position on the source axis, marked with `label`, and the positions within `reach` of
-    it shaded (0: the mark alone)."""
+    it shaded (0: the mark alone); or a probability, written beside the step."""
 
     slot: str
     label: str  # the symbol at the mark, "p_i"
-    about: str  # what the mark means, one sentence
+    about: str  # what the value means, one sentence
     reach: float = 0.0
+    kind: Literal["position", "probability"] = "position"
 
 
 @dataclass(frozen=True)

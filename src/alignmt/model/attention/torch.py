@@ -6,10 +6,12 @@ One decoder step, for a query (B, D) against the memory of the source:
     mask, prior, term   each modifier's focus in turn: a window's positions and prior,
                         coverage's term inside the score's hidden layer
     e_ij                the score, (B, T_src)
-    alpha_ij            the mapping of e over the mask, times the prior
+    alpha_ij            the mapping of e over the mask (monotonic attention's from its
+                        state), times the prior
     alpha_ij            the explorer's steer, in the rows it steers
     c_i                 sum_j alpha_ij h_j, (B, C)
-    slots               each modifier's state after alpha (coverage's C_i)
+    slots               the mapping's and each modifier's state after alpha (monotonic
+                        attention's position, coverage's C_i)
 
 The memory is the decoder's (`decoder.Memory`): `states` (B, T_src, C), `mask` (B, T_src),
 `slots` (what the mechanisms made once per sentence) and `steer`. A mechanism's state rides
@@ -60,13 +62,23 @@ class Score(nn.Module, ABC):
         layer (a score that has none is never given one)."""
 
 
-class Mapping(ABC):
-    """Scores to weights over a mask: (B, T_src), (B, T_src) bool -> (B, T_src)."""
+class Mapping(nn.Module, ABC):
+    """Scores to weights over a mask, (B, T_src), (B, T_src) bool -> (B, T_src), and the
+    state a mapping may keep from step to step (none but monotonic attention's)."""
 
     fusable: ClassVar[bool] = False  # whether a score's fused path computes this mapping
 
+    def start(self, memory: Any) -> Slots:
+        """The state slots before the first step."""
+        return {}
+
     @abstractmethod
-    def __call__(self, scores: Tensor, mask: Tensor) -> Tensor: ...
+    def forward(self, scores: Tensor, mask: Tensor, slots: Slots) -> tuple[Tensor, Slots]:
+        """The weights alpha (B, T_src), and the state slots as the weights leave them."""
+
+    def update(self, alpha: Tensor, slots: Slots) -> Slots:
+        """The state slots after the step's final weights alpha (B, T_src), steered or not."""
+        return slots
 
 
 class Modifier(nn.Module):
@@ -118,7 +130,7 @@ class Attention(nn.Module):
 
     def start(self, memory: Any) -> Slots:
         """Every state slot before the first step."""
-        slots: Slots = {}
+        slots = self.mapping.start(memory)
         for modifier in self.modifiers:
             slots |= modifier.start(memory)
         return slots
@@ -142,12 +154,13 @@ class Attention(nn.Module):
             if memory.steer is not None:
                 context, alpha = _steered(context, alpha, memory)
         else:
-            alpha = self.mapping(self.score(query, memory, focus.term), focus.mask)
+            alpha, slots = self.mapping(self.score(query, memory, focus.term), focus.mask, slots)
             if focus.prior is not None:
                 alpha = alpha * focus.prior
             if memory.steer is not None:
                 alpha = torch.where(_steers(memory), memory.steer, alpha)
             context = torch.bmm(alpha.unsqueeze(1), memory.states).squeeze(1)  # (B, C)
+        slots = self.mapping.update(alpha, slots)
         for modifier in self.modifiers:
             slots = modifier.update(alpha, slots, memory)
         return context, alpha, slots

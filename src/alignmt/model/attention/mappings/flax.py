@@ -4,11 +4,12 @@ torch.py's treatment of padding."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
 
 import jax
 import jax.numpy as jnp
 
+from alignmt.model.attention.flax import Stateless
 from alignmt.model.attention.spec import Spec
 
 Array = jax.Array
@@ -66,7 +67,7 @@ def masked_sparse(scores: Array, mask: Array, fn: str) -> Array:
     return _SPARSE[fn](jnp.where(mask, scores, top - 4))
 
 
-def build(spec: Spec, *, query_dim: int, key_dim: int) -> Callable[[Array, Array], Array]:
+def build(spec: Spec, *, query_dim: int, key_dim: int) -> Stateless:
     if spec.kind == "softmax":
-        return masked_softmax
-    return lambda scores, mask: masked_sparse(scores, mask, spec.kind)
+        return Stateless(masked_softmax)
+    return Stateless(functools.partial(masked_sparse, fn=spec.kind))

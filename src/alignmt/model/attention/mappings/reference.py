@@ -22,8 +22,10 @@ _ABOUT = {
 }
 
 
-def from_config(cfg: ModelConfig) -> Spec:
-    """The mapping `cfg.attention_fn` names."""
+def from_config(cfg: ModelConfig) -> Spec | None:
+    """The mapping `cfg.attention_fn` names, where it is one of these."""
+    if cfg.attention_fn not in _ABOUT:
+        return None
     return Spec(entry=__package__, kind=cfg.attention_fn, about=_ABOUT[cfg.attention_fn])
 
 

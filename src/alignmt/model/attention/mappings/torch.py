@@ -9,7 +9,7 @@ from entmax import entmax15, sparsemax
 from torch import Tensor
 
 from alignmt.model.attention.spec import Spec
-from alignmt.model.attention.torch import Mapping
+from alignmt.model.attention.torch import Mapping, Slots
 
 _SPARSE = {"sparsemax": sparsemax, "entmax15": entmax15}
 
@@ -50,16 +50,17 @@ def masked_sparse(scores: Tensor, mask: Tensor, fn: str) -> Tensor:
 class Softmax(Mapping):
     fusable = True  # the additive scores' fused path computes exactly this
 
-    def __call__(self, scores: Tensor, mask: Tensor) -> Tensor:
-        return masked_softmax(scores, mask)
+    def forward(self, scores: Tensor, mask: Tensor, slots: Slots) -> tuple[Tensor, Slots]:
+        return masked_softmax(scores, mask), slots
 
 
 class Sparse(Mapping):
     def __init__(self, fn: str) -> None:
+        super().__init__()
         self.fn = fn
 
-    def __call__(self, scores: Tensor, mask: Tensor) -> Tensor:
-        return masked_sparse(scores, mask, self.fn)
+    def forward(self, scores: Tensor, mask: Tensor, slots: Slots) -> tuple[Tensor, Slots]:
+        return masked_sparse(scores, mask, self.fn), slots
 
 
 def build(spec: Spec, *, query_dim: int, key_dim: int) -> Mapping:
