@@ -11,6 +11,9 @@ best translations) that are exactly zero.
   score; then global, local-m and local-p attention (`model.attention_window`, D = 10) over
   the scaled general score, as Luong et al. (2015), Tables 4 and 6, compare windows over the
   general score (global is the scaled general row).
+- `monotonic`: softmax and monotonic attention (Raffel et al. 2017; the walk in decoding),
+  in the recipe's Bahdanau order and additive score; then monotonic attention in Luong's
+  order, whose query has read the word just written.
 
     python benchmarks/attention_variants.py sparse                  # ~50 minutes on 2 cores
     python benchmarks/attention_variants.py luong --skip-training   # score runs/luong/* again
@@ -56,6 +59,13 @@ SETS = {
                 ]
                 for w in ("local_m", "local_p")
             },
+        },
+    ),
+    "monotonic": (
+        "model.attention_fn",
+        {
+            **{fn: [f"model.attention_fn={fn}"] for fn in ("softmax", "monotonic")},
+            "monotonic, luong": [*LUONG[:3], "model.attention_fn=monotonic"],
         },
     ),
 }
