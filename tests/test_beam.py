@@ -61,6 +61,32 @@ def beam_search_over(model, batches, how):
     return beam_search(model.decode_step, encoded(), how, bos_id=model.bos_id, eos_id=model.eos_id)
 
 
+def assert_search_carries_each_rows_state(model) -> None:
+    """Greedy search streamed, beam search of one and beam search of three over five
+    sentences in batches of two agree with `model` decoding each sentence alone, and a
+    beam's score is the model's teacher-forced log-probability of its output: the state
+    the model carries from step to step (coverage, a monotonic walk) followed each row as
+    batches refilled and beams reordered their rows."""
+    src, src_len, _, _ = padded_batch(src_lens=(3, 9, 2, 6, 5), tgt_lens=(1,) * 5)
+    batches = [
+        (src[i : i + 2, : int(src_len[i : i + 2].max())], src_len[i : i + 2])
+        for i in range(0, 5, 2)
+    ]
+    streamed = [hyp for [hyp] in search(model, batches, SearchPlan(width=2))]
+    beam_one = beam_search_over(model, batches, SearchPlan(width=2, beam_size=1))
+    beam_three = search(model, batches, SearchPlan(width=2, beam_size=3))
+    for b, n in enumerate(src_len.tolist()):
+        (alone,) = decode(model, src[b : b + 1, :n], src_len[b : b + 1])
+        assert streamed[b].tokens == alone.tokens == beam_one[b][0].tokens
+        assert math.isclose(streamed[b].score, alone.score, rel_tol=1e-9)
+        best = beam_three[b][0]
+        tgt_in = torch.tensor([[model.bos_id, *best.tokens[:-1]]])
+        with torch.no_grad():
+            logits = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in).log_probs.logits[0]
+        forced = logits.log_softmax(-1)[torch.arange(len(best.tokens)), best.tokens].sum()
+        assert math.isclose(best.score, float(forced), rel_tol=1e-9)
+
+
 def mock_beam(rules, max_len, **kwargs):
     step, state, memory = markov_step(rules)
     start = (state, memory, torch.tensor(max_len))

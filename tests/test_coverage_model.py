@@ -4,17 +4,14 @@ orders, padding invariance, what the coverage holds, gradients, search, and refu
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 import pytest
 import torch
 
-from alignmt.decoding.torch_engine.plan import SearchPlan
-from alignmt.decoding.torch_engine.search import decode, search
 from alignmt.model.attention.coverage import reference as coverage_ref
 from tests.conftest import padded_batch, tiny_model
-from tests.test_beam import beam_search_over
+from tests.test_beam import assert_search_carries_each_rows_state
 from tests.test_decoder import numpy, reference_step
 
 CASES = [
@@ -143,27 +140,7 @@ def test_the_loss_trains_the_coverage_weights(coverage):
 @pytest.mark.parametrize("order", ["bahdanau", "luong", "cgru"])
 def test_search_carries_coverage_streamed_and_through_the_beam(order):
     arch = dict(rnn="gru", bidirectional=True, layers=1, attention="additive", order=order)
-    model = model_for(arch, "fertility", seed=3)
-    src, src_len, _, _ = padded_batch(src_lens=(3, 9, 2, 6, 5), tgt_lens=(1,) * 5)
-    batches = [
-        (src[i : i + 2, : int(src_len[i : i + 2].max())], src_len[i : i + 2])
-        for i in range(0, 5, 2)
-    ]
-    streamed = [hyp for [hyp] in search(model, batches, SearchPlan(width=2))]
-    beam_one = beam_search_over(model, batches, SearchPlan(width=2, beam_size=1))
-    beam_three = search(model, batches, SearchPlan(width=2, beam_size=3))
-    for b, n in enumerate(src_len.tolist()):
-        (alone,) = decode(model, src[b : b + 1, :n], src_len[b : b + 1])
-        assert streamed[b].tokens == alone.tokens == beam_one[b][0].tokens
-        assert math.isclose(streamed[b].score, alone.score, rel_tol=1e-9)
-        # beams reorder their rows: a beam's score is the model's log-probability of its
-        # output only if each row's coverage followed it
-        best = beam_three[b][0]
-        tgt_in = torch.tensor([[model.bos_id, *best.tokens[:-1]]])
-        with torch.no_grad():
-            logits = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in).log_probs.logits[0]
-        forced = logits.log_softmax(-1)[torch.arange(len(best.tokens)), best.tokens].sum()
-        assert math.isclose(best.score, float(forced), rel_tol=1e-9)
+    assert_search_carries_each_rows_state(model_for(arch, "fertility", seed=3))
 
 
 @pytest.mark.parametrize("attention", ["dot", "general", "scaled_dot"])

@@ -57,6 +57,40 @@ def prefix_log_probs(engine, src: list[int], bos: int):
     return log_probs
 
 
+def on_each_engine(run) -> dict:
+    """The run folder `run` on each engine: PyTorch, Flax, and its ONNX export (written to
+    `onnx` beside it)."""
+    export_onnx(load_checkpoint(run), run.parent / "onnx")
+    return {
+        "torch": open_translator(run, device="cpu"),
+        "flax": open_translator(run, engine="flax", device="cpu"),
+        "onnxruntime": open_translator(run.parent / "onnx"),
+    }
+
+
+def assert_beam_is_the_reference_search(translators: dict, engine: str) -> None:
+    """`engine`'s beam 3, n-best 2 over LINES is the reference search over its own step, with
+    best outputs of more than three tokens; and every engine's greedy outputs are the same."""
+    translator = translators[engine]
+    search = replace(translator.search, beam_size=3)
+    ids = [
+        translator.src_vocab.encode(translator.source_tokens(line), add_eos=True) for line in LINES
+    ]
+    found = translator.engine.searcher(Call(search=search, nbest=2, width=8))(ids, None)
+    for src, hyps in zip(ids, found, strict=True):
+        expected = reference.beam_search(
+            prefix_log_probs(translator.engine, src, translator.tgt_vocab.bos_id),
+            eos=translator.tgt_vocab.eos_id,
+            beam_size=3,
+            max_len=sentence_limit(len(src) - 1, search),
+            nbest=2,
+        )
+        assert [h.tokens for h in hyps] == [tokens for tokens, _ in expected]
+        assert len(hyps[0].tokens) > 3
+    greedy = [[h[0].tokens for h in x.translate(LINES)] for x in translators.values()]
+    assert greedy[0] == greedy[1] == greedy[2]
+
+
 # Flax's greedy search is held to PyTorch's in test_flax_search.py: here its beam alone.
 @pytest.mark.parametrize(
     ("engine", "beam", "nbest"),

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from alignmt import reference as ref
 from alignmt.config import ModelConfig
 from alignmt.model.attention.local import reference as local_ref
 from alignmt.model.attention.local.torch import LocalWindow
@@ -191,16 +190,9 @@ def local_translators(local_run):
     """The local-p model on each engine: PyTorch, Flax, and its ONNX export."""
     pytest.importorskip("jax")
     pytest.importorskip("onnxruntime")
-    from alignmt.checkpoint.torch_io import load_checkpoint
-    from alignmt.decoding.door import open_translator
-    from alignmt.decoding.torch_engine.export import export_onnx
+    from tests.test_engines import on_each_engine
 
-    export_onnx(load_checkpoint(local_run), local_run.parent / "onnx")
-    return {
-        "torch": open_translator(local_run, device="cpu"),
-        "flax": open_translator(local_run, engine="flax", device="cpu"),
-        "onnxruntime": open_translator(local_run.parent / "onnx"),
-    }
+    return on_each_engine(local_run)
 
 
 def test_the_served_step_through_gives_each_windows_centre_and_steers_outside_it(local_run):
@@ -233,27 +225,6 @@ def test_the_served_step_through_gives_each_windows_centre_and_steers_outside_it
 def test_each_engines_beam_search_over_a_local_model_is_the_reference_search(
     local_translators, engine
 ):
-    from dataclasses import replace
+    from tests.test_engines import assert_beam_is_the_reference_search
 
-    from alignmt.decoding.engine import Call
-    from alignmt.decoding.rules import sentence_limit
-    from tests.test_engines import LINES, prefix_log_probs
-
-    translator = local_translators[engine]
-    search = replace(translator.search, beam_size=3)
-    ids = [
-        translator.src_vocab.encode(translator.source_tokens(line), add_eos=True) for line in LINES
-    ]
-    found = translator.engine.searcher(Call(search=search, nbest=2, width=8))(ids, None)
-    for src, hyps in zip(ids, found, strict=True):
-        expected = ref.beam_search(
-            prefix_log_probs(translator.engine, src, translator.tgt_vocab.bos_id),
-            eos=translator.tgt_vocab.eos_id,
-            beam_size=3,
-            max_len=sentence_limit(len(src) - 1, search),
-            nbest=2,
-        )
-        assert [h.tokens for h in hyps] == [tokens for tokens, _ in expected]
-        assert len(hyps[0].tokens) > 3
-    greedy = [[h[0].tokens for h in x.translate(LINES)] for x in local_translators.values()]
-    assert greedy[0] == greedy[1] == greedy[2]
+    assert_beam_is_the_reference_search(local_translators, engine)

@@ -12,12 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from alignmt.decoding.torch_engine.plan import SearchPlan
-from alignmt.decoding.torch_engine.search import decode, search
 from alignmt.model.attention.monotonic import reference as monotonic_ref
 from alignmt.model.attention.monotonic import torch as monotonic_torch
 from tests.conftest import padded_batch, tiny_model
-from tests.test_beam import beam_search_over
+from tests.test_beam import assert_search_carries_each_rows_state
 from tests.test_decoder import numpy, reference_step
 
 
@@ -205,27 +203,7 @@ def test_the_walk_only_moves_right_and_stops_where_p_first_reaches_one_half():
 
 @pytest.mark.parametrize("order", ["bahdanau", "cgru"])
 def test_search_carries_the_walk_streamed_and_through_the_beam(order):
-    model = monotonic_model(order, seed=3)
-    src, src_len, _, _ = padded_batch(src_lens=(3, 9, 2, 6, 5), tgt_lens=(1,) * 5)
-    batches = [
-        (src[i : i + 2, : int(src_len[i : i + 2].max())], src_len[i : i + 2])
-        for i in range(0, 5, 2)
-    ]
-    streamed = [hyp for [hyp] in search(model, batches, SearchPlan(width=2))]
-    beam_one = beam_search_over(model, batches, SearchPlan(width=2, beam_size=1))
-    beam_three = search(model, batches, SearchPlan(width=2, beam_size=3))
-    for b, n in enumerate(src_len.tolist()):
-        (alone,) = decode(model, src[b : b + 1, :n], src_len[b : b + 1])
-        assert streamed[b].tokens == alone.tokens == beam_one[b][0].tokens
-        assert math.isclose(streamed[b].score, alone.score, rel_tol=1e-9)
-        # a beam's score is the model's log-probability of its output only if each row's
-        # walk followed it when the beam reordered its rows
-        best = beam_three[b][0]
-        tgt_in = torch.tensor([[model.bos_id, *best.tokens[:-1]]])
-        with torch.no_grad():
-            logits = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in).log_probs.logits[0]
-        forced = logits.log_softmax(-1)[torch.arange(len(best.tokens)), best.tokens].sum()
-        assert math.isclose(best.score, float(forced), rel_tol=1e-9)
+    assert_search_carries_each_rows_state(monotonic_model(order, seed=3))
 
 
 def test_monotonic_attention_refuses_a_local_window():
@@ -301,47 +279,18 @@ def monotonic_translators(monotonic_run):
     """The monotonic model on each engine: PyTorch, Flax, and its ONNX export."""
     pytest.importorskip("jax")
     pytest.importorskip("onnxruntime")
-    from alignmt.checkpoint.torch_io import load_checkpoint
-    from alignmt.decoding.door import open_translator
-    from alignmt.decoding.torch_engine.export import export_onnx
+    from tests.test_engines import on_each_engine
 
-    export_onnx(load_checkpoint(monotonic_run), monotonic_run.parent / "onnx")
-    return {
-        "torch": open_translator(monotonic_run, device="cpu"),
-        "flax": open_translator(monotonic_run, engine="flax", device="cpu"),
-        "onnxruntime": open_translator(monotonic_run.parent / "onnx"),
-    }
+    return on_each_engine(monotonic_run)
 
 
 @pytest.mark.parametrize("engine", ["torch", "flax", "onnxruntime"])
 def test_each_engines_beam_search_over_a_monotonic_model_is_the_reference_search(
     monotonic_translators, engine
 ):
-    from dataclasses import replace
+    from tests.test_engines import assert_beam_is_the_reference_search
 
-    from alignmt import reference as ref
-    from alignmt.decoding.engine import Call
-    from alignmt.decoding.rules import sentence_limit
-    from tests.test_engines import LINES, prefix_log_probs
-
-    translator = monotonic_translators[engine]
-    search = replace(translator.search, beam_size=3)
-    ids = [
-        translator.src_vocab.encode(translator.source_tokens(line), add_eos=True) for line in LINES
-    ]
-    found = translator.engine.searcher(Call(search=search, nbest=2, width=8))(ids, None)
-    for src, hyps in zip(ids, found, strict=True):
-        expected = ref.beam_search(
-            prefix_log_probs(translator.engine, src, translator.tgt_vocab.bos_id),
-            eos=translator.tgt_vocab.eos_id,
-            beam_size=3,
-            max_len=sentence_limit(len(src) - 1, search),
-            nbest=2,
-        )
-        assert [h.tokens for h in hyps] == [tokens for tokens, _ in expected]
-        assert len(hyps[0].tokens) > 3
-    greedy = [[h[0].tokens for h in x.translate(LINES)] for x in monotonic_translators.values()]
-    assert greedy[0] == greedy[1] == greedy[2]
+    assert_beam_is_the_reference_search(monotonic_translators, engine)
 
 
 def test_the_served_step_through_gives_the_position_and_the_stop_probability(monotonic_run):
