@@ -289,9 +289,10 @@ def vanilla_twin(run: Path, folder: Path) -> Path:
     return untrained_twin(run, folder, attention="none")
 
 
-def untrained_twin(run: Path, folder: Path, **model) -> Path:
+def untrained_twin(run: Path, folder: Path, edit=None, **model) -> Path:
     """An untrained model of `run`'s config with the `model` fields changed, on `run`'s
-    vocabularies and tokenizers, saved as the run folder `folder`."""
+    vocabularies and tokenizers, saved as the run folder `folder`; `edit(model)`, where
+    given, changes its weights first (under no_grad)."""
     from dataclasses import replace
 
     from alignmt.checkpoint.torch_io import load_checkpoint, save_checkpoint
@@ -302,6 +303,9 @@ def untrained_twin(run: Path, folder: Path, **model) -> Path:
     model = Seq2Seq.from_config(
         cfg.model, src_vocab=len(ckpt.src_vocab), tgt_vocab=len(ckpt.tgt_vocab)
     )
+    if edit is not None:
+        with torch.no_grad():
+            edit(model)
     save_checkpoint(
         folder,
         model,

@@ -77,7 +77,13 @@ def test_four_coverage_steps_match_the_numpy_reference_in_float64(arch, coverage
 @pytest.mark.parametrize("order", ["bahdanau", "luong", "cgru"])
 def test_padding_never_changes_a_sentence_teacher_forced(order, coverage):
     arch = dict(rnn="gru", bidirectional=True, layers=1, attention="additive", order=order)
-    model = model_for(arch, coverage)
+    assert_alone_as_in_a_padded_batch(model_for(arch, coverage))
+
+
+def assert_alone_as_in_a_padded_batch(model) -> None:
+    """Each sentence of a padded batch, teacher-forced, gets the logits and attention it
+    gets alone to 1e-12 (float64), and its padding exactly zero weight: for a model whose
+    attention carries state from step to step (coverage, a monotonic walk)."""
     src, src_len, tgt_in, tgt_len = padded_batch(src_lens=(6, 2, 4), tgt_lens=(3, 5, 4))
     out = model(src, src_len, tgt_in)
     for b in range(len(src_len)):
@@ -87,6 +93,7 @@ def test_padding_never_changes_a_sentence_teacher_forced(order, coverage):
             out.log_probs.logits[b, :m], alone.log_probs.logits[0], rtol=0, atol=1e-12
         )
         torch.testing.assert_close(out.attention[b, :m, :n], alone.attention[0], rtol=0, atol=1e-12)
+        assert not out.attention[b, :, n:].any()
 
 
 @pytest.mark.parametrize("order", ["bahdanau", "luong", "cgru"])

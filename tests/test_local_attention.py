@@ -170,19 +170,14 @@ def test_reference_local_windows_follow_the_equations():
 def local_run(toy_run, tmp_path_factory):
     """An untrained local-p twin of the toy run (Luong's order and general score, D = 2),
     whose </s> is made unlikely: outputs of many steps, so many windows."""
-    from alignmt.checkpoint.torch_io import load_checkpoint, save_checkpoint
     from tests.conftest import untrained_twin
 
+    def unlikely_end(model):
+        model.decoder.proj.bias[model.eos_id] -= 3
+
     local = dict(attention="general", order="luong", attention_window="local_p", window=2)
-    run = untrained_twin(toy_run, tmp_path_factory.mktemp("local") / "run", **local)
-    ckpt = load_checkpoint(run)
-    with torch.no_grad():
-        ckpt.model.decoder.proj.bias[ckpt.model.eos_id] -= 3
-    tokenizers = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
-    save_checkpoint(
-        run, ckpt.model, ckpt.config, ckpt.src_vocab, ckpt.tgt_vocab, 0, tokenizers=tokenizers
-    )
-    return run
+    folder = tmp_path_factory.mktemp("local") / "run"
+    return untrained_twin(toy_run, folder, unlikely_end, **local)
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from alignmt.model.attention.monotonic import reference as monotonic_ref
 from alignmt.model.attention.monotonic import torch as monotonic_torch
 from tests.conftest import padded_batch, tiny_model
 from tests.test_beam import assert_search_carries_each_rows_state
+from tests.test_coverage_model import assert_alone_as_in_a_padded_batch
 from tests.test_decoder import numpy, reference_step
 
 
@@ -129,17 +130,7 @@ def test_four_monotonic_steps_match_the_numpy_reference_in_float64(order, traini
 @pytest.mark.parametrize("training", [True, False], ids=["expected", "walk"])
 @pytest.mark.parametrize("order", ["bahdanau", "luong", "cgru"])
 def test_padding_never_changes_a_sentence_teacher_forced(order, training):
-    model = monotonic_model(order).train(training)
-    src, src_len, tgt_in, tgt_len = padded_batch(src_lens=(6, 2, 4), tgt_lens=(3, 5, 4))
-    out = model(src, src_len, tgt_in)
-    for b in range(len(src_len)):
-        n, m = int(src_len[b]), int(tgt_len[b])
-        alone = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in[b : b + 1, :m])
-        torch.testing.assert_close(
-            out.log_probs.logits[b, :m], alone.log_probs.logits[0], rtol=0, atol=1e-12
-        )
-        torch.testing.assert_close(out.attention[b, :m, :n], alone.attention[0], rtol=0, atol=1e-12)
-        assert not out.attention[b, :, n:].any()
+    assert_alone_as_in_a_padded_batch(monotonic_model(order).train(training))
 
 
 def test_gradients_of_the_expected_alignment_match_finite_differences():
@@ -258,20 +249,15 @@ def test_the_flax_twin_expects_and_walks_as_pytorch_does(order, train):
 def monotonic_run(toy_run, tmp_path_factory):
     """An untrained monotonic twin of the toy run, whose scores are made sharper (so that
     the walk moves and stops) and whose </s> is made unlikely: outputs of many steps."""
-    from alignmt.checkpoint.torch_io import load_checkpoint, save_checkpoint
     from tests.conftest import untrained_twin
 
+    def sharper_and_longer(model):
+        model.decoder.attention.score.v.weight.mul_(6.0)
+        model.decoder.output.proj.bias[model.eos_id] -= 3
+
     folder = tmp_path_factory.mktemp("monotonic") / "run"
-    run = untrained_twin(toy_run, folder, attention_fn="monotonic", monotonic_bias=0.0)
-    ckpt = load_checkpoint(run)
-    with torch.no_grad():
-        ckpt.model.decoder.attention.score.v.weight.mul_(6.0)
-        ckpt.model.decoder.output.proj.bias[ckpt.model.eos_id] -= 3
-    tokenizers = (ckpt.src_tokenizer, ckpt.tgt_tokenizer)
-    save_checkpoint(
-        run, ckpt.model, ckpt.config, ckpt.src_vocab, ckpt.tgt_vocab, 0, tokenizers=tokenizers
-    )
-    return run
+    monotonic = dict(attention_fn="monotonic", monotonic_bias=0.0)
+    return untrained_twin(toy_run, folder, sharper_and_longer, **monotonic)
 
 
 @pytest.fixture(scope="module")
