@@ -30,6 +30,10 @@ MECHANISMS = {
     # Luong's order, whose query s_i has read y_{i-1}: the walk knows what was just written
     "softmax, luong": ["model.order=luong"],
     "monotonic, luong": ["model.attention_fn=monotonic", "model.order=luong"],
+    # four heads of 24 units (Chen et al. 2018) over the additive score, and over the scaled
+    # dot product, as the Transformer's heads are
+    "4 heads": ["model.heads=4"],
+    "4 heads, scaled_dot": ["model.heads=4", "model.attention=scaled_dot"],
 }
 TASKS = ("copy", "reverse", "sort")
 LENGTHS = (3, 5, 7, 10, 15, 20)

@@ -1,5 +1,6 @@
 """The model architectures the tests run over: every score, cell, direction, depth and
-decoder order, the sparse mappings and the local windows, with a readable id for each."""
+decoder order, the sparse mappings, the local windows and multi-head attention, with a
+readable id for each."""
 
 from __future__ import annotations
 
@@ -64,6 +65,21 @@ LOCAL_ARCHITECTURES = [
 ]
 
 
+# Multi-head attention (Chen et al. 2018): each decoder order, over scores with weights of
+# their own and without, and a sparse mapping
+HEADS_ARCHITECTURES = [
+    dict(rnn=rnn, bidirectional=bi, layers=layers, attention=score, order=order, heads=n, **extra)
+    for rnn, bi, layers, score, order, n, extra in [
+        ("gru", True, 1, "additive", "bahdanau", 2, {}),
+        ("lstm", True, 2, "dot", "luong", 4, {}),
+        ("gru", False, 1, "general", "cgru", 2, {"attention_fn": "sparsemax"}),
+        ("lstm", False, 1, "concat", "bahdanau", 4, {}),
+        ("gru", True, 1, "location", "luong", 2, {}),
+        ("gru", True, 1, "scaled_dot", "cgru", 8, {}),
+    ]
+]
+
+
 def arch_id(arch: dict) -> str:
     bi = "bi" if arch["bidirectional"] else "uni"
     context = "-init_only" if arch.get("context") == "init_only" else ""
@@ -71,4 +87,5 @@ def arch_id(arch: dict) -> str:
     window = arch.get("attention_window", "global")
     window = f"-{window}{arch['window']}" if window != "global" else ""
     name = f"{arch['rnn']}-{bi}-L{arch['layers']}-{arch['attention']}-{arch['order']}"
-    return f"{name}{context}{fn}{window}"
+    heads = f"-h{arch['heads']}" if arch.get("heads", 1) > 1 else ""
+    return f"{name}{context}{fn}{window}{heads}"

@@ -278,6 +278,7 @@ RULED = [
     ("train.guided_weight", 0.0, 0.1, "must be positive"),
     ("model.max_fertility", -2.0, 1.0, "must be positive"),
     ("model.monotonic_noise", -0.5, 0.0, "must not be negative"),
+    ("model.heads", 0, 4, "must be at least 1"),
 ]
 # Fields with no rule, whatever their names suggest: only their type refuses a value.
 UNRULED = [

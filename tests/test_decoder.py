@@ -7,12 +7,19 @@ import pytest
 import torch
 
 from alignmt import reference as ref
+from alignmt.model.attention.heads import reference as heads_ref
 from alignmt.model.attention.local import reference as local_ref
 from alignmt.model.attention.mappings import reference as mappings_ref
 from alignmt.model.attention_decoder import BahdanauDecoder, ConditionalDecoder, LuongDecoder
 from alignmt.model.cell import StackedCell
 from alignmt.model.decoder import VanillaDecoder
-from tests.architectures import ARCHITECTURES, LOCAL_ARCHITECTURES, SPARSE_ARCHITECTURES, arch_id
+from tests.architectures import (
+    ARCHITECTURES,
+    HEADS_ARCHITECTURES,
+    LOCAL_ARCHITECTURES,
+    SPARSE_ARCHITECTURES,
+    arch_id,
+)
 from tests.conftest import padded_batch, tiny_model
 from tests.test_attention import reference_scores
 
@@ -82,9 +89,7 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None, i=0
             readout_weights(decoder),
         )
         return logits, hs, cs, None, None
-    score = lambda s, H: reference_scores(decoder.attention, s, H, coverage)  # noqa: E731
-    normalise = normalise or mappings_ref.MAPPINGS[decoder.attention.composition.mapping.kind]
-    window = reference_window(decoder, i)
+    attend = reference_attender(decoder, i, coverage, normalise)
     if isinstance(decoder, LuongDecoder):
         logits, hs, cs, feed, alpha = ref.luong_step(
             y,
@@ -93,40 +98,46 @@ def reference_step(decoder, b, prev, hs, cs, feed, memory, n, coverage=None, i=0
             feed,
             H,
             mask,
-            score,
+            attend,
             stack_weights(decoder.rnn),
             numpy(decoder.W_c.weight),
             numpy(decoder.proj.weight),
             numpy(decoder.proj.bias),
-            normalise,
-            window,
         )
         return logits, hs, cs, feed, alpha
     if isinstance(decoder, ConditionalDecoder):
         (first,) = stack_weights(decoder.rnn)
         logits, hs, cs, alpha = ref.conditional_step(
-            y,
-            hs,
-            cs,
-            H,
-            mask,
-            score,
-            first,
-            stack_weights(decoder.rnn2),
-            readout_weights(decoder),
-            normalise,
-            window,
+            y, hs, cs, H, mask, attend, first, stack_weights(decoder.rnn2), readout_weights(decoder)
         )
         return logits, hs, cs, None, alpha
     layers, out = stack_weights(decoder.rnn), readout_weights(decoder)
-    logits, hs, cs, alpha = ref.bahdanau_step(
-        y, hs, cs, H, mask, score, layers, out, normalise, window
-    )
+    logits, hs, cs, alpha = ref.bahdanau_step(y, hs, cs, H, mask, attend, layers, out)
     return logits, hs, cs, None, alpha
+
+
+def reference_attender(decoder, i: int, coverage=None, normalise=None) -> ref.Attender:
+    """The reference's attention of `decoder` at output position i: its score and mapping
+    (`normalise` instead, for a mapping with state) within its window, or its heads."""
+    attention = decoder.attention
+    score = lambda s, H: reference_scores(attention, s, H, coverage)  # noqa: E731
+    normalise = normalise or mappings_ref.MAPPINGS[attention.composition.mapping.kind]
+    if attention.heads is None:
+        return ref.attender(score, normalise, reference_window(decoder, i))
+    w = {name: numpy(p) for name, p in attention.heads.named_parameters()}
+    n = attention.heads.n
+
+    def attend(s, H, mask):
+        W = (w["W_q.weight"], w["W_k.weight"], w["W_v.weight"], w["W_o.weight"])
+        c, alpha, _ = heads_ref.multi_head(s, H, mask, score, normalise, *W, n)
+        return c, alpha
+
+    return attend
 
 
 CASES = (
     [(arch, "none") for arch in ARCHITECTURES + SPARSE_ARCHITECTURES + LOCAL_ARCHITECTURES]
+    + [(arch, "none" if arch["order"] == "luong" else "maxout") for arch in HEADS_ARCHITECTURES]
     + [
         (dict(rnn=rnn, bidirectional=True, layers=2, attention=a, order="bahdanau"), readout)
         for rnn in ("gru", "lstm")
@@ -191,7 +202,9 @@ def test_three_decoder_steps_match_the_numpy_reference_in_float64(arch, readout)
 
 
 @pytest.mark.parametrize(
-    "arch", ARCHITECTURES + SPARSE_ARCHITECTURES + LOCAL_ARCHITECTURES, ids=arch_id
+    "arch",
+    ARCHITECTURES + SPARSE_ARCHITECTURES + LOCAL_ARCHITECTURES + HEADS_ARCHITECTURES,
+    ids=arch_id,
 )
 def test_teacher_forced_forward_equals_the_step_by_step_loop(arch):
     model = tiny_model(**arch, readout="none" if arch["order"] == "luong" else "maxout")

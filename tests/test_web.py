@@ -201,6 +201,7 @@ ARCHITECTURES = {
         "model.window=2",
     ],
     "gru-monotonic": ["model.attention_fn=monotonic"],
+    "gru-heads": ["model.attention=scaled_dot", "model.heads=4"],
 }
 
 
@@ -208,8 +209,9 @@ ARCHITECTURES = {
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_other_architectures_answer_in_the_page_as_on_the_server(name, browser, host, tmp_path):
     """A cell with a memory cell, a model without attention, Luong's order with a local
-    window, whose every step also says its centre p_i, and monotonic attention, whose every
-    step says where its walk stands and its stop probability there."""
+    window, whose every step also says its centre p_i, monotonic attention, whose every
+    step says where its walk stands and its stop probability there, and four heads, whose
+    every step gives each head's weights."""
     from alignmt.config import config_path, load_config
     from alignmt.training.run import train
 
@@ -231,6 +233,10 @@ def test_other_architectures_answer_in_the_page_as_on_the_server(name, browser, 
             positions = [step["shown"]["position"] for step in answer["steps"]]
             assert positions == sorted(positions)
             assert all(step["shown"]["stop"] >= 0.5 for step in answer["steps"])
+    if "heads" in name:
+        for answer in (page["answer"] for page in got[:8]):
+            T = len(answer["source_tokens"])
+            assert all(np.shape(step["shown"]["heads"]) == (4, T) for step in answer["steps"])
 
 
 @pytest.mark.slow

@@ -79,6 +79,10 @@ class ModelConfig:
     # the standard deviation of the noise added to e + r in training, which teaches the
     # stop probabilities to be near 0 or 1, as the walk in decoding takes them
     monotonic_noise: Annotated[float, AtLeast(0)] = 1.0
+    # several heads (Vaswani et al. 2017; in an RNN decoder, Chen et al. 2018's RNMT+): each
+    # scores and weighs its own projection of the query and the states, C / N units wide, and
+    # the heads' contexts are joined; alpha is their mean. 1: one attention, as in the paper
+    heads: Count = 1
     # attention "none": the fixed context c feeds every step and the output (Cho et al. 2014),
     # or only the initial state s_0 = tanh(W c) (Sutskever et al. 2014; needs init "bridge")
     context: Literal["every_step", "init_only"] = "every_step"

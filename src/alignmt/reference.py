@@ -7,8 +7,9 @@ to 1e-10 in float64 (tests/test_attention.py, test_encoder.py and test_decoder.p
 
 This module holds the recurrences, the encoder, the output layer, one decoder step in each
 order and beam search. Each attention mechanism's equations are its own, in the attention
-room's entries (model/attention/*/reference.py); a step takes them as callables, a score, a
-mapping and a window, composed here as micrograd composes its pieces.
+room's entries (model/attention/*/reference.py); a step takes one callable, an attender,
+composed here from a score, a mapping and a window as micrograd composes its pieces (or given
+whole by a mechanism that is more than these, multi-head attention).
 
 Conventions. Vectors are 1-D arrays; H is (T, C), one encoder state h_j per row; a weight
 W maps x to W @ x, so a matrix is (out, in). RNN cells follow PyTorch's gate order
@@ -37,6 +38,8 @@ Array = np.ndarray
 Scorer = Callable[[Array, Array], Array]  # (query (D,), H (T, C)) -> e (T,)
 Normaliser = Callable[[Array, Array], Array]  # (e (T,), mask (T,)) -> alpha (T,)
 Window = Callable[[Array, Array], tuple[Array, Array | None]]  # (query, mask) -> (mask, prior)
+# (query (D,), H (T, C), mask (T,)) -> (c (C,), alpha (T,)): one step's whole attention
+Attender = Callable[[Array, Array, Array], tuple[Array, Array]]
 
 
 def attend(
@@ -60,6 +63,12 @@ def attend_query(
     if window is not None:
         mask, prior = window(s, mask)
     return attend(score(s, H), H, mask, normalise, prior)
+
+
+def attender(score: Scorer, normalise: Normaliser, window: Window | None = None) -> Attender:
+    """The attention of a score, a mapping and a window, as a decoder step takes it (a
+    mechanism that is more than these, multi-head attention, gives its own)."""
+    return lambda s, H, mask: attend_query(s, H, mask, score, normalise, window)
 
 
 # --- recurrent cells -----------------------------------------------------------------------
@@ -174,70 +183,32 @@ def readout(features: Array, w: ReadoutWeights) -> Array:
 # --- one decoder step ----------------------------------------------------------------------
 
 
-def bahdanau_step(
-    y_emb,
-    hs,
-    cs,
-    H,
-    mask,
-    score: Scorer,
-    layers,
-    out: ReadoutWeights,
-    normalise: Normaliser,
-    window: Window | None = None,
-):
-    """Query s_{i-1}; c_i = attend (within `window`); s_i = RNN(s_{i-1}, [y_{i-1}; c_i]);
-    logits from [s_i; c_i; y_{i-1}]. Returns (logits, hs', cs', alpha)."""
-    c, alpha = attend_query(hs[-1], H, mask, score, normalise, window)
+def bahdanau_step(y_emb, hs, cs, H, mask, attend: Attender, layers, out: ReadoutWeights):
+    """Query s_{i-1}; c_i = attend; s_i = RNN(s_{i-1}, [y_{i-1}; c_i]); logits from
+    [s_i; c_i; y_{i-1}]. Returns (logits, hs', cs', alpha)."""
+    c, alpha = attend(hs[-1], H, mask)
     hs, cs = run_layers(np.concatenate([y_emb, c]), hs, cs, layers)
     logits = readout(np.concatenate([hs[-1], c, y_emb]), out)
     return logits, hs, cs, alpha
 
 
-def luong_step(
-    y_emb,
-    hs,
-    cs,
-    feed,
-    H,
-    mask,
-    score: Scorer,
-    layers,
-    W_c,
-    W_o,
-    b_o,
-    normalise: Normaliser,
-    window: Window | None = None,
-):
-    """s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]); query s_i (within `window`);
-    h~_i = tanh(W_c [c_i; s_i]); logits = W_o h~_i + b_o. Returns (logits, hs', cs', h~_i,
-    alpha)."""
+def luong_step(y_emb, hs, cs, feed, H, mask, attend: Attender, layers, W_c, W_o, b_o):
+    """s_i = RNN(s_{i-1}, [y_{i-1}; h~_{i-1}]); query s_i; h~_i = tanh(W_c [c_i; s_i]);
+    logits = W_o h~_i + b_o. Returns (logits, hs', cs', h~_i, alpha)."""
     hs, cs = run_layers(np.concatenate([y_emb, feed]), hs, cs, layers)
-    c, alpha = attend_query(hs[-1], H, mask, score, normalise, window)
+    c, alpha = attend(hs[-1], H, mask)
     attentional = np.tanh(W_c @ np.concatenate([c, hs[-1]]))
     return W_o @ attentional + b_o, hs, cs, attentional, alpha
 
 
-def conditional_step(
-    y_emb,
-    hs,
-    cs,
-    H,
-    mask,
-    score: Scorer,
-    first,
-    second,
-    out: ReadoutWeights,
-    normalise: Normaliser,
-    window: Window | None = None,
-):
+def conditional_step(y_emb, hs, cs, H, mask, attend: Attender, first, second, out: ReadoutWeights):
     """Sennrich et al. 2017, §2.3: s'_i = RNN_1(s_{i-1}, y_{i-1}) in the first layer; query
-    s'_i; c_i = attend (within `window`); s_i = RNN_2(s'_i, c_i), the layers above reading
+    s'_i; c_i = attend; s_i = RNN_2(s'_i, c_i), the layers above reading
     the layer below; logits from [s_i; c_i; y_{i-1}]. `first` is RNN_1's one layer,
     `second` RNN_2's and those above. Returns (logits, hs', cs', alpha)."""
     lstm = cs is not None
     (h1,), c1 = run_layers(y_emb, hs[:1], cs[:1] if lstm else None, [first])
-    c, alpha = attend_query(h1, H, mask, score, normalise, window)
+    c, alpha = attend(h1, H, mask)
     hs, cs = run_layers(c, [h1, *hs[1:]], [*c1, *cs[1:]] if lstm else None, second)
     logits = readout(np.concatenate([hs[-1], c, y_emb]), out)
     return logits, hs, cs, alpha

@@ -2,11 +2,10 @@
 gets back.
 
 Requests are strict (no type coercion: "5" is not a beam size) and closed (an unknown field
-is an error, so that a misspelt option is never silently ignored). Every rule that needs
-neither a model nor the server's limits is a validator here, so a request that breaks one is
-refused by validation (422). The rules that read the limits are each request's
-`check_limits`; those that need the model (its default beam, its vocabulary, how it splits
-a sentence) are checked where the model is known.
+is an error: a misspelt option is never silently ignored). A rule that needs neither a model
+nor the server's limits is a validator here (a request breaking it is refused with 422);
+those reading the limits are each request's `check_limits`; those needing the model (its
+beam, its vocabulary, how it splits a sentence) are checked where the model is known.
 """
 
 from __future__ import annotations
@@ -291,11 +290,11 @@ class Step(BaseModel):
         description="the request's attribution over the source tokens (the output "
         "teacher-forced); null when none was asked",
     )
-    shown: dict[str, float] = Field(
+    shown: dict[str, float | list[list[float]]] = Field(
         default={},
         description="the values the model's attention mechanisms show after this step, by "
-        "name (a local window's centre p_i, in source positions from 0; monotonic "
-        "attention's stop probability); the model's `shown` says what each is",
+        "name (a local window's centre p_i, in source positions from 0; monotonic attention's "
+        "stop probability; each head's weights); the model's `shown` says what each is",
     )
 
 
@@ -371,8 +370,10 @@ class ShownValue(BaseModel):
     reach: float = Field(
         description="a position on the source: the words within `reach` of it are marked too"
     )
-    kind: Literal["position", "probability"] = Field(
-        "position", description="a position on the source, marked there; or a probability"
+    kind: Literal["position", "probability", "weights"] = Field(
+        "position",
+        description="a position on the source, marked there; a probability; or "
+        "rows of weights over the source (one per head)",
     )
 
 

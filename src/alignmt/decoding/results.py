@@ -52,8 +52,9 @@ class DecoderStep:
     top_tokens: list[int]  # the top_k most probable tokens at this step, best first
     top_log_probs: list[float]  # their log-probabilities
     # the attention mechanisms' values the explorer shows after this step, by slot name (a
-    # local window's centre p_i); what each is, the model's `Shown` declarations say
-    shown: dict[str, float] = field(default_factory=dict)
+    # local window's centre p_i, each head's weights (N, T_src)); what each is, the model's
+    # `Shown` declarations say
+    shown: dict[str, float | list[list[float]]] = field(default_factory=dict)
 
 
 @dataclass

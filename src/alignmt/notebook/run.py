@@ -13,19 +13,21 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from matplotlib.figure import Figure
 
 from alignmt.analysis.align import alignment_error_rate, word_links
 from alignmt.analysis.attribution import Method, translation_relevance
 from alignmt.analysis.coverage import coverage_rates
 from alignmt.analysis.evaluation import read_test_set, translate_and_score
-from alignmt.analysis.plot import attention_heatmap, loss_curves
+from alignmt.analysis.plot import attention_grid, attention_heatmap, loss_curves
 from alignmt.answers.registry import ServedModel, model_info
 from alignmt.checkpoint.format import Header
 from alignmt.checkpoint.torch_io import Checkpoint
 from alignmt.config import Config, apply_overrides, config_path, load_config, with_fields
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.translator import Translator
+from alignmt.model.attention.registry import compose
 from alignmt.notebook.views import Attributed, Report, Translations
 from alignmt.text.constraints import parse_phrases
 from alignmt.text.corpus import CorpusError, read_lines
@@ -143,11 +145,27 @@ class Run:
 
     def heatmap(self, sentence: str, *, beam: int | None = None) -> Figure:
         """The attention of `sentence`'s translation: output tokens down, source tokens
-        across (Bahdanau et al. 2015, Fig. 3)."""
+        across (Bahdanau et al. 2015, Fig. 3); for a model with several heads, their mean
+        and each head beside it."""
+        composition = compose(self.config.model)
+        weights = [s.slot for s in composition.shown if s.kind == "weights"] if composition else []
+        if weights:
+            return self._heads_heatmap(sentence, weights[0], beam or self.config.search.beam_size)
         (best,) = self.translate(sentence, beam=beam)
         if best.attention is None:
             raise ValueError(f"{self.run_dir}: a model without attention has no heatmap")
         return attention_heatmap(best.attention, best.src_tokens, best.tokens)
+
+    def _heads_heatmap(self, sentence: str, slot: str, beam: int) -> Figure:
+        """The heads' mean and each head's weights, stepping through the decoder (which
+        records them) with beam `beam`."""
+        stepped = self.translator.step_through(sentence, beam_size=beam)
+        out = stepped.translation
+        rows = len(out.tokens)
+        heads = np.stack([step.shown[slot] for step in stepped.steps[:rows]], axis=1)
+        panels = [(out.attention, "mean of the heads")]
+        panels += [(weights, f"head {n + 1}") for n, weights in enumerate(heads)]  # (T_out, T_src)
+        return attention_grid([(w, out.src_tokens, out.tokens, title) for w, title in panels])
 
     def attribution(
         self, sentence: str, method: Method = "integrated", *, beam: int | None = None

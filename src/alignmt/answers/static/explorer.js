@@ -497,9 +497,21 @@ class Panel {
       coverage: coverageAt(this.result.steps, this.at),
       onPick: (j) => this.x.timed("override", () => this.steer(j)),
       marks: shown.filter((s) => (s.kind ?? "position") === "position"),
-    }), ...shown.map((s) => el("p", { class: "mark-note", "data-slot": s.slot },
-      `${s.label} = ${fixed(s.at, 2)}, ${s.about}`)));
+    }), ...shown.map((s) => this.shownValue(s)));
     this.drawAttribution(step);
+  }
+
+  /* A declared value below the source: a number written out, or rows of weights (one per
+     head) drawn as a matrix over the source words, their mean being the bars above. */
+  shownValue(s) {
+    if (s.kind !== "weights") {
+      return el("p", { class: "mark-note", "data-slot": s.slot },
+        `${s.label} = ${fixed(s.at, 2)}, ${s.about}`);
+    }
+    const labels = s.at.map((_, n) => `${s.label} ${n + 1}`);
+    return el("div", { class: "shown-weights", "data-slot": s.slot },
+      el("p", { class: "mark-note" }, `${labels.length} ${s.label}s: ${s.about}`),
+      attentionMatrix(this.x.tip, this.result.source_tokens, labels, s.at));
   }
 
   drawAttribution(step) {

@@ -103,7 +103,7 @@ def _walk(
     """Take `follow`'s tokens, then the most probable, until </s> or `max_len`; record each
     step. The first `forced` tokens are marked as forced; `check` runs before each step."""
     steps: list[DecoderStep] = []
-    shown = [s.slot for s in model.composition.shown] if model.composition else []
+    shown = list(model.composition.shown) if model.composition else []
     prev = torch.tensor([model.bos_id], device=memory.states.device)
     while len(steps) < max_len and (not steps or steps[-1].token != model.eos_id):
         position = len(steps)
@@ -122,11 +122,18 @@ def _walk(
                 attention=None if alpha is None else alpha[0].cpu().numpy(),
                 top_tokens=top.indices.tolist(),
                 top_log_probs=top.values.tolist(),
-                shown={name: float(state.slots[name][0]) for name in shown},
+                shown={s.slot: _shown(state.slots[s.slot][0], s.kind) for s in shown},
             )
         )
         prev = torch.tensor([token], device=prev.device)
     return steps
+
+
+def _shown(value: Tensor, kind: str) -> float | list[list[float]]:
+    """A declared value of one row as the answers give it: a number, or weights (T_src, N)
+    as N rows over the source."""
+    value = full_precision(value)
+    return value.T.tolist() if kind == "weights" else float(value)
 
 
 class _Steered:

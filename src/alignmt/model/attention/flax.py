@@ -60,6 +60,11 @@ class Attention(nn.Module):
 
     def setup(self) -> None:
         sizes = dict(query_dim=self.query_dim, key_dim=self.key_dim)
+        heads = self.composition.heads
+        self.heads = None if heads is None else heads.build("flax", **sizes)
+        if heads is not None:  # the score and the mapping serve one head at a time
+            size = self.key_dim // heads.settings["heads"]
+            sizes = dict(query_dim=size, key_dim=size)
         self.score = self.composition.score.build("flax", **sizes)
         self.mapping = self.composition.mapping.build("flax", **sizes)
         for name, spec in zip(
@@ -72,6 +77,8 @@ class Attention(nn.Module):
 
     def prepare(self, states: Array, mask: Array) -> Slots:
         """Every memory slot, made once per sentence."""
+        if self.heads is not None:
+            return self.heads.prepare(states, self.score)
         slots = self.score.prepare(states)
         for modifier in self._modifiers():
             slots = slots | modifier.prepare(states, mask)
@@ -79,6 +86,8 @@ class Attention(nn.Module):
 
     def start(self, memory: Any) -> Slots:
         """Every state slot before the first step."""
+        if self.heads is not None:
+            return self.heads.start(memory)
         slots = self.mapping.start(memory)
         for modifier in self._modifiers():
             slots = slots | modifier.start(memory)
@@ -88,6 +97,8 @@ class Attention(nn.Module):
         self, query: Array, slots: Slots, memory: Any, train: bool = False
     ) -> tuple[Array, Array, Slots]:
         """query (B, D) -> c_i (B, C), alpha_i (B, T_src) and the state slots after the step."""
+        if self.heads is not None:
+            return self._by_heads(query, slots, memory, train)
         focus = Focus(memory.mask, None, None)
         for modifier in self._modifiers():
             focus, slots = modifier.focus(query, slots, memory, focus)
@@ -100,3 +111,12 @@ class Attention(nn.Module):
         for modifier in self._modifiers():
             slots = modifier.update(alpha, slots, memory)
         return context, alpha, slots
+
+    def _by_heads(self, query: Array, slots: Slots, memory: Any, train: bool):
+        """`__call__` for multi-head attention (torch.Attention's `_by_heads`)."""
+        score_slots = tuple(slot.name for slot in self.composition.score.memory)
+        queries, view = self.heads.split(query, memory, score_slots)  # (B N, d)
+        weights, _ = self.mapping(self.score(queries, view, None), view.mask, {}, train)
+        weights = weights.reshape(memory.mask.shape[0], self.heads.n, -1)  # (B, N, T_src)
+        context, alpha = self.heads.join(weights, memory)
+        return context, alpha, slots | {"heads": weights.transpose(0, 2, 1)}

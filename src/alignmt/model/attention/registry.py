@@ -4,7 +4,7 @@ the server, the exporter's manifest and the config checks read it without a fram
 Each entry is a package beside this module whose `reference.py` holds the mechanism's
 float64 equations and its `from_config(cfg) -> Spec | None`, with `torch.py` and `flax.py`
 building it in each framework. Adding a mechanism is one package, and here its import and
-its place in `SCORES`, `MAPPINGS` or `MODIFIERS`.
+its place in `SCORES`, `MAPPINGS`, `MODIFIERS` or `SPLITS`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from alignmt.config import ModelConfig
 from alignmt.model.attention.additive import reference as additive
 from alignmt.model.attention.coverage import reference as coverage
+from alignmt.model.attention.heads import reference as heads
 from alignmt.model.attention.local import reference as local
 from alignmt.model.attention.location import reference as location
 from alignmt.model.attention.mappings import reference as mappings
@@ -25,10 +26,12 @@ from alignmt.model.attention.spec import Composition
 SCORES = (additive, multiplicative, location)
 MAPPINGS = (mappings, monotonic)
 MODIFIERS = (local, coverage)  # in the order they act on a step
+SPLITS = (heads,)  # what divides the attention into parts (the heads)
 
 
 def compose(cfg: ModelConfig) -> Composition | None:
     """The attention `cfg` describes, checked; None for a model without attention."""
+    split = next((spec for entry in SPLITS if (spec := entry.from_config(cfg))), None)
     modifiers = tuple(spec for entry in MODIFIERS if (spec := entry.from_config(cfg)))
     if cfg.attention == "none":
         for spec in modifiers:
@@ -51,14 +54,14 @@ def compose(cfg: ModelConfig) -> Composition | None:
                 f"model.{spec.off}"
             )
     mapping = next(spec for entry in MAPPINGS if (spec := entry.from_config(cfg)))
-    return Composition(score, mapping, modifiers)
+    return Composition(score, mapping, modifiers, split)
 
 
 def current_names(tensors: Mapping[str, Any], composition: Composition | None) -> dict[str, Any]:
     """A run folder's model tensors under today's names: those of a folder written before the
     room (its weights stored where each mechanism's `former` says) renamed, others as they
     are."""
-    if composition is None:
+    if composition is None or composition.heads is not None:  # no folder then had heads
         return dict(tensors)
     moves = [
         (f"decoder.{old}", f"decoder.{new}") for spec in composition for new, old in spec.former

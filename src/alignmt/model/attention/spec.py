@@ -33,13 +33,14 @@ class Slot:
 class Shown:
     """A per-step value of the decoder state that the explorer shows beside attention: a
     position on the source axis, marked with `label`, and the positions within `reach` of
-    it shaded (0: the mark alone); or a probability, written beside the step."""
+    it shaded (0: the mark alone); a probability, written beside the step; or weights over
+    the source (a slot (rows, source, N): N rows of them, one per head), drawn under alpha."""
 
     slot: str
     label: str  # the symbol at the mark, "p_i"
     about: str  # what the value means, one sentence
     reach: float = 0.0
-    kind: Literal["position", "probability"] = "position"
+    kind: Literal["position", "probability", "weights"] = "position"
 
 
 @dataclass(frozen=True)
@@ -85,16 +86,20 @@ class Spec:
 @dataclass(frozen=True)
 class Composition:
     """The mechanisms of one model's attention: a score, a mapping from scores to weights,
-    and modifiers (a window, coverage) around them, in the order they act."""
+    and modifiers (a window, coverage) around them, in the order they act; or, with `heads`,
+    the score and the mapping in each of several heads."""
 
     score: Spec
     mapping: Spec
     modifiers: tuple[Spec, ...] = ()
+    heads: Spec | None = None
 
     def __iter__(self) -> Iterator[Spec]:
         yield self.score
         yield self.mapping
         yield from self.modifiers
+        if self.heads is not None:
+            yield self.heads
 
     @property
     def state(self) -> tuple[Slot, ...]:

@@ -113,6 +113,11 @@ class Attention(nn.Module):
         super().__init__()
         self.composition = composition
         sizes = dict(query_dim=query_dim, key_dim=key_dim)
+        self.heads = (
+            None if composition.heads is None else composition.heads.build("torch", **sizes)
+        )
+        if self.heads is not None:  # the score and the mapping serve one head at a time
+            sizes = dict(query_dim=self.heads.size, key_dim=self.heads.size)
         self.score: Score = composition.score.build("torch", **sizes)
         self.mapping: Mapping = composition.mapping.build("torch", **sizes)
         self.modifiers: list[Modifier] = []
@@ -123,6 +128,8 @@ class Attention(nn.Module):
 
     def prepare(self, states: Tensor, mask: Tensor) -> Slots:
         """Every memory slot, made once per sentence."""
+        if self.heads is not None:
+            return self.heads.prepare(states, self.score)
         slots = self.score.prepare(states)
         for modifier in self.modifiers:
             slots |= modifier.prepare(states, mask)
@@ -130,6 +137,8 @@ class Attention(nn.Module):
 
     def start(self, memory: Any) -> Slots:
         """Every state slot before the first step."""
+        if self.heads is not None:
+            return self.heads.start(memory)
         slots = self.mapping.start(memory)
         for modifier in self.modifiers:
             slots |= modifier.start(memory)
@@ -146,6 +155,8 @@ class Attention(nn.Module):
         Returns:
             c_i (B, C), alpha_i (B, T_src) and the state slots after the step.
         """
+        if self.heads is not None:
+            return self._by_heads(query, slots, memory)
         focus = Focus(memory.mask, None, None)
         for modifier in self.modifiers:
             focus, slots = modifier.focus(query, slots, memory, focus)
@@ -164,6 +175,19 @@ class Attention(nn.Module):
         for modifier in self.modifiers:
             slots = modifier.update(alpha, slots, memory)
         return context, alpha, slots
+
+    def _by_heads(self, query: Tensor, slots: Slots, memory: Any) -> tuple[Tensor, Tensor, Slots]:
+        """`forward` for multi-head attention, whose score and mapping keep no state: each
+        head's weights as the slot `heads` (B, T_src, N), alpha their mean."""
+        score_slots = tuple(slot.name for slot in self.composition.score.memory)
+        queries, view = self.heads.split(query, memory, score_slots)  # (B N, d)
+        weights, _ = self.mapping(self.score(queries, view, None), view.mask, {})
+        weights = weights.view(*memory.mask.shape[:1], self.heads.n, -1)  # (B, N, T_src)
+        if memory.steer is not None:
+            steered = _steers(memory).unsqueeze(-1)  # (B, 1, 1)
+            weights = torch.where(steered, memory.steer.unsqueeze(1), weights)
+        context, alpha = self.heads.join(weights, memory)
+        return context, alpha, slots | {"heads": weights.transpose(1, 2)}
 
     def _fast(self, query: Tensor, focus: Focus) -> bool:
         """Whether the score's fused path computes this step exactly as composed."""

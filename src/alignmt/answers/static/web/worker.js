@@ -60,7 +60,7 @@ class Model {
     this.memoryNames = manifest.memory;
     this.attention = manifest.attention;
     // the state slots the attention mechanisms show after each step (`Shown`, by name)
-    this.shown = (manifest.shown ?? []).map((s) => s.slot);
+    this.shown = manifest.shown ?? [];
     this.encoder = encoder;
     this.stepGraph = step;
     this.steers = step.inputNames.includes("steer");
@@ -149,6 +149,14 @@ function alignment(attention, tokens) {
   return attention.slice(0, rows).map((r, i) => `${argmax(r.slice(0, -1))}-${i}`).join(" ");
 }
 
+/** A state tensor's value for the first row: a number (rows,), or weights (rows, T_src, N)
+    as N arrays of T_src numbers, one per head. */
+function firstRow(tensor, kind) {
+  if (kind !== "weights") return tensor.data[0];
+  const [, T, n] = tensor.dims;
+  return Array.from({ length: n }, (_, h) => Array.from({ length: T }, (_, j) => tensor.data[j * n + h]));
+}
+
 /** /v1/step: the decoder over one sentence, `prefix` forced, `override` steering attention. */
 async function step(model, { sentence, prefix = [], override = {}, top_k: k = 5,
   beam_size: beamSize = 1, attribution = null }) {
@@ -176,7 +184,7 @@ async function step(model, { sentence, prefix = [], override = {}, top_k: k = 5,
     const id = at < follow.length ? follow[at] : top[0][0];
     steps.push({ id, logProb: out.logProbs[id], forced: at < follow.length,
       overridden: steered.has(at), attention: out.alpha ? row(out.alpha, 0, T) : null, top,
-      shown: Object.fromEntries(model.shown.map((name) => [name, state[name].data[0]])) });
+      shown: Object.fromEntries(model.shown.map((s) => [s.slot, firstRow(state[s.slot], s.kind)])) });
     prev = id;
   }
   const attention = model.attention ? steps.map((s) => s.attention) : null;
