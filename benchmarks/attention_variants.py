@@ -14,6 +14,9 @@ best translations) that are exactly zero.
 - `monotonic`: softmax and monotonic attention (Raffel et al. 2017; the walk in decoding),
   in the recipe's Bahdanau order and additive score; then monotonic attention in Luong's
   order, whose query has read the word just written.
+- `heads`: one attention and four heads of 128 units (`model.heads`, Chen et al. 2018's
+  RNMT+ heads), in the recipe's order and additive score; each head's additive score with
+  A = 64 units, so that the four cost what the one attention's 256 do.
 
     python benchmarks/attention_variants.py sparse                  # ~50 minutes on 2 cores
     python benchmarks/attention_variants.py luong --skip-training   # score runs/luong/* again
@@ -68,6 +71,7 @@ SETS = {
             "monotonic, luong": [*LUONG[:3], "model.attention_fn=monotonic"],
         },
     ),
+    "heads": ("model.heads", {"1": [], "4": ["model.heads=4", "model.attn_dim=64"]}),
 }
 
 

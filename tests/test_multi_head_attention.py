@@ -220,3 +220,45 @@ def test_the_heatmap_shows_the_mean_and_each_head(heads_run):
     figure = alignmt.load(heads_run).heatmap("the big dog sleeps now")
     titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
     assert titles == ["mean of the heads", "head 1", "head 2", "head 3", "head 4"]
+
+
+@pytest.mark.slow
+def test_the_explorer_draws_each_heads_weights_under_the_source(heads_run, browser, tmp_path):
+    """The written page, in Chromium: at a step, one row per head under the source, each
+    cell as opaque as that head's weight on that word."""
+    import json
+    import re
+
+    from benchmarks.browser import Explorer
+
+    from alignmt.cli import main
+
+    sentences = tmp_path / "in.txt"
+    sentences.write_text("the big dog sleeps now\n")
+    out = tmp_path / "page.html"
+    assert main(["explore", str(heads_run), "--input", str(sentences), "--out", str(out)]) == 0
+    stored = json.loads(
+        re.search(r'type="application/json">(.*?)</script>', out.read_text(), re.S).group(1)
+    )
+    expected = stored["sentences"][0]["results"]["run"]["step"]["steps"][2]["shown"]["heads"]
+    page = Explorer(browser)
+    page.open(out.as_uri(), offline=True)
+    page.wait_for(1)
+    page.key("ArrowRight")
+    page.key("ArrowRight")
+    drawn = page.js(
+        r"""
+        const box = document.querySelector('.panel .shown-weights');
+        const opacity = (td) => {
+          const rgba = getComputedStyle(td).backgroundColor.match(/[\d.]+/g);
+          return rgba.length === 4 ? Number(rgba[3]) : 1;
+        };
+        return {
+          heads: [...box.querySelectorAll('tbody th')].map((th) => th.textContent),
+          weights: [...box.querySelectorAll('tbody tr')]
+            .map((tr) => [...tr.querySelectorAll('td')].map(opacity)),
+        };"""
+    )
+    assert drawn["heads"] == ["head 1", "head 2", "head 3", "head 4"]
+    np.testing.assert_allclose(drawn["weights"], expected, atol=2e-3)
+    assert page.resources() == []
