@@ -62,9 +62,8 @@ class Attention(nn.Module):
         sizes = dict(query_dim=self.query_dim, key_dim=self.key_dim)
         heads = self.composition.heads
         self.heads = None if heads is None else heads.build("flax", **sizes)
-        if heads is not None:  # the score and the mapping serve one head at a time
-            size = self.key_dim // heads.settings["heads"]
-            sizes = dict(query_dim=size, key_dim=size)
+        if self.heads is not None:  # the score and the mapping serve one head at a time
+            sizes = dict(query_dim=self.heads.size, key_dim=self.heads.size)
         self.score = self.composition.score.build("flax", **sizes)
         self.mapping = self.composition.mapping.build("flax", **sizes)
         for name, spec in zip(

@@ -17,6 +17,10 @@ The memory is the decoder's (`decoder.Memory`): `states` (B, T_src, C), `mask` (
 `slots` (what the mechanisms made once per sentence) and `steer`. A mechanism's state rides
 in the decoder state's `slots`, under the names its `Spec` declares.
 
+With heads (`Composition.heads`, multi-head attention), the step is the heads': each head's
+query scored by the score and weighed by the mapping as rows of one batch, their contexts
+joined (heads/torch.py).
+
 A score may declare a fast path, `fused(query, memory, mask)`, which computes the whole step
 as a softmax mapping would (model/fused.py); `Attention` takes it where the mapping allows it
 (`Mapping.fusable`) and no modifier adds a prior or a term.
@@ -182,7 +186,7 @@ class Attention(nn.Module):
         score_slots = tuple(slot.name for slot in self.composition.score.memory)
         queries, view = self.heads.split(query, memory, score_slots)  # (B N, d)
         weights, _ = self.mapping(self.score(queries, view, None), view.mask, {})
-        weights = weights.view(*memory.mask.shape[:1], self.heads.n, -1)  # (B, N, T_src)
+        weights = weights.view(memory.mask.size(0), self.heads.n, -1)  # (B, N, T_src)
         if memory.steer is not None:
             steered = _steers(memory).unsqueeze(-1)  # (B, 1, 1)
             weights = torch.where(steered, memory.steer.unsqueeze(1), weights)
