@@ -216,12 +216,23 @@ def test_the_served_step_through_gives_each_heads_weights(heads_run):
         assert steered["steps"][1]["shown"]["heads"] == [[1, 0, 0, 0, 0, 0]] * 4
 
 
-def test_the_heatmap_shows_the_mean_and_each_head(heads_run):
+def test_the_heatmaps_show_the_mean_and_each_head(heads_run):
+    """`run.heatmap` and `alignmt evaluate --heatmaps`, each of the same output's steps."""
     import alignmt
+    from alignmt.cli.evaluate import _heatmap
+    from alignmt.decoding.door import open_translator
 
-    figure = alignmt.load(heads_run).heatmap("the big dog sleeps now")
+    sentence = "the big dog sleeps now"
+    figure = alignmt.load(heads_run).heatmap(sentence)
     titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
     assert titles == ["mean of the heads", "head 1", "head 2", "head 3", "head 4"]
+    translator = open_translator(heads_run)
+    (best,) = translator.translate([sentence])[0]
+    figure = _heatmap(translator, sentence, best, "line 1")
+    titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
+    assert titles == ["line 1: mean of the heads"] + [f"line 1: head {n}" for n in range(1, 5)]
+    (image, *_) = figure.axes[0].get_images()
+    np.testing.assert_allclose(image.get_array(), best.attention, atol=1e-6)
 
 
 @pytest.mark.slow

@@ -153,6 +153,22 @@ def attention_grid(
     return fig
 
 
+def heads_grid(
+    mean: Any, heads: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str], title: str = ""
+) -> Figure:
+    """Multi-head attention's heatmaps: the heads' mean α, then each head's weights.
+
+    Args:
+        mean: (T_tgt, T_src) α, the heads' mean.
+        heads: (N, T_tgt, T_src) each head's weights.
+        title: what the panels' titles start with ("line 4"), or nothing.
+    """
+    name = f"{title}: " if title else ""
+    panels = [(mean, src_tokens, tgt_tokens, f"{name}mean of the heads")]
+    panels += [(w, src_tokens, tgt_tokens, f"{name}head {n + 1}") for n, w in enumerate(heads)]
+    return attention_grid(panels)
+
+
 def _lines(
     curves: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     names: tuple[str, str],

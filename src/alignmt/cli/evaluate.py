@@ -10,11 +10,18 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from alignmt.analysis.align import alignment_error_rate, eflomal_reference_links, word_links
 from alignmt.analysis.coverage import COVERED, CoverageRates, coverage_rates
 from alignmt.analysis.evaluation import read_test_set, translate_and_score
-from alignmt.analysis.plot import attention_heatmap, bleu_by_length_plot, bucket_bars, save_png
+from alignmt.analysis.plot import (
+    attention_heatmap,
+    bleu_by_length_plot,
+    bucket_bars,
+    heads_grid,
+    save_png,
+)
 from alignmt.analysis.scores import Evaluation, sentence_bleu_d2l
 from alignmt.analysis.tables import format_bucket_table, format_gap_table, format_scores_table
 from alignmt.cli.translate import translator_for
@@ -22,9 +29,13 @@ from alignmt.config import Config
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.results import Translation
 from alignmt.decoding.translator import Translator
+from alignmt.model.attention.registry import compose
 from alignmt.text.corpus import CorpusError, read_lines
 from alignmt.text.links import Link, import_eflomal, read_alignments, sentence_words
 from alignmt.text.vocab import EOS
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def load_test_set(
@@ -68,10 +79,7 @@ def run(args: argparse.Namespace) -> int:
     print_coverage(coverage)
     files = write_plots({name: result}, out)
     for number in args.heatmaps:
-        if best[number - 1].attention is None:
-            raise ValueError(f"--heatmaps: line {number} has no attention to draw")
-        t = best[number - 1]
-        fig = attention_heatmap(t.attention, t.src_tokens, t.tokens, title=f"line {number}")
+        fig = _heatmap(translator, src[number - 1], best[number - 1], f"line {number}")
         files.append(save_png(fig, out / f"heatmap_{number}.png"))
     if args.sentence_bleu:
         _print_sentence_bleu(translator, src, ref, best)
@@ -81,6 +89,20 @@ def run(args: argparse.Namespace) -> int:
     written = [out / "hyps.txt", out / "scores.json", *files]
     print("\nWritten: " + ", ".join(str(f) for f in written))
     return 0
+
+
+def _heatmap(translator: Translator, line: str, best: Translation, title: str) -> Figure:
+    """The attention of `line`'s translation `best`; for one model with several heads, their
+    mean and each head, stepping through the decoder (which records them) with its beam."""
+    if best.attention is None:
+        raise ValueError(f"--heatmaps: {title} has no attention to draw")
+    composition = compose(translator.origin.header.config.model)
+    stepping = "stepping through the decoder" in translator.engine.features  # not ensembles
+    if composition is None or not composition.weights or not stepping:
+        return attention_heatmap(best.attention, best.src_tokens, best.tokens, title=title)
+    stepped = translator.step_through(line, beam_size=translator.search.beam_size)
+    out, heads = stepped.translation, stepped.weights(composition.weights[0])
+    return heads_grid(out.attention, heads, out.src_tokens, out.tokens, title)
 
 
 def run_alignment_evaluation(args: argparse.Namespace) -> int:

@@ -64,6 +64,11 @@ class Stepped:
     translation: Translation  # the output it reached
     steps: list[DecoderStep]  # one per output token; ids index the target vocabulary
 
+    def weights(self, slot: str) -> np.ndarray:
+        """A shown value of kind weights over the whole output, (N, T_out, T_src): each
+        head's weights at every step, for multi-head attention's `heads`."""
+        return np.stack([step.shown[slot] for step in self.steps], axis=1)
+
 
 BeamStatus = Literal["live", "finished", "pruned", "stopped"]
 

@@ -13,14 +13,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from matplotlib.figure import Figure
 
 from alignmt.analysis.align import alignment_error_rate, word_links
 from alignmt.analysis.attribution import Method, translation_relevance
 from alignmt.analysis.coverage import coverage_rates
 from alignmt.analysis.evaluation import read_test_set, translate_and_score
-from alignmt.analysis.plot import attention_grid, attention_heatmap, loss_curves
+from alignmt.analysis.plot import attention_heatmap, heads_grid, loss_curves
 from alignmt.answers.registry import ServedModel, model_info
 from alignmt.checkpoint.format import Header
 from alignmt.checkpoint.torch_io import Checkpoint
@@ -148,24 +147,16 @@ class Run:
         across (Bahdanau et al. 2015, Fig. 3); for a model with several heads, their mean
         and each head beside it."""
         composition = compose(self.config.model)
-        weights = [s.slot for s in composition.shown if s.kind == "weights"] if composition else []
-        if weights:
-            return self._heads_heatmap(sentence, weights[0], beam or self.config.search.beam_size)
+        if composition is not None and composition.weights:  # stepping through records them
+            beam = beam or self.config.search.beam_size
+            stepped = self.translator.step_through(sentence, beam_size=beam)
+            out = stepped.translation
+            heads = stepped.weights(composition.weights[0])
+            return heads_grid(out.attention, heads, out.src_tokens, out.tokens)
         (best,) = self.translate(sentence, beam=beam)
         if best.attention is None:
             raise ValueError(f"{self.run_dir}: a model without attention has no heatmap")
         return attention_heatmap(best.attention, best.src_tokens, best.tokens)
-
-    def _heads_heatmap(self, sentence: str, slot: str, beam: int) -> Figure:
-        """The heads' mean and each head's weights, stepping through the decoder (which
-        records them) with beam `beam`."""
-        stepped = self.translator.step_through(sentence, beam_size=beam)
-        out = stepped.translation
-        rows = len(out.tokens)
-        heads = np.stack([step.shown[slot] for step in stepped.steps[:rows]], axis=1)
-        panels = [(out.attention, "mean of the heads")]
-        panels += [(weights, f"head {n + 1}") for n, weights in enumerate(heads)]  # (T_out, T_src)
-        return attention_grid([(w, out.src_tokens, out.tokens, title) for w, title in panels])
 
     def attribution(
         self, sentence: str, method: Method = "integrated", *, beam: int | None = None

@@ -114,5 +114,10 @@ class Composition:
         return tuple(shown for spec in self for shown in spec.shown)
 
     @property
+    def weights(self) -> tuple[str, ...]:
+        """The slots shown as weights over the source (multi-head attention's `heads`)."""
+        return tuple(shown.slot for shown in self.shown if shown.kind == "weights")
+
+    @property
     def about(self) -> list[str]:
         return [spec.about for spec in self]
