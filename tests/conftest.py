@@ -417,6 +417,12 @@ def client(served):
         yield client
 
 
+def serving(*runs: Path, limits: Limits | None = None) -> TestClient:
+    """A client of the service for the run folders `runs`; a context manager, within which
+    the service runs."""
+    return TestClient(create_app(load_models(list(runs)), limits))
+
+
 def post(client, path, body):
     response = client.post(path, json=body)
     assert response.headers["content-type"] == "application/json"

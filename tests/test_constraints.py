@@ -9,9 +9,7 @@ import math
 
 import pytest
 import torch
-from fastapi.testclient import TestClient
 
-from alignmt.answers.registry import load_models
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.door import open_translator
@@ -19,8 +17,7 @@ from alignmt.decoding.torch_engine.constraints import Table
 from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.search import beam_decode, beam_search, search
 from alignmt.decoding.translator import Translator
-from alignmt.serve.app import create_app
-from tests.conftest import padded_batch, tiny_model
+from tests.conftest import padded_batch, serving, tiny_model
 from tests.test_beam import MIXED, markov_step, mixed_id
 from tests.test_search import BOS, EOS, X, Y, Z
 from tests.test_serve import LIMITS, SENTENCE, post
@@ -194,7 +191,7 @@ def test_a_phrase_of_subword_pieces_is_placed_piece_by_piece_and_reads_as_words(
 
 @pytest.fixture(scope="module")
 def client(toy_run):
-    with TestClient(create_app(load_models([toy_run]), LIMITS)) as client:
+    with serving(toy_run, limits=LIMITS) as client:
         yield client
 
 

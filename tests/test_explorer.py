@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 import torch
 from benchmarks.load import free_port
-from fastapi.testclient import TestClient
 
 from alignmt.answers.page import precompute, self_contained
 from alignmt.answers.registry import load_models
 from alignmt.checkpoint.format import snapshot_steps
 from alignmt.checkpoint.torch_io import load_checkpoint, load_snapshot
 from alignmt.cli import main
-from alignmt.serve.app import create_app
+from tests.conftest import serving
 
 SENTENCE = "the big dog sleeps now"
 OTHER = "a small cat runs"
@@ -34,7 +33,7 @@ def snapshot_run(toy_run) -> Path:
 
 @pytest.fixture(scope="module")
 def client(snapshot_run, vanilla_run):
-    with TestClient(create_app(load_models([snapshot_run, vanilla_run]))) as client:
+    with serving(snapshot_run, vanilla_run) as client:
         yield client
 
 
@@ -92,7 +91,7 @@ def test_snapshots_are_refused_where_there_is_nothing_to_follow(client, tmp_path
 def test_a_run_without_snapshots_is_told_how_to_keep_them(toy_run, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(toy_run, run, ignore=shutil.ignore_patterns("snapshots"))
-    with TestClient(create_app(load_models([run]))) as client:
+    with serving(run) as client:
         answer = client.post("/v1/snapshots", json={"sentence": SENTENCE})
     assert answer.status_code == 422
     assert "train.snapshot_every" in answer.json()["error"]["message"]
@@ -101,7 +100,7 @@ def test_a_run_without_snapshots_is_told_how_to_keep_them(toy_run, tmp_path):
 def test_a_snapshot_can_be_served_beside_its_run(snapshot_run):
     """Two checkpoints of one run side by side: a snapshot file is a model of its own."""
     snapshot = snapshot_run / "snapshots" / "step_000100.safetensors"
-    with TestClient(create_app(load_models([snapshot_run, snapshot]))) as client:
+    with serving(snapshot_run, snapshot) as client:
         names = [m["name"] for m in client.get("/v1/models").json()["models"]]
         steps = [
             client.post("/v1/step", json={"model": name, "sentence": SENTENCE}).json()
@@ -216,7 +215,7 @@ def test_a_user_steps_forces_overrides_and_opens_the_beam(
     from benchmarks.load import local_server
 
     port = free_port()
-    with TestClient(create_app(load_models([snapshot_run, vanilla_run]))) as api:
+    with serving(snapshot_run, vanilla_run) as api:
         expected = api.post("/v1/step", json={"sentence": SENTENCE}).json()
         with local_server([snapshot_run, vanilla_run], port):
             page = Explorer(browser)

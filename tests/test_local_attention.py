@@ -191,13 +191,9 @@ def local_translators(local_run):
 
 
 def test_the_served_step_through_gives_each_windows_centre_and_steers_outside_it(local_run):
-    from fastapi.testclient import TestClient
+    from tests.conftest import SERVE_LIMITS, post, serving
 
-    from alignmt.answers.registry import load_models
-    from alignmt.serve.app import create_app
-    from tests.conftest import SERVE_LIMITS, post
-
-    with TestClient(create_app(load_models([local_run]), SERVE_LIMITS)) as client:
+    with serving(local_run, limits=SERVE_LIMITS) as client:
         (info,) = client.get("/v1/models").json()["models"]
         assert "local-p window (Luong et al. 2015), D = 2" in info["mechanisms"]
         assert [(s["slot"], s["label"], s["reach"]) for s in info["shown"]] == [

@@ -280,13 +280,9 @@ def test_each_engines_beam_search_over_a_monotonic_model_is_the_reference_search
 
 
 def test_the_served_step_through_gives_the_position_and_the_stop_probability(monotonic_run):
-    from fastapi.testclient import TestClient
+    from tests.conftest import SERVE_LIMITS, post, serving
 
-    from alignmt.answers.registry import load_models
-    from alignmt.serve.app import create_app
-    from tests.conftest import SERVE_LIMITS, post
-
-    with TestClient(create_app(load_models([monotonic_run]), SERVE_LIMITS)) as client:
+    with serving(monotonic_run, limits=SERVE_LIMITS) as client:
         (info,) = client.get("/v1/models").json()["models"]
         assert any(m.startswith("monotonic attention (Raffel") for m in info["mechanisms"])
         assert [(s["slot"], s["label"], s["kind"]) for s in info["shown"]] == [

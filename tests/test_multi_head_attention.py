@@ -195,13 +195,9 @@ def test_each_engines_beam_search_over_a_multi_head_model_is_the_reference_searc
 
 
 def test_the_served_step_through_gives_each_heads_weights(heads_run):
-    from fastapi.testclient import TestClient
+    from tests.conftest import SERVE_LIMITS, post, serving
 
-    from alignmt.answers.registry import load_models
-    from alignmt.serve.app import create_app
-    from tests.conftest import SERVE_LIMITS, post
-
-    with TestClient(create_app(load_models([heads_run]), SERVE_LIMITS)) as client:
+    with serving(heads_run, limits=SERVE_LIMITS) as client:
         (info,) = client.get("/v1/models").json()["models"]
         assert "4 heads of 12 units (Chen et al. 2018)" in info["mechanisms"]
         assert [(s["slot"], s["kind"]) for s in info["shown"]] == [("heads", "weights")]

@@ -9,12 +9,10 @@ import json
 import re
 
 import pytest
-from fastapi.testclient import TestClient
 
 import alignmt
 from alignmt.answers.page import STATIC
-from alignmt.answers.registry import load_models
-from alignmt.serve.app import create_app
+from tests.conftest import serving
 
 SENTENCE = "the big dog sleeps now"
 OTHER = "a small cat runs"
@@ -22,7 +20,7 @@ OTHER = "a small cat runs"
 
 @pytest.fixture(scope="module")
 def api(toy_run, vanilla_run):
-    with TestClient(create_app(load_models([toy_run, vanilla_run]))) as client:
+    with serving(toy_run, vanilla_run) as client:
         yield client
 
 

@@ -7,17 +7,15 @@ import math
 
 import pytest
 import torch
-from fastapi.testclient import TestClient
 
 from alignmt.answers.limits import Limits
-from alignmt.answers.registry import load_models
 from alignmt.cli import main
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.rules import Sampling
 from alignmt.decoding.torch_engine.sample import reshaped, sampler
 from alignmt.decoding.translator import Translator
 from alignmt.model.distribution import LogProbs
-from alignmt.serve.app import create_app
+from tests.conftest import serving
 from tests.test_confidence import LINES, teacher_forced
 
 PROBS = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
@@ -126,7 +124,7 @@ def test_translate_samples_repeatably_and_refuses_flags_that_do_not_fit(
 
 def test_the_api_samples_repeatably(toy_run):
     limits = Limits(max_sentences=8, max_source_tokens=12, max_beam=6, max_top_k=10)
-    with TestClient(create_app(load_models([toy_run]), limits)) as client:
+    with serving(toy_run, limits=limits) as client:
 
         def draw(**sample):
             body = {"sentences": LINES[:2], "sample": sample}

@@ -18,14 +18,13 @@ from pydantic import ValidationError
 from starlette.requests import Request
 
 from alignmt.answers.limits import RequestError
-from alignmt.answers.registry import load_models
 from alignmt.answers.schemas import StepRequest, TranslateRequest
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.door import open_translator
 from alignmt.serve import routes
 from alignmt.serve.app import create_app
 from tests.conftest import SERVE_LIMITS as LIMITS
-from tests.conftest import SHARED, chromium, needs_shared_data, post, untrained_twin
+from tests.conftest import SHARED, chromium, needs_shared_data, post, serving, untrained_twin
 
 SENTENCE = "the big dog sleeps now"
 
@@ -143,7 +142,7 @@ def test_a_conditional_gru_model_steps_overrides_and_opens_its_beam(toy_run, tmp
     """The explorer's routes on the conditional GRU order: what stepping, an override and
     the beam tree show agree with translate, as for the other orders."""
     cgru = untrained_twin(toy_run, tmp_path / "cgru", order="cgru", readout="tanh")
-    with TestClient(create_app(load_models([cgru]), LIMITS)) as client:
+    with serving(cgru, limits=LIMITS) as client:
         assert client.get("/v1/models").json()["models"][0]["order"] == "cgru"
         _, translated = post(
             client, "/v1/translate", {"sentences": ["a cat"], "beam_size": 1, "nbest": 1}

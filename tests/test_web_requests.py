@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
 from alignmt.answers.schemas import BeamRequest, StepRequest, TranslateRequest
 
@@ -123,9 +122,7 @@ def test_a_valid_request_passes_the_workers_checks(tmp_path):
 
 @pytest.fixture(scope="module")
 def client(toy_run):
-    from alignmt.answers.registry import load_models
-    from alignmt.serve.app import create_app
-    from tests.conftest import SERVE_LIMITS
+    from tests.conftest import SERVE_LIMITS, serving
 
-    with TestClient(create_app(load_models([toy_run]), SERVE_LIMITS)) as client:
+    with serving(toy_run, limits=SERVE_LIMITS) as client:
         yield client
