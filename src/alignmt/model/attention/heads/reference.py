@@ -47,17 +47,15 @@ def from_config(cfg: ModelConfig) -> Spec | None:
             refuse + f"the encoder states' {key_dim} units (C) do not split into "
             f"{cfg.heads} equal heads: use a number of heads that divides {key_dim}"
         )
-    for key, value, alone in (
-        ("attention_fn", cfg.attention_fn, "monotonic"),
-        ("attention_window", cfg.attention_window, "local_m"),
-        ("attention_window", cfg.attention_window, "local_p"),
-        ("coverage", cfg.coverage, "sum"),
-        ("coverage", cfg.coverage, "fertility"),
+    for key, chosen in (
+        ("attention_fn", cfg.attention_fn == "monotonic"),
+        ("attention_window", cfg.attention_window != "global"),
+        ("coverage", cfg.coverage != "none"),
     ):
-        if value == alone:
+        if chosen:
             raise ValueError(
-                refuse + f"model.{key}={value} keeps one state or window for the whole "
-                f"attention: use model.heads=1"
+                refuse + f"model.{key}={getattr(cfg, key)} keeps one state or window for the "
+                "whole attention: use model.heads=1"
             )
     size = key_dim // cfg.heads
     return Spec(
