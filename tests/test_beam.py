@@ -82,7 +82,7 @@ def assert_search_carries_each_rows_state(model) -> None:
         best = beam_three[b][0]
         tgt_in = torch.tensor([[model.bos_id, *best.tokens[:-1]]])
         with torch.no_grad():
-            logits = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in).log_probs.logits[0]
+            logits = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in).log_probs.scores[0]
         forced = logits.log_softmax(-1)[torch.arange(len(best.tokens)), best.tokens].sum()
         assert math.isclose(best.score, float(forced), rel_tol=1e-9)
 

@@ -90,7 +90,7 @@ def assert_alone_as_in_a_padded_batch(model) -> None:
         n, m = int(src_len[b]), int(tgt_len[b])
         alone = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in[b : b + 1, :m])
         torch.testing.assert_close(
-            out.log_probs.logits[b, :m], alone.log_probs.logits[0], rtol=0, atol=1e-12
+            out.log_probs.scores[b, :m], alone.log_probs.scores[0], rtol=0, atol=1e-12
         )
         torch.testing.assert_close(out.attention[b, :m, :n], alone.attention[0], rtol=0, atol=1e-12)
         assert not out.attention[b, :, n:].any()

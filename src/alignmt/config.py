@@ -73,8 +73,12 @@ class ModelConfig:
     # the weights from the scores: softmax, or sparse (exact zeros below a threshold):
     # sparsemax (Martins & Astudillo 2016) or 1.5-entmax (Peters et al. 2019); or monotonic
     # (Raffel et al. 2017): a walk left to right that stops where sigmoid(e + r) says, in
-    # training its expectation, in decoding the walk itself
-    attention_fn: Literal["softmax", "sparsemax", "entmax15", "monotonic"] = "softmax"
+    # training its expectation, in decoding the walk itself; or hard_monotonic (Wu &
+    # Cotterell 2019): each word emitted from one source position, never going back, and
+    # p(y | x) the exact sum over such alignments
+    attention_fn: Literal["softmax", "sparsemax", "entmax15", "monotonic", "hard_monotonic"] = (
+        "softmax"
+    )
     monotonic_bias: float = -1.0  # r at first: below 0, the walk starts out moving on
     # the standard deviation of the noise added to e + r in training, which teaches the
     # stop probabilities to be near 0 or 1, as the walk in decoding takes them

@@ -12,6 +12,10 @@ comes from, on `decoder.Decoder`'s recurrence and unroll.
   §2.3): a first transition reads y_{i-1}, s'_i = RNN_1(s_{i-1}, y_{i-1}); s'_i queries the
   encoder; a second transition reads the context, s_i = RNN_2(s'_i, c_i); the output reads
   [s_i; c_i; y_{i-1}] as Bahdanau's does. The query has seen y_{i-1}, Bahdanau's s_{i-1} has not.
+- `MixtureDecoder`, for a mapping whose output is a mixture over source positions (exact hard
+  monotonic attention, Wu & Cotterell 2019): s_i = RNN(s_{i-1}, y_{i-1}) reads no context;
+  s_i queries the encoder; each position j makes its own output distribution from
+  [s_i; h_j; y_{i-1}], and p(y_i) = sum_j alpha_ij p(y_i | s_i, h_j).
 
 `AttentionDecoder` holds what the three share: its attention, a composition of the room's
 mechanisms (attention/: a score, a mapping from scores to weights, and modifiers such as a
@@ -30,7 +34,8 @@ from torch import Tensor, nn
 from alignmt.model.attention.spec import Axis, Composition
 from alignmt.model.attention.torch import Attention
 from alignmt.model.cell import DecoderState, StackedCell
-from alignmt.model.decoder import Decoder, Memory, ReadoutKind
+from alignmt.model.decoder import Decoder, Memory, ReadoutKind, Sampling, Unrolled
+from alignmt.model.distribution import LogProbs
 
 
 class AttentionDecoder(Decoder):
@@ -159,6 +164,86 @@ class ConditionalDecoder(BahdanauDecoder):
         )
         state = self.rnn2(self.rnn2.embed_in(context), inner)
         return state, torch.cat([state.hidden[:, -1], context], dim=-1), alpha  # (B, D + C)
+
+
+class MixtureDecoder(AttentionDecoder):
+    """s_i = RNN(s_{i-1}, y_{i-1}); query s_i; log p(y_i) = log sum_j alpha_ij p(y_i | s_i, h_j),
+    each p(. | s_i, h_j) the output layer over [s_i; h_j; y_{i-1}].
+
+    Its mapping keeps the alignment's posterior, gives the step's log alpha_i
+    (`log_weights`) and takes each position's log p(y_{i-1}) (`observe`), which this decoder
+    reads from two slots it fills: `emitting` (B, T_src, R), each position's output features, and `normaliser`
+    (B, T_src), their logits' log-sum-exp; once the next step knows y_i, they give each
+    position's log p(y_i | s_i, h_j) (`_observe`). The output is log p itself, not logits
+    (`plain_projection` is False), and its unroll is a loop of `step`: each step's
+    alignment depends on the words before it. Takes `BahdanauDecoder`'s arguments.
+    """
+
+    plain_projection = False
+
+    def __init__(
+        self, *, readout: ReadoutKind = "none", readout_dim: int = 128, **common: Any
+    ) -> None:
+        super().__init__(extra_dim=0, **common)
+        self.output = self._readout(readout, readout_dim)
+
+    def init_state(self, final: Tensor, memory: Memory) -> DecoderState:
+        state = super().init_state(final, memory)
+        features = self.projection.in_features
+        emitting = memory.states.new_zeros(*memory.mask.shape, features)  # (B, T_src, R)
+        normaliser = memory.states.new_zeros(memory.mask.shape)
+        return state._replace(slots=state.slots | {"emitting": emitting, "normaliser": normaliser})
+
+    def step(
+        self, prev: Tensor, state: DecoderState, memory: Memory
+    ) -> tuple[LogProbs, DecoderState, Tensor]:
+        """`Decoder.step`: log p(y_i) (B, V) as log-probabilities, the state, alpha_i."""
+        emb = self.dropout(self.embed(prev))  # (B, E)
+        state = self._observe(prev, state)
+        state = self.rnn(self.rnn.embed_in(emb), state)
+        query = state.hidden[:, -1]  # (B, D) s_i
+        _, alpha, state = self._attend(query, state, memory)
+        T = memory.states.size(1)
+        per_position = [query.unsqueeze(1).expand(-1, T, -1), memory.states]
+        features = self.output(torch.cat([*per_position, emb.unsqueeze(1).expand(-1, T, -1)], -1))
+        logits = self.projection(features)  # (B, T_src, V)
+        normaliser = torch.logsumexp(logits, dim=-1)  # (B, T_src)
+        emitted = logits - normaliser.unsqueeze(-1)  # log p(w | s_i, h_j)
+        log_alpha = self.attention.mapping.log_weights(state.slots)  # (B, T_src)
+        log_p = torch.logsumexp(log_alpha.unsqueeze(-1) + emitted, dim=1)  # (B, V)
+        slots = state.slots | {"emitting": features, "normaliser": normaliser}
+        return LogProbs(normalised=log_p), state._replace(slots=slots), alpha
+
+    def _observe(self, prev: Tensor, state: DecoderState) -> DecoderState:
+        """The state with the alignment's posterior after y_{i-1} = `prev` (B,): from the
+        last step's features, each position's log p(y_{i-1} | s_{i-1}, h_j), (B, T_src)."""
+        slots = state.slots
+        weight, bias = self.projection.weight[prev], self.projection.bias[prev]  # (B, R), (B,)
+        logit = torch.einsum("btr,br->bt", slots["emitting"], weight) + bias.unsqueeze(-1)
+        emitted = logit - slots["normaliser"]  # (B, T_src)
+        return state._replace(slots=self.attention.mapping.observe(slots, emitted))
+
+    def unroll(
+        self,
+        tgt_in: Tensor,
+        state: DecoderState,
+        memory: Memory,
+        sampling: Sampling | None = None,
+    ) -> Unrolled:
+        """`Decoder.unroll` as a loop of `step`; its features are log p (B, T_tgt, V)."""
+        log_probs, weights, prev = [], [], tgt_in[:, 0]
+        for t in range(tgt_in.size(1)):
+            step_log_probs, state, alpha = self.step(prev, state, memory)
+            log_probs.append(step_log_probs.normalised)
+            weights.append(alpha)
+            if t + 1 < tgt_in.size(1):
+                gold = tgt_in[:, t + 1]
+                prev = gold if sampling is None else sampling.mix(gold, log_probs[-1].detach())
+        return Unrolled(torch.stack(log_probs, 1), torch.stack(weights, 1), state)
+
+    def distribution(self, features: Tensor) -> LogProbs:
+        """The unroll's features are log p already."""
+        return LogProbs(normalised=features)
 
 
 def _first_layer(state: DecoderState) -> DecoderState:

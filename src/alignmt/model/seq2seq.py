@@ -24,7 +24,12 @@ from alignmt.config import ModelConfig
 from alignmt.config_rules import check_model
 from alignmt.model.attention.registry import compose
 from alignmt.model.attention.spec import Composition
-from alignmt.model.attention_decoder import BahdanauDecoder, ConditionalDecoder, LuongDecoder
+from alignmt.model.attention_decoder import (
+    BahdanauDecoder,
+    ConditionalDecoder,
+    LuongDecoder,
+    MixtureDecoder,
+)
 from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import DecoderOutput, Memory, Sampling, VanillaDecoder
 from alignmt.model.distribution import LogProbs
@@ -83,6 +88,8 @@ class Seq2Seq(nn.Module):
         attention = dict(attention=composition)
         if composition is None:
             decoder = VanillaDecoder(**common, **readout, feed_context=cfg.context == "every_step")
+        elif composition.mixture:
+            decoder = MixtureDecoder(**common, **attention, **readout)
         elif cfg.order == "luong":
             decoder = LuongDecoder(**common, **attention)
         elif cfg.order == "cgru":

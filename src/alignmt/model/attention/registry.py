@@ -15,6 +15,7 @@ from typing import Any
 from alignmt.config import ModelConfig
 from alignmt.model.attention.additive import reference as additive
 from alignmt.model.attention.coverage import reference as coverage
+from alignmt.model.attention.hard_monotonic import reference as hard_monotonic
 from alignmt.model.attention.heads import reference as heads
 from alignmt.model.attention.local import reference as local
 from alignmt.model.attention.location import reference as location
@@ -24,7 +25,7 @@ from alignmt.model.attention.multiplicative import reference as multiplicative
 from alignmt.model.attention.spec import Composition
 
 SCORES = (additive, multiplicative, location)
-MAPPINGS = (mappings, monotonic)
+MAPPINGS = (mappings, monotonic, hard_monotonic)
 MODIFIERS = (local, coverage)  # in the order they act on a step
 SPLITS = (heads,)  # what divides the attention into parts (the heads)
 

@@ -62,6 +62,10 @@ class Spec:
     # For a score: whether a modifier may add a term inside its hidden layer (Tu et al.
     # 2016's V C_{i-1,j}). For a modifier: whether it adds one.
     hidden_term: bool = False
+    # For a mapping: whether the decoder's output is a mixture over source positions,
+    # p(y_i) = sum_j alpha_ij p(y_i | s_i, h_j), as hard attention's is, in place of one
+    # output from the context c_i (whose recurrence then reads no context)
+    mixture: bool = False
     off: str = ""  # for a modifier, the setting that leaves it out ("coverage=none")
     # (today's, before) prefixes of the run-folder tensor names, relative to the decoder, of
     # weights stored elsewhere before the room: a checkpoint written then loads as it was
@@ -112,6 +116,11 @@ class Composition:
     @property
     def shown(self) -> tuple[Shown, ...]:
         return tuple(shown for spec in self for shown in spec.shown)
+
+    @property
+    def mixture(self) -> bool:
+        """Whether the decoder emits from each source position in turn (`Spec.mixture`)."""
+        return any(spec.mixture for spec in self)
 
     @property
     def weights(self) -> tuple[str, ...]:

@@ -48,7 +48,7 @@ def from_config(cfg: ModelConfig) -> Spec | None:
             f"{cfg.heads} equal heads: use a number of heads that divides {key_dim}"
         )
     for key, chosen in (
-        ("attention_fn", cfg.attention_fn == "monotonic"),
+        ("attention_fn", cfg.attention_fn in ("monotonic", "hard_monotonic")),
         ("attention_window", cfg.attention_window != "global"),
         ("coverage", cfg.coverage != "none"),
     ):
