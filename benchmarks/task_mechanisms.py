@@ -34,6 +34,8 @@ MECHANISMS = {
     # dot product, as the Transformer's heads are
     "4 heads": ["model.heads=4"],
     "4 heads, scaled_dot": ["model.heads=4", "model.attention=scaled_dot"],
+    # exact hard monotonic attention (Wu & Cotterell 2019): each word from one position
+    "hard_monotonic": ["model.attention_fn=hard_monotonic"],
 }
 TASKS = ("copy", "reverse", "sort")
 LENGTHS = (3, 5, 7, 10, 15, 20)

@@ -67,8 +67,8 @@ def test_transitions_never_go_back_and_each_row_is_a_distribution():
     np.testing.assert_allclose(P[:4].sum(-1), 1.0, rtol=0, atol=1e-15)
 
 
-def hard_model(seed: int = 0, **more):
-    model = tiny_model(attention_fn="hard_monotonic", readout="tanh", seed=seed, **more)
+def hard_model(seed: int = 0, readout: str = "tanh", **more):
+    model = tiny_model(attention_fn="hard_monotonic", readout=readout, seed=seed, **more)
     with torch.no_grad():  # transitions spread over several positions, not all near uniform
         model.decoder.attention.score.v.weight.mul_(6.0)
     return model
@@ -230,3 +230,81 @@ def test_unreachable_positions_are_finite_and_weigh_nothing():
     P = log_P.exp()[0, :3]  # from the real positions (a padding row is never weighed)
     assert not P.tril(-1).any() and not P[:, 3].any()
     torch.testing.assert_close(P.sum(-1), torch.ones(3, dtype=torch.float64), rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "readout,more", [("tanh", {}), ("none", {}), ("tanh", dict(readout_dim=5, tie_embeddings=True))]
+)
+def test_the_flax_twin_emits_and_aligns_as_pytorch_does(readout, more):
+    pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from tests.test_flax_model import twins
+
+    arch = dict(rnn="lstm", bidirectional=True, layers=2, attention="additive", order="bahdanau")
+    arch |= {"attention_fn": "hard_monotonic"}
+    model, flax_model, variables = twins(arch, torch.float32, readout=readout, **more)
+    src, src_len, tgt_in, _ = padded_batch(src_lens=(9, 4, 7), tgt_lens=(6, 3, 5))
+    with torch.no_grad():
+        out = model(src, src_len, tgt_in)
+    arrays = [jnp.asarray(t.numpy()) for t in (src, src_len, tgt_in)]
+    log_probs, attention = flax_model.apply(variables, *arrays, train=False)
+    np.testing.assert_allclose(attention, out.attention, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(log_probs.full(), out.log_probs.full(), rtol=0, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def hard_run(toy_run, tmp_path_factory):
+    """An untrained hard monotonic twin of the toy run, with sharper transition scores and an
+    unlikely </s>: outputs of many steps whose prior moves."""
+    from tests.conftest import untrained_twin
+
+    def sharper_and_longer(model):
+        model.decoder.attention.score.v.weight.mul_(6.0)
+        model.decoder.output.proj.bias[model.eos_id] -= 3
+
+    folder = tmp_path_factory.mktemp("hard_monotonic") / "run"
+    return untrained_twin(toy_run, folder, sharper_and_longer, attention_fn="hard_monotonic")
+
+
+@pytest.fixture(scope="module")
+def hard_translators(hard_run):
+    """The hard monotonic model on each engine: PyTorch, Flax, and its ONNX export."""
+    pytest.importorskip("jax")
+    pytest.importorskip("onnxruntime")
+    from tests.test_engines import on_each_engine
+
+    return on_each_engine(hard_run)
+
+
+@pytest.mark.parametrize("engine", ["torch", "flax", "onnxruntime"])
+def test_each_engines_beam_search_over_a_hard_monotonic_model_is_the_reference_search(
+    hard_translators, engine
+):
+    from tests.test_engines import assert_beam_is_the_reference_search
+
+    assert_beam_is_the_reference_search(hard_translators, engine)
+
+
+def test_the_served_step_through_gives_the_position_and_the_move_probability(hard_run):
+    from tests.conftest import SERVE_LIMITS, post, serving
+
+    with serving(hard_run, limits=SERVE_LIMITS) as client:
+        (info,) = client.get("/v1/models").json()["models"]
+        assert any(m.startswith("exact hard monotonic attention") for m in info["mechanisms"])
+        assert [(s["slot"], s["label"], s["kind"]) for s in info["shown"]] == [
+            ("position", "a_i", "position"),
+            ("move", "p_move", "probability"),
+        ]
+        _, body = post(client, "/v1/step", {"sentence": "the big dog sleeps now"})
+        steps = body["steps"]
+        assert len(steps) > 3
+        for step in steps:
+            alpha = np.array(step["attention"])
+            assert math.isclose(step["shown"]["position"], alpha @ np.arange(6), abs_tol=1e-3)
+            assert 0 <= step["shown"]["move"] <= 1 + 1e-6
+        # steered to the first word, the decoder emits from there
+        sentence = {"sentence": "the big dog sleeps now", "override": {"1": 0}}
+        _, steered = post(client, "/v1/step", sentence)
+        assert steered["steps"][1]["shown"]["position"] == 0
+        assert steered["steps"][1]["attention"] == np.eye(6)[0].tolist()

@@ -172,11 +172,12 @@ class MixtureDecoder(AttentionDecoder):
 
     Its mapping keeps the alignment's posterior, gives the step's log alpha_i
     (`log_weights`) and takes each position's log p(y_{i-1}) (`observe`), which this decoder
-    reads from two slots it fills: `emitting` (B, T_src, R), each position's output features, and `normaliser`
-    (B, T_src), their logits' log-sum-exp; once the next step knows y_i, they give each
-    position's log p(y_i | s_i, h_j) (`_observe`). The output is log p itself, not logits
-    (`plain_projection` is False), and its unroll is a loop of `step`: each step's
-    alignment depends on the words before it. Takes `BahdanauDecoder`'s arguments.
+    reads from two slots it fills: `emitting` (B, T_src, R), each position's output
+    features, and `normaliser` (B, T_src), their logits' log-sum-exp; once the next step
+    knows y_i, they give each position's log p(y_i | s_i, h_j) (`_observe`). The output is
+    log p itself, not logits (`plain_projection` is False), and its unroll is a loop of
+    `step`: each step's alignment depends on the words before it. Takes
+    `BahdanauDecoder`'s arguments.
     """
 
     plain_projection = False

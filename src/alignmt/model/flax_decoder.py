@@ -10,6 +10,10 @@ one module, with their parameter names and equations.
   s_i = RNN_2(s'_i, c_i), logits from [s_i; c_i; y_{i-1}] as in "bahdanau".
 - "vanilla" (Cho et al. 2014): no attention; the final encoder state c feeds every step and
   the output, or (Sutskever et al. 2014) only s_0.
+- "mixture" (attention_decoder.MixtureDecoder; hard monotonic attention, Wu & Cotterell
+  2019): s_i = RNN(s_{i-1}, y_{i-1}) queries the encoder, and p(y_i) = sum_j alpha_ij
+  p(y_i | s_i, h_j), each from the output layer over [s_i; h_j; y_{i-1}]. Its unroll is a scan
+  of `step`, and its features are log p.
 
 Teacher forcing runs the recurrence under `nn.scan` (one compiled step, looped by XLA); what
 does not depend on the recurrence (the embeddings' input gates, the readout, the vocabulary
@@ -89,6 +93,13 @@ class Readout(nn.Module):
         """(..., R) -> (..., V) logits."""
         return self.proj(features, embedding) if self.tied else self.proj(features)
 
+    def project_one(self, features: Array, token: Array, embedding: Array) -> Array:
+        """(B, T, R) features and (B,) tokens -> (B, T) each row's logit of its token."""
+        params = jax.tree_util.tree_map(jnp.asarray, self.proj.variables["params"])
+        weight = jnp.asarray(embedding)[token] if self.tied else params["kernel"].T[token]
+        bias = params["bias"][token]  # (B, R) and (B,)
+        return jnp.einsum("btr,br->bt", features, weight) + bias[:, None]
+
 
 class Decoder(nn.Module):
     """Embeddings, the recurrence, attention (or a fixed context) and the output layer."""
@@ -114,7 +125,7 @@ class Decoder(nn.Module):
         self.embed = nn.Embed(
             self.vocab_size, self.emb_dim, embedding_init=embedding_init(self.pad_id, std)
         )
-        extra = {"bahdanau": self.enc_dim, "luong": self.hidden, "cgru": 0}.get(
+        extra = {"bahdanau": self.enc_dim, "luong": self.hidden, "cgru": 0, "mixture": 0}.get(
             self.order, self.enc_dim if self.feed_context else 0
         )
         # the conditional GRU's first transition is one layer; its second and the layers
@@ -158,11 +169,16 @@ class Decoder(nn.Module):
             hidden = jnp.tanh(self.bridge(final)).reshape(batch, self.layers, self.hidden)
         else:
             hidden = jnp.zeros((batch, self.layers, self.hidden), final.dtype)
+        slots = {} if self.order == "vanilla" else self.attention.start(memory)
+        if self.order == "mixture":  # what MixtureDecoder keeps of each position's emission
+            units = self.readout_dim if self.readout != "none" else self.output.in_dim
+            zeros = jnp.zeros(memory.mask.shape, final.dtype)
+            slots = slots | {"emitting": zeros[..., None].repeat(units, -1), "normaliser": zeros}
         return DecoderState(
             hidden=hidden,
             cell=jnp.zeros_like(hidden) if self.cell_kind == "lstm" else None,
             feed=jnp.zeros((batch, self.hidden), final.dtype) if self.order == "luong" else None,
-            slots={} if self.order == "vanilla" else self.attention.start(memory),
+            slots=slots,
         )
 
     def prepare(self, states: Array, mask: Array, final: Array) -> Memory:
@@ -180,6 +196,8 @@ class Decoder(nn.Module):
 
     def unroll(self, tgt_in: Array, state: DecoderState, memory: Memory, train: bool):
         """`__call__` up to the vocabulary projection: features (B, T_tgt, R)."""
+        if self.order == "mixture":
+            return self.unroll_mixture(tgt_in, state, memory, train)
         emb = self.drop(self.embed(tgt_in), deterministic=not train)  # (B, T_tgt, E)
 
         def body(module: Decoder, carry: DecoderState, gates: Array):
@@ -207,11 +225,15 @@ class Decoder(nn.Module):
 
         def body(module: Decoder, carry, gold: Array):
             state, prev = carry
-            emb = module.drop(module.embed(prev), deterministic=not train)[:, None]  # (B, 1, E)
-            gates = module.input_gates(emb, memory)[:, 0]
-            state, feature, alpha = module.advance(gates, state, memory, train)
-            feature = module.features(feature[:, None], emb, memory, train)  # (B, 1, R)
-            logits = module.project(feature)[:, 0]  # (B, V)
+            if module.order == "mixture":  # its log p serve as the logits
+                log_probs, state, alpha = module.mixture_step(prev, state, memory, train)
+                logits = log_probs.normalised
+            else:
+                emb = module.drop(module.embed(prev), deterministic=not train)[:, None]
+                gates = module.input_gates(emb, memory)[:, 0]
+                state, feature, alpha = module.advance(gates, state, memory, train)
+                feature = module.features(feature[:, None], emb, memory, train)  # (B, 1, R)
+                logits = module.project(feature)[:, 0]  # (B, V)
             chosen = jax.lax.stop_gradient(logits)
             draw, coin = jax.random.split(module.make_rng("sampling"))
             if pick == "argmax":
@@ -236,11 +258,52 @@ class Decoder(nn.Module):
     def step(self, prev: Array, state: DecoderState, memory: Memory):
         """One decoding step (no dropout): prev (B,) ids -> log p (B, V), the new state,
         alpha (B, T_src) or None."""
+        if self.order == "mixture":
+            return self.mixture_step(prev, state, memory, False)
         emb = self.embed(prev)[:, None]  # (B, 1, E)
         gates = self.input_gates(emb, memory)[:, 0]
         state, feature, alpha = self.advance(gates, state, memory, False)
         log_probs = self.distribution(self.features(feature[:, None], emb, memory, False))
         return jax.tree_util.tree_map(lambda a: a[:, 0], log_probs), state, alpha  # (B, V)
+
+    def unroll_mixture(self, tgt_in: Array, state: DecoderState, memory: Memory, train: bool):
+        """`unroll` of the "mixture" order: a scan of its step; features are log p."""
+
+        def body(module: Decoder, carry: DecoderState, prev: Array):
+            log_probs, carry, alpha = module.mixture_step(prev, carry, memory, train)
+            return carry, (log_probs.normalised, alpha)
+
+        scan = nn.scan(
+            body,
+            variable_broadcast="params",
+            split_rngs={"params": False, "dropout": True},
+            in_axes=1,
+            out_axes=1,
+        )
+        state, (log_probs, attention) = scan(self, state, tgt_in)
+        return log_probs, attention, state
+
+    def mixture_step(self, prev: Array, state: DecoderState, memory: Memory, train: bool):
+        """MixtureDecoder.step: the posterior after y_{i-1} = prev (B,), s_i, alpha_i, and
+        log p(y_i) = log sum_j alpha_ij p(y_i | s_i, h_j), (B, V)."""
+        emb = self.drop(self.embed(prev), deterministic=not train)  # (B, E)
+        mapping, slots = self.attention.mapping, state.slots
+        logit = self.output.project_one(slots["emitting"], prev, self.embed.embedding)
+        state = state._replace(slots=mapping.observe(slots, logit - slots["normaliser"]))
+        state = self.rnn(self.rnn.embed_in(emb), state, train)
+        query = state.hidden[:, -1]  # (B, D) s_i
+        _, alpha, state = self.attended(query, state, memory, train)
+        B, T, _ = memory.states.shape
+        parts = [jnp.broadcast_to(query[:, None], (B, T, self.hidden)), memory.states]
+        parts.append(jnp.broadcast_to(emb[:, None], (B, T, self.emb_dim)))
+        features = self.output(jnp.concatenate(parts, -1), train)  # (B, T_src, R)
+        logits = self.output.project(features, self.embed.embedding)  # (B, T_src, V)
+        normaliser = jax.nn.logsumexp(logits, -1)
+        emitted = logits - normaliser[..., None]
+        log_alpha = mapping.log_weights(state.slots)[..., None]  # (B, T_src, 1)
+        log_p = jax.nn.logsumexp(log_alpha + emitted, axis=1)  # (B, V)
+        slots = state.slots | {"emitting": features, "normaliser": normaliser}
+        return LogProbs(normalised=log_p), state._replace(slots=slots), alpha
 
     def input_gates(self, emb: Array, memory: Memory) -> Array:
         """(B, T, E) -> (B, T, G): the first layer's input projection known before the loop."""
@@ -302,7 +365,10 @@ class Decoder(nn.Module):
         return self.output(jnp.concatenate([*parts, emb], -1), train)  # [s_i; c_i; y_{i-1}]
 
     def distribution(self, features: Array) -> LogProbs:
-        """(..., R) output features -> log p over the vocabulary, (..., V) (decoder.py's)."""
+        """(..., R) output features -> log p over the vocabulary, (..., V) (decoder.py's);
+        the "mixture" order's features are log p already."""
+        if self.order == "mixture":
+            return LogProbs(normalised=features)
         return LogProbs(logits=self.project(features))
 
     def project(self, features: Array) -> Array:

@@ -102,7 +102,7 @@ class FlaxSeq2Seq(nn.Module):
             initial=cfg.init,
             dropout=cfg.dropout,
             pad_id=self.pad_id,
-            order="vanilla" if cfg.attention == "none" else cfg.order,
+            order=_order(cfg),
             composition=compose(cfg),
             readout=cfg.readout,
             readout_dim=cfg.readout_dim,
@@ -167,3 +167,11 @@ def sequence_loss(
         nll = (1 - label_smoothing) * nll - label_smoothing * logp.mean(axis=-1)
     real = targets != pad_id
     return jnp.where(real, nll, 0).sum() / jnp.maximum(real.sum(), 1)
+
+
+def _order(cfg: ModelConfig) -> str:
+    """The decoder's order: "vanilla" without attention, "mixture" where the mapping's output
+    is a mixture over positions (hard monotonic attention), else `cfg.order`."""
+    if cfg.attention == "none":
+        return "vanilla"
+    return "mixture" if compose(cfg).mixture else cfg.order
