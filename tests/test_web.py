@@ -202,6 +202,7 @@ ARCHITECTURES = {
     ],
     "gru-monotonic": ["model.attention_fn=monotonic"],
     "gru-heads": ["model.attention=scaled_dot", "model.heads=4"],
+    "gru-hard_monotonic": ["model.attention_fn=hard_monotonic"],
 }
 
 
@@ -210,8 +211,9 @@ ARCHITECTURES = {
 def test_other_architectures_answer_in_the_page_as_on_the_server(name, browser, host, tmp_path):
     """A cell with a memory cell, a model without attention, Luong's order with a local
     window, whose every step also says its centre p_i, monotonic attention, whose every
-    step says where its walk stands and its stop probability there, and four heads, whose
-    every step gives each head's weights."""
+    step says where its walk stands and its stop probability there, four heads, whose
+    every step gives each head's weights, and hard monotonic attention, whose every step
+    says its expected position and the probability that it moved on."""
     from alignmt.config import config_path, load_config
     from alignmt.training.run import train
 
@@ -228,7 +230,7 @@ def test_other_architectures_answer_in_the_page_as_on_the_server(name, browser, 
         assert_same(page["answer"], server, f"{name} {asked['what']}")
     if "local" in name:  # the window's centre, step by step
         assert all("centre" in step["shown"] for step in got[0]["answer"]["steps"])
-    if "monotonic" in name:
+    if name == "gru-monotonic":
         for answer in (page["answer"] for page in got[:8]):
             positions = [step["shown"]["position"] for step in answer["steps"]]
             assert positions == sorted(positions)
@@ -237,6 +239,9 @@ def test_other_architectures_answer_in_the_page_as_on_the_server(name, browser, 
         for answer in (page["answer"] for page in got[:8]):
             T = len(answer["source_tokens"])
             assert all(np.shape(step["shown"]["heads"]) == (4, T) for step in answer["steps"])
+    if "hard" in name:
+        for answer in (page["answer"] for page in got[:8]):
+            assert all(0 <= step["shown"]["move"] <= 1 + 1e-6 for step in answer["steps"])
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ fused loss, batches as tensors, and where tensors live (device, precision, host 
     attention/            The attention room: every attention mechanism as one entry, and what
                           composes them.
     attention_decoder.py  the decoders with attention: Bahdanau's, Luong's and the conditional
-                          GRU's order
+                          GRU's order, and the mixture over positions of hard attention
     batch.py              padded id tensors of sentence pairs
     cell.py               the decoder's recurrence, one step at a time
     decoder.py            what every decoder shares: the memory, the readout, the unroll; the

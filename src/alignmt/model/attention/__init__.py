@@ -12,6 +12,8 @@ Nothing is imported here, so that the declarations load no framework.
     coverage/        Coverage, summed or by fertility (Tu et al. 2016): an entry of the
                      attention room.
     flax.py          the same composer in Flax
+    hard_monotonic/  Exact hard monotonic attention (Wu & Cotterell 2019): an entry of the
+                     attention room.
     heads/           Multi-head attention (Chen et al. 2018, RNMT+): an entry of the attention
                      room.
     local/           Local attention's windows, local-m and local-p (Luong et al. 2015, §3.2):
