@@ -106,6 +106,10 @@ class ModelConfig:
     # alpha_ij / Phi_j with a learnt fertility Phi_j = max_fertility * sigmoid(U_f h_j)
     coverage: Literal["none", "sum", "fertility"] = "none"
     max_fertility: Positive = 2.0  # N: the most target words a source word may produce
+    # the pointer-generator (See et al. 2017): each step generates a word from the vocabulary
+    # or, with probability 1 - p_gen, copies the source word its attention points at, by
+    # name, where the vocabulary lacks it
+    copy: bool = False
 
 
 @dataclass
@@ -135,6 +139,7 @@ class DataConfig:
     spm_vocab_size: Count = 8000  # SentencePiece pieces per side
     spm_model_type: Literal["bpe", "unigram"] = "bpe"  # SentencePiece: BPE or unigram LM
     min_freq: Count = 1  # tokens seen fewer times in train become <unk>
+    max_vocab: NonNegative = 0  # >0: keep only this many of each side's most frequent tokens
     max_tokens: Count = 80  # training pairs longer than this (either side, tokens) are dropped
     limit: NonNegative = 0  # read only the first N pairs of train and valid (quick trials); 0: all
     # >0: validate on the N pairs of `train` right after its first `limit` (one file split in

@@ -45,6 +45,13 @@ class AttentionDecoder(Decoder):
     def __init__(self, *, attention: Composition, **common: Any) -> None:
         super().__init__(**common)
         self.attention = Attention(attention, query_dim=self.hidden, key_dim=self.enc_dim)
+        if attention.output is not None:
+            sizes = dict(features=self._copy_features(), vocab_size=self.vocab_size)
+            self.copy = attention.output.build("torch", **sizes)
+
+    def _copy_features(self) -> int:
+        """The units p_gen reads: the step's features and y_{i-1}, [s_i; c_i; y_{i-1}]."""
+        return self.hidden + self.enc_dim + self.emb_dim
 
     def axes(self) -> dict[str, tuple[Axis, ...]]:
         """`Decoder.axes`, and the slots the attention's mechanisms declare."""
@@ -59,7 +66,11 @@ class AttentionDecoder(Decoder):
 
     def init_state(self, final: Tensor, memory: Memory) -> DecoderState:
         state = super().init_state(final, memory)
-        return state._replace(slots=self.attention.start(memory))
+        slots = self.attention.start(memory)
+        if self.copy is not None:  # what the explorer shows of copying, before the first step
+            shares = memory.states.new_zeros(*memory.mask.shape, 1)  # (B, T_src, 1)
+            slots |= {"p_gen": shares.new_zeros(shares.size(0)), "copied": shares}
+        return state._replace(slots=slots)
 
     def _attend(
         self, query: Tensor, state: DecoderState, memory: Memory
@@ -105,6 +116,10 @@ class LuongDecoder(AttentionDecoder):
         super().__init__(extra_dim=common["hidden"], **common)
         self.W_c = nn.Linear(self.enc_dim + self.hidden, self.hidden, bias=False)  # eq. 5
         self.proj = nn.Linear(self.hidden, self.vocab_size)
+
+    def _copy_features(self) -> int:
+        """[h~_i; y_{i-1}]: the attentional vector holds c_i and s_i."""
+        return self.hidden + self.emb_dim
 
     def init_state(self, final: Tensor, memory: Memory) -> DecoderState:
         # h~_0 = 0: nothing has been attended to before the first step.

@@ -28,7 +28,7 @@ training loss, int8 matmuls and the shortlist rely on.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -161,6 +161,7 @@ class Decoder(nn.Module):
         init: InitKind = "zeros",
         dropout: float = 0.0,
         pad_id: int = 0,
+        unk_id: int = 3,
         extra_dim: int | None = None,
         rnn_layers: int | None = None,
     ) -> None:
@@ -169,7 +170,10 @@ class Decoder(nn.Module):
         the depth of `self.rnn` where it is not the whole stack of `layers`."""
         super().__init__()
         self.vocab_size, self.emb_dim, self.enc_dim = vocab_size, emb_dim, enc_dim
-        self.hidden, self.layers = hidden, layers
+        self.hidden, self.layers, self.unk_id = hidden, layers, unk_id
+        # the pointer-generator (See et al. 2017), where the attention's composition has one:
+        # the output distribution extended by copying source words (attention/copy)
+        self.copy: nn.Module | None = None
         self.embed = nn.Embedding(vocab_size, emb_dim, padding_idx=pad_id)
         self.dropout = nn.Dropout(dropout)
         self.rnn = StackedCell(
@@ -207,7 +211,8 @@ class Decoder(nn.Module):
             memory: from `prepare`.
 
         Returns:
-            log p (B, T_tgt, V), attention (B, T_tgt, T_src) or None, and the final state.
+            log p (B, T_tgt, V) (V + T_src with copying), attention (B, T_tgt, T_src) or
+            None, and the final state.
             Padded target steps produce values that the loss ignores; they never feed back
             into earlier steps.
         """
@@ -226,7 +231,7 @@ class Decoder(nn.Module):
         model's own output before it (scheduled sampling)."""
         if sampling is not None:
             return self._unroll_sampled(tgt_in, state, memory, sampling)
-        emb = self.dropout(self.embed(tgt_in))  # (B, T_tgt, E)
+        emb = self.dropout(self.embed(self._known(tgt_in)))  # (B, T_tgt, E)
         gates = self._input_gates(emb, memory)  # (B, T_tgt, G)
         features, weights = [], []
         # unbind, not gates[:, t]: each slice's backward would fill a zero (B, T_tgt, G)
@@ -235,9 +240,12 @@ class Decoder(nn.Module):
             state, feature, alpha = self._advance(step_gates, state, memory)
             features.append(feature)
             weights.append(alpha)
-        features = self._features(torch.stack(features, dim=1), emb, memory)  # (B, T_tgt, R)
+        steps = torch.stack(features, dim=1)  # (B, T_tgt, F)
         attention = None if weights[0] is None else torch.stack(weights, dim=1)
-        return Unrolled(features, attention, state)
+        out = self._features(steps, emb, memory)  # (B, T_tgt, R)
+        if self.copy is not None:
+            out = self._copying(out, attention, steps, emb, memory)[0]
+        return Unrolled(out, attention, state)
 
     def _unroll_sampled(
         self, tgt_in: Tensor, state: DecoderState, memory: Memory, sampling: Sampling
@@ -247,10 +255,13 @@ class Decoder(nn.Module):
         prev = tgt_in[:, 0]  # (B,) <s>
         features, weights = [], []
         for t in range(tgt_in.size(1)):
-            emb = self.dropout(self.embed(prev)).unsqueeze(1)  # (B, 1, E)
+            emb = self.dropout(self.embed(self._known(prev))).unsqueeze(1)  # (B, 1, E)
             gates = self._input_gates(emb, memory)[:, 0]
             state, feature, alpha = self._advance(gates, state, memory)
-            features.append(self._features(feature.unsqueeze(1), emb, memory))  # (B, 1, R)
+            out = self._features(feature.unsqueeze(1), emb, memory)  # (B, 1, R)
+            if self.copy is not None:
+                out = self._copying(out, alpha.unsqueeze(1), feature.unsqueeze(1), emb, memory)[0]
+            features.append(out)
             weights.append(alpha)
             if t + 1 < tgt_in.size(1):
                 with torch.no_grad():
@@ -270,16 +281,38 @@ class Decoder(nn.Module):
             memory: from `prepare`.
 
         Returns:
-            log p(y_i) (B, V), the new state, and alpha_i (B, T_src) or None.
+            log p(y_i) (B, V) (V + T_src with copying), the new state, and alpha_i
+            (B, T_src) or None.
         """
-        emb = self.dropout(self.embed(prev)).unsqueeze(1)  # (B, 1, E)
+        emb = self.dropout(self.embed(self._known(prev))).unsqueeze(1)  # (B, 1, E)
         state, feature, alpha = self._advance(self._input_gates(emb, memory)[:, 0], state, memory)
-        features = self._features(feature.unsqueeze(1), emb, memory)  # (B, 1, R)
-        return self.distribution(features).at((slice(None), 0)), state, alpha
+        out = self._features(feature.unsqueeze(1), emb, memory)  # (B, 1, R)
+        if self.copy is not None:
+            out, p_gen = self._copying(out, alpha.unsqueeze(1), feature.unsqueeze(1), emb, memory)
+            copied = (1 - p_gen) * alpha  # (B, T_src) each word's share by copying
+            slots = {"p_gen": p_gen[:, 0], "copied": copied.unsqueeze(-1)}
+            state = state._replace(slots=state.slots | slots)
+        return self.distribution(out).at((slice(None), 0)), state, alpha
 
-    # log p = log_softmax(projection(features)): the fused loss, int8 and the shortlist
-    # hold for this output layer only, and refuse a decoder that declares another
-    plain_projection: ClassVar[bool] = True
+    @property
+    def plain_projection(self) -> bool:
+        """Whether log p = log_softmax(projection(features)): the fused loss, int8 and the
+        shortlist hold for this output layer only, and refuse a decoder with another."""
+        return self.copy is None
+
+    def _known(self, ids: Tensor) -> Tensor:
+        """Token ids as the embeddings read them: a copied word's extended id (>= V) as
+        <unk>, as See et al. (2017) feed it back."""
+        return ids if self.copy is None else ids.masked_fill(ids >= self.vocab_size, self.unk_id)
+
+    def _copying(
+        self, out: Tensor, alpha: Tensor, steps: Tensor, emb: Tensor, memory: Memory
+    ) -> tuple[Tensor, Tensor]:
+        """The pointer-generator over `out` (B, T, R), the output layer's input: log P over
+        the extended vocabulary (B, T, V + T_src) and p_gen (B, T), p_gen reading the step
+        features `steps` (B, T, F) and y_{i-1}'s embeddings (B, T, E)."""
+        logits = self.projection(out)
+        return self.copy(logits, alpha, torch.cat([steps, emb], -1), memory.slots["copy_ids"])
 
     @property
     def projection(self) -> nn.Linear:
@@ -287,7 +320,10 @@ class Decoder(nn.Module):
         return self.output.proj
 
     def distribution(self, features: Tensor) -> LogProbs:
-        """(..., R) output features -> log p over the vocabulary, (..., V)."""
+        """(..., R) output features -> log p over the vocabulary, (..., V); with copying,
+        the features are log p over the extended vocabulary already."""
+        if self.copy is not None:
+            return LogProbs(normalised=features)
         return LogProbs(logits=self.projection(features))
 
     def axes(self) -> dict[str, tuple[Axis, ...]]:

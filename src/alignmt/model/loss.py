@@ -29,7 +29,11 @@ CHUNK_ELEMENTS = 1 << 22
 
 
 def sequence_loss(
-    logits: Tensor, targets: Tensor, pad_id: int, label_smoothing: float = 0.0
+    logits: Tensor,
+    targets: Tensor,
+    pad_id: int,
+    label_smoothing: float = 0.0,
+    smooth_over: int | None = None,
 ) -> Tensor:
     """Mean cross-entropy over real target tokens (</s> included, padding excluded).
 
@@ -39,7 +43,14 @@ def sequence_loss(
         targets: (B, T_tgt) int64 y_1 .. y_n </s>, padded with pad_id.
         label_smoothing: share of each target's probability mass spread uniformly over the
             vocabulary (Szegedy et al. 2016), as in `F.cross_entropy`.
+        smooth_over: spread it over the first `smooth_over` ids only (a copying model's
+            vocabulary, not its extended ids); None: over all V.
     """
+    if smooth_over is not None and label_smoothing:
+        log_p = logits.log_softmax(-1)  # (B, T_tgt, V)
+        nll = F.nll_loss(log_p.flatten(0, 1), targets.flatten(), ignore_index=pad_id)
+        uniform = -log_p[..., :smooth_over].mean(-1)[targets != pad_id].mean()
+        return (1 - label_smoothing) * nll + label_smoothing * uniform
     return F.cross_entropy(
         logits.flatten(0, 1),
         targets.flatten(),

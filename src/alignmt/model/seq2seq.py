@@ -17,6 +17,8 @@ Dimension key, used in every shape comment of the package:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor, nn
 
@@ -41,12 +43,22 @@ class Seq2Seq(nn.Module):
     """An RNN encoder-decoder, with or without attention."""
 
     def __init__(
-        self, *, encoder: Encoder, decoder: nn.Module, pad_id: int, bos_id: int, eos_id: int
+        self,
+        *,
+        encoder: Encoder,
+        decoder: nn.Module,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        unk_id: int = 3,
     ) -> None:
         super().__init__()
         self.encoder = encoder
         self.decoder = decoder
-        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = pad_id, bos_id, eos_id, unk_id
+        if self.copies:  # each source word's target id, or -1 (`set_copy_table`)
+            table = torch.full((encoder.embed.num_embeddings,), -1, dtype=torch.long)
+            self.register_buffer("copy_table", table)
 
     @classmethod
     def from_config(
@@ -58,6 +70,7 @@ class Seq2Seq(nn.Module):
         pad_id: int = 0,
         bos_id: int = 1,
         eos_id: int = 2,
+        unk_id: int = 3,
     ) -> Seq2Seq:
         """Build the model a `ModelConfig` describes; the only place that reads it."""
         check_model(cfg)
@@ -83,6 +96,7 @@ class Seq2Seq(nn.Module):
             init=cfg.init,
             dropout=cfg.dropout,
             pad_id=pad_id,
+            unk_id=unk_id,
         )
         readout = dict(readout=cfg.readout, readout_dim=cfg.readout_dim)
         attention = dict(attention=composition)
@@ -98,11 +112,22 @@ class Seq2Seq(nn.Module):
             decoder = BahdanauDecoder(**common, **attention, **readout)
         if cfg.tie_embeddings:
             _tie_output(decoder)
-        return cls(encoder=encoder, decoder=decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
+        ids = dict(pad_id=pad_id, bos_id=bos_id, eos_id=eos_id, unk_id=unk_id)
+        return cls(encoder=encoder, decoder=decoder, **ids)
 
     @property
     def has_attention(self) -> bool:
         return not isinstance(self.decoder, VanillaDecoder)
+
+    @property
+    def copies(self) -> bool:
+        """Whether the decoder copies source words (the pointer-generator)."""
+        return getattr(self.decoder, "copy", None) is not None
+
+    def set_copy_table(self, table: Sequence[int]) -> None:
+        """Each source vocabulary word's target id, or -1 where the target vocabulary lacks
+        it (`alignmt.text.copy.copy_table`): where the pointer-generator copies it to."""
+        self.copy_table.copy_(torch.as_tensor(table, dtype=torch.long))
 
     @property
     def composition(self) -> Composition | None:
@@ -120,9 +145,15 @@ class Seq2Seq(nn.Module):
             The memory (states, mask, projected keys) and the initial decoder state.
         """
         _check_source(src, src_len)
-        states, final = self.encoder(src, src_len)  # (B, T_src, C), (B, C)
+        # a copying model reads a word its vocabulary lacks, V_src + its first position, as
+        # <unk>, and copies it by that id (`Copy.prepare`)
+        known = src.masked_fill(src >= len(self.copy_table), self.unk_id) if self.copies else src
+        states, final = self.encoder(known, src_len)  # (B, T_src, C), (B, C)
         mask = src != self.pad_id  # (B, T_src)
         memory = self.decoder.prepare(states, mask, final)
+        if self.copies:
+            ids = self.decoder.copy.prepare(src, self.copy_table)  # (B, T_src)
+            memory = memory._replace(slots=memory.slots | {"copy_ids": ids})
         return memory, self.decoder.init_state(final, memory)
 
     def forward(self, src: Tensor, src_len: Tensor, tgt_in: Tensor) -> DecoderOutput:
@@ -182,7 +213,9 @@ class Seq2Seq(nn.Module):
         loss.py) where the decoder's output is a plain projection."""
         if not self.decoder.plain_projection:
             log_probs = self.decoder.distribution(features).full()  # (B, T_tgt, V)
-            return sequence_loss(log_probs, tgt_out, self.pad_id, label_smoothing)
+            # copying's extended ids are no words to smooth over
+            vocab = self.decoder.vocab_size if self.copies else None
+            return sequence_loss(log_probs, tgt_out, self.pad_id, label_smoothing, vocab)
         proj = self.decoder.projection
         return linear_cross_entropy(
             features, proj.weight, proj.bias, tgt_out, self.pad_id, label_smoothing

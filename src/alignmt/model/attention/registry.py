@@ -4,7 +4,7 @@ the server, the exporter's manifest and the config checks read it without a fram
 Each entry is a package beside this module whose `reference.py` holds the mechanism's
 float64 equations and its `from_config(cfg) -> Spec | None`, with `torch.py` and `flax.py`
 building it in each framework. Adding a mechanism is one package, and here its import and
-its place in `SCORES`, `MAPPINGS`, `MODIFIERS` or `SPLITS`.
+its place in `SCORES`, `MAPPINGS`, `MODIFIERS`, `SPLITS` or `OUTPUTS`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from alignmt.config import ModelConfig
 from alignmt.model.attention.additive import reference as additive
+from alignmt.model.attention.copy import reference as copy
 from alignmt.model.attention.coverage import reference as coverage
 from alignmt.model.attention.hard_monotonic import reference as hard_monotonic
 from alignmt.model.attention.heads import reference as heads
@@ -28,11 +29,13 @@ SCORES = (additive, multiplicative, location)
 MAPPINGS = (mappings, monotonic, hard_monotonic)
 MODIFIERS = (local, coverage)  # in the order they act on a step
 SPLITS = (heads,)  # what divides the attention into parts (the heads)
+OUTPUTS = (copy,)  # what makes the output distribution from the attention
 
 
 def compose(cfg: ModelConfig) -> Composition | None:
     """The attention `cfg` describes, checked; None for a model without attention."""
     split = next((spec for entry in SPLITS if (spec := entry.from_config(cfg))), None)
+    output = next((spec for entry in OUTPUTS if (spec := entry.from_config(cfg))), None)
     modifiers = tuple(spec for entry in MODIFIERS if (spec := entry.from_config(cfg)))
     if cfg.attention == "none":
         for spec in modifiers:
@@ -55,14 +58,14 @@ def compose(cfg: ModelConfig) -> Composition | None:
                 f"model.{spec.off}"
             )
     mapping = next(spec for entry in MAPPINGS if (spec := entry.from_config(cfg)))
-    return Composition(score, mapping, modifiers, split)
+    return Composition(score, mapping, modifiers, split, output)
 
 
 def current_names(tensors: Mapping[str, Any], composition: Composition | None) -> dict[str, Any]:
     """A run folder's model tensors under today's names: those of a folder written before the
     room (its weights stored where each mechanism's `former` says) renamed, others as they
     are."""
-    if composition is None or composition.heads is not None:  # no folder then had heads
+    if composition is None or composition.heads or composition.output:  # none then had these
         return dict(tensors)
     moves = [
         (f"decoder.{old}", f"decoder.{new}") for spec in composition for new, old in spec.former

@@ -80,23 +80,26 @@ class Spec:
         """The entry's own name, which names its weights in a run folder ("local")."""
         return self.entry.rsplit(".", 1)[1]
 
-    def build(self, framework: str, *, query_dim: int, key_dim: int) -> Any:
+    def build(self, framework: str, **sizes: int) -> Any:
         """The part this declares, built by the entry's `framework` module ("torch" or
-        "flax": torch.py's or flax.py's `build`)."""
+        "flax": torch.py's or flax.py's `build`) with the model's `sizes` (an attention's
+        query_dim and key_dim; an output's features and vocab_size)."""
         module = importlib.import_module(f"{self.entry}.{framework}")
-        return module.build(self, query_dim=query_dim, key_dim=key_dim)
+        return module.build(self, **sizes)
 
 
 @dataclass(frozen=True)
 class Composition:
     """The mechanisms of one model's attention: a score, a mapping from scores to weights,
     and modifiers (a window, coverage) around them, in the order they act; or, with `heads`,
-    the score and the mapping in each of several heads."""
+    the score and the mapping in each of several heads; and, with `output`, a mechanism that
+    makes the output distribution from the attention (the pointer-generator's copying)."""
 
     score: Spec
     mapping: Spec
     modifiers: tuple[Spec, ...] = ()
     heads: Spec | None = None
+    output: Spec | None = None
 
     def __iter__(self) -> Iterator[Spec]:
         yield self.score
@@ -104,6 +107,8 @@ class Composition:
         yield from self.modifiers
         if self.heads is not None:
             yield self.heads
+        if self.output is not None:
+            yield self.output
 
     @property
     def state(self) -> tuple[Slot, ...]:
