@@ -66,13 +66,13 @@ def step(
     relevance = _attribution(translator, src_tokens, stepped, request.attribution)
     steps = [
         Step(
-            token=vocab.itos[s.token],
+            token=translator.token_text(s.token, src_tokens),
             probability=probability(s.log_prob),
             forced=s.forced,
             overridden=position in request.override,
             attention=rounded(s.attention),
             top_k=[
-                Candidate(token=vocab.itos[t], probability=probability(p))
+                Candidate(token=translator.token_text(t, src_tokens), probability=probability(p))
                 for t, p in zip(s.top_tokens, s.top_log_probs, strict=True)
             ],
             shown=s.shown,
@@ -107,7 +107,7 @@ def _attribution(
     # imported here: attribution needs PyTorch and Captum, which a torch-free server lacks
     from alignmt.analysis.attribution import translation_relevance
 
-    src = translator.src_vocab.encode(src_tokens)
+    src = translator.source_ids(src_tokens)
     return translation_relevance(translator, src, [s.token for s in stepped.steps], method)
 
 
@@ -140,13 +140,12 @@ def beam(
     src_tokens, trace = translator.beam_trace(
         request.sentence, beam_size=k, check=check, constraint=constraint
     )
-    vocab = translator.tgt_vocab
     nodes = [
         BeamNode(
             id=i,
             step=n.step,
             parent=n.parent,
-            token=vocab.itos[n.token],
+            token=translator.token_text(n.token, src_tokens),
             score=n.score,
             status=n.status,
             final_score=n.final_score,

@@ -113,6 +113,9 @@ class Engine(ABC):
 
     name: ClassVar[EngineName]
     has_attention: bool
+    # whether the model copies source words (the pointer-generator): it reads a source word
+    # its vocabulary lacks by an extended id, and may write one (alignmt.text.copy)
+    copies: bool = False
     parameters: int  # of the model, for what a server says of it
 
     @property

@@ -34,6 +34,7 @@ from alignmt.decoding.words import (
     source_as_read,
     warn_unknown,
 )
+from alignmt.text import copy
 from alignmt.text.tokenize import Tokenizer
 from alignmt.text.vocab import EOS, Vocab
 
@@ -141,7 +142,7 @@ class Translator:
         results: list[list[Translation]] = [[] for _ in tokens]
         todo = sorted((i for i, t in enumerate(tokens) if t), key=lambda i: len(tokens[i]))
         for rows in _chunks(todo, GROUP * batch_size):
-            ids = [self.src_vocab.encode(tokens[i], add_eos=True) for i in rows]
+            ids = [self.source_ids(tokens[i], add_eos=True) for i in rows]
             wanted = None if constraints is None else [constraints[i] for i in rows]
             found = searched([row for row in ids for _ in range(draws)], wanted)
             if draws > 1:  # each draw is a sentence of its own: regroup them
@@ -191,11 +192,23 @@ class Translator:
 
     def met(self, translation: Translation, constraint: Constraint) -> list[bool]:
         """Whether `translation` contains each of the constraint's include phrases."""
-        return constraint.met([self.tgt_vocab.stoi[t] for t in translation.tokens])
+        unk = self.tgt_vocab.unk_id  # a copied word is in no phrase of target ids
+        return constraint.met([self.tgt_vocab.stoi.get(t, unk) for t in translation.tokens])
 
     def source_tokens(self, line: str) -> list[str]:
         """The source tokenizer's tokens of a raw sentence; none for a blank one."""
         return self.src_tokenizer.encode(line) if line.strip() else []
+
+    def source_ids(self, src_tokens: Sequence[str], *, add_eos: bool = False) -> list[int]:
+        """The ids the model reads: `Vocab.encode`'s, or a copying model's, whose unknown
+        words have extended ids (alignmt.text.copy)."""
+        if self.engine.copies:
+            return copy.source_ids(src_tokens, self.src_vocab, add_eos=add_eos)
+        return self.src_vocab.encode(src_tokens, add_eos=add_eos)
+
+    def token_text(self, token: int, src_tokens: Sequence[str]) -> str:
+        """An output id's token: the target vocabulary's, or a copied source word's."""
+        return copy.output_tokens([token], src_tokens, self.tgt_vocab, strip_special=False)[0]
 
     def source_as_read(self, src_tokens: list[str]) -> list[str]:
         """The source tokens as the model reads them (see `words.source_as_read`)."""
@@ -226,7 +239,7 @@ class Translator:
         self.engine.require(["stepping through the decoder"])
         src_tokens = self._one_source(line)
         steps = self.engine.step_through(
-            self.src_vocab.encode(src_tokens, add_eos=True),
+            self.source_ids(src_tokens, add_eos=True),
             max_len=self.output_limit(src_tokens),
             prefix=self.target_ids(prefix),
             override=override,
@@ -254,7 +267,7 @@ class Translator:
         self.engine.require(["stepping through the decoder"])
         src_tokens = self._one_source(line)
         trace = self.engine.beam_trace(
-            self.src_vocab.encode(src_tokens, add_eos=True),
+            self.source_ids(src_tokens, add_eos=True),
             max_len=self.output_limit(src_tokens),
             beam_size=beam_size,
             search=self.search,
@@ -285,8 +298,8 @@ class Translator:
         return tokens
 
     def _translation(self, src_tokens: list[str], hyp: Hypothesis) -> Translation:
-        out = self.tgt_vocab.decode(hyp.tokens, strip_special=False)
-        words = self.tgt_vocab.decode(hyp.tokens)
+        out = copy.output_tokens(hyp.tokens, src_tokens, self.tgt_vocab, strip_special=False)
+        words = copy.output_tokens(hyp.tokens, src_tokens, self.tgt_vocab)
         if self.search.replace_unk and hyp.attention is not None:
             words = replace_unknown(words, src_tokens, hyp.attention)
         text = self.tgt_tokenizer.decode(words)

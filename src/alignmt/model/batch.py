@@ -88,7 +88,11 @@ def source_batch(sentences: Sequence[Sequence[str]], vocab: Vocab) -> tuple[Tens
 
 
 def make_batch(
-    pairs: Sequence[tuple[Sequence[int], Sequence[int]]], vocab_src: Vocab, vocab_tgt: Vocab
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    vocab_src: Vocab,
+    vocab_tgt: Vocab,
+    *,
+    copied: bool = False,
 ) -> Batch:
     """Add the specials to encoded sentence pairs and pad them into a `Batch`.
 
@@ -97,6 +101,8 @@ def make_batch(
             An empty source is allowed: it becomes just `</s>`.
         vocab_src: the source vocabulary, for its specials and range of ids.
         vocab_tgt: the target vocabulary, likewise.
+        copied: the ids are a copying model's (alignmt.text.copy): each side's may go past
+            its vocabulary by less than the source's length.
 
     Returns:
         The batch, on the CPU.
@@ -104,8 +110,9 @@ def make_batch(
     if not pairs:
         raise ValueError("pairs: empty; a batch needs at least one sentence pair")
     for row, (src, tgt) in enumerate(pairs):
-        _check_ids(src, vocab_src, f"pairs[{row}] source")
-        _check_ids(tgt, vocab_tgt, f"pairs[{row}] target")
+        extended = len(src) if copied else 0
+        _check_ids(src, vocab_src, f"pairs[{row}] source", extended)
+        _check_ids(tgt, vocab_tgt, f"pairs[{row}] target", extended)
     src = [[*s, vocab_src.eos_id] for s, _ in pairs]
     tgt_in = [[vocab_tgt.bos_id, *t] for _, t in pairs]
     tgt_out = [[*t, vocab_tgt.eos_id] for _, t in pairs]
@@ -118,11 +125,11 @@ def make_batch(
     )
 
 
-def _check_ids(ids: Sequence[int], vocab: Vocab, what: str) -> None:
+def _check_ids(ids: Sequence[int], vocab: Vocab, what: str, extended: int = 0) -> None:
     # A <pad>, <s> or </s> already present is the usual bug of encoding with add_eos=True
     # and then batching; an id past the vocabulary would fail much later, in the embedding.
     reserved = (vocab.pad_id, vocab.bos_id, vocab.eos_id)
-    bad = [i for i in ids if i in reserved or not 0 <= i < len(vocab)]
+    bad = [i for i in ids if i in reserved or not 0 <= i < len(vocab) + extended]
     if bad:
         raise ValueError(f"{what}: ids {bad} are specials or outside the vocabulary")
 

@@ -62,8 +62,9 @@ def _rows(cfg: DataConfig) -> tuple[Iterator[tuple[int, str, str]], PairStream]:
     return itertools.islice(stream, cfg.limit or None), stream
 
 
-def split_settings(cfg: DataConfig, seed: int) -> dict[str, Any]:
-    """Everything besides the corpus files that the training arrays depend on."""
+def split_settings(cfg: DataConfig, seed: int, copy_ids: bool = False) -> dict[str, Any]:
+    """Everything besides the corpus files that the training arrays depend on; `copy_ids`:
+    whether they are a copying model's (alignmt.text.copy)."""
     keys = (
         "tokenizer",
         "src_lang",
@@ -92,12 +93,19 @@ def split_settings(cfg: DataConfig, seed: int) -> dict[str, Any]:
         settings["library"] = version("sacremoses")
     elif cfg.tokenizer == "space":  # only here, so the other kinds' folders keep their keys
         settings["unescape"] = cfg.unescape
+    # likewise only where set, so that the folders built before these keys keep theirs
+    if cfg.max_vocab:
+        settings["max_vocab"] = cfg.max_vocab
+    if copy_ids:
+        settings["copy_ids"] = True
     return settings
 
 
-def build_split(cfg: DataConfig, seed: int, folder: Path | None, show: bool) -> Cached:
+def build_split(
+    cfg: DataConfig, seed: int, folder: Path | None, show: bool, copy_ids: bool = False
+) -> Cached:
     """Tokenizers, vocabularies and arrays of the training split, written into `folder`
-    (memory-mapped), or in memory for None."""
+    (memory-mapped), or in memory for None; with `copy_ids`, a copying model's ids."""
     start = time.perf_counter()
     workers = cfg.workers or _cpus()
     with _no_gc():
@@ -112,10 +120,11 @@ def build_split(cfg: DataConfig, seed: int, folder: Path | None, show: bool) -> 
     )
     if not any(part.kept for part in done):
         raise nothing_left(report, {kind: d["count"] for kind, d in dropped.items()})
-    vocabs = tuple(side.vocab(cfg.min_freq) for side in counted)
-    arrays = parts.assemble(done, seen, vocabs, folder)
+    vocabs = tuple(side.vocab(cfg.min_freq, cfg.max_vocab or None) for side in counted)
+    copying = dict(copy_ids=copy_ids, longest=cfg.max_tokens)
+    arrays = parts.assemble(done, seen, vocabs, folder, **copying)
     meta = dict(
-        settings=split_settings(cfg, seed),
+        settings=split_settings(cfg, seed, copy_ids),
         dropped=dropped,
         read=dict(corpus=report.path, lines=report.read, pairs=sum(p.read for p in done)),
         tokens=[int(arrays.src_offsets[-1]), int(arrays.tgt_offsets[-1])],

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from alignmt.text import copy
 from alignmt.text.cache import SIDES, TokenArrays, id_dtype, new_array
 from alignmt.text.tokenize import TokenCodes, Tokenizer, tokenizer_from_json
 from alignmt.text.vocab import Vocab
@@ -234,10 +235,11 @@ class Seen:
         self.counts[numbers] += counts
         return numbers
 
-    def vocab(self, min_freq: int) -> Vocab:
-        """The vocabulary of the counted tokens (`Vocab.build`'s order)."""
+    def vocab(self, min_freq: int, max_size: int | None = None) -> Vocab:
+        """The vocabulary of the counted tokens (`Vocab.build`'s order and cut)."""
         counts = self.counts[: len(self.numbers)].tolist()
-        return Vocab.from_counts(dict(zip(self.numbers, counts, strict=True)), min_freq)
+        counted = dict(zip(self.numbers, counts, strict=True))
+        return Vocab.from_counts(counted, min_freq, max_size)
 
     def ids(self, vocab: Vocab) -> np.ndarray:
         """number -> id in `vocab` (`<unk>` for tokens it left out)."""
@@ -251,19 +253,29 @@ def dropped(parts: list[Part], kind: str) -> dict[str, Any]:
 
 
 def assemble(
-    parts: list[Part], seen: tuple[Seen, Seen], vocabs: tuple[Vocab, Vocab], folder: Path | None
+    parts: list[Part],
+    seen: tuple[Seen, Seen],
+    vocabs: tuple[Vocab, Vocab],
+    folder: Path | None,
+    *,
+    copy_ids: bool = False,
+    longest: int = 0,
 ) -> TokenArrays:
     """The parts' codes as vocabulary ids, laid end to end a part at a time, and their
-    pairs' lines, into `folder` (memory-mapped) or memory."""
+    pairs' lines, into `folder` (memory-mapped) or memory; with `copy_ids`, as a copying
+    model reads and writes them (alignmt.text.copy), extended ids up to len(vocab) +
+    `longest`, the most tokens a side has."""
     pairs = sum(part.kept for part in parts)
     ids_of = [side.ids(vocab) for side, vocab in zip(seen, vocabs, strict=True)]  # number -> id
     ids, offsets = [], []
     for s, side in enumerate(SIDES):
         total = sum(part.tokens[s] for part in parts)
-        ids.append(new_array(folder, f"{side}_ids", id_dtype(len(vocabs[s])), total))
+        size = len(vocabs[s]) + (longest if copy_ids else 0)
+        ids.append(new_array(folder, f"{side}_ids", id_dtype(size), total))
         offsets.append(new_array(folder, f"{side}_offsets", np.dtype(np.int64), pairs + 1))
         offsets[s][0] = 0
     lines = new_array(folder, "lines", np.dtype(np.int64), pairs)
+    words = [list(side.numbers) for side in seen] if copy_ids else []  # number -> token
     row, token = 0, [0, 0]
     for part in parts:
         arrays = part.load()
@@ -273,6 +285,28 @@ def assemble(
             ids[s][token[s] : token[s] + len(codes)] = ids_of[s][part.numbers[s]][codes]
             ends = token[s] + np.cumsum(lengths, dtype=np.int64)
             offsets[s][row + 1 : row + 1 + part.kept] = ends
-            token[s] += len(codes)
+        if copy_ids:
+            for s, extended in enumerate(_copy_ids(part, arrays, words, vocabs)):
+                ids[s][token[s] : token[s] + len(extended)] = extended
+        for s, side in enumerate(SIDES):
+            token[s] += len(arrays[f"{side}_codes"])
         row += part.kept
     return TokenArrays(ids[0], offsets[0], ids[1], offsets[1], lines)
+
+
+def _copy_ids(
+    part: Part, arrays: dict[str, np.ndarray], words: list[list[str]], vocabs: tuple[Vocab, Vocab]
+) -> tuple[np.ndarray, np.ndarray]:
+    """A part's source and target ids as a copying model reads and writes them, a pair at a
+    time from its words (copying compares the two sides' strings); `words` maps each side's
+    token numbers to tokens."""
+    sides = []
+    for s, side in enumerate(SIDES):
+        numbers = part.numbers[s][arrays[f"{side}_codes"]]
+        ends = np.cumsum(arrays[f"{side}_lengths"])
+        sides.append([[words[s][n] for n in row] for row in np.split(numbers, ends[:-1])])
+    src, tgt = [], []
+    for src_tokens, tgt_tokens in zip(*sides, strict=True):
+        src += copy.source_ids(src_tokens, vocabs[0])
+        tgt += copy.target_ids(src_tokens, tgt_tokens, *vocabs)
+    return np.array(src, dtype=np.int64), np.array(tgt, dtype=np.int64)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from alignmt.config import DataConfig
-from alignmt.text import tasks
+from alignmt.text import copy, tasks
 from alignmt.text.build import build_split, cut, split_settings, train_stream
 from alignmt.text.cache import (
     Cached,
@@ -51,9 +51,12 @@ class Text:
     train: TokenArrays  # empty for a synthetic task, whose batches are made on the fly
     valid: list[Pair]  # raw validation pairs, for BLEU
     valid_ids: list[IdPair]
+    copy_ids: bool = False  # the ids are a copying model's (alignmt.text.copy)
 
 
-def prepare_text(cfg: DataConfig, seed: int, *, progress: bool | None = None) -> Text:
+def prepare_text(
+    cfg: DataConfig, seed: int, *, progress: bool | None = None, copy_ids: bool = False
+) -> Text:
     """Tokenizers, vocabularies and id-encoded splits for a corpus (or the task alphabet).
 
     Args:
@@ -62,6 +65,8 @@ def prepare_text(cfg: DataConfig, seed: int, *, progress: bool | None = None) ->
         seed: the run's seed (SentencePiece's training and sample).
         progress: draw a progress bar while tokenising; None draws one when stderr is a
             terminal.
+        copy_ids: encode the splits as a copying model reads and writes them
+            (`model.copy`; alignmt.text.copy).
 
     Returns:
         The text. `train` is memory-mapped from the cache folder unless `cfg.cache` is off.
@@ -77,19 +82,29 @@ def prepare_text(cfg: DataConfig, seed: int, *, progress: bool | None = None) ->
             "data.unescape: only data.tokenizer=space unescapes; %s ignores it", cfg.tokenizer
         )
     show = sys.stderr.isatty() if progress is None else progress
-    built = _cached(cfg, seed, show) if cfg.cache else build_split(cfg, seed, None, show)
+    if cfg.cache:
+        built = _cached(cfg, seed, show, copy_ids)
+    else:
+        built = build_split(cfg, seed, None, show, copy_ids)
     _log_summary(cfg, built.meta)
     tokenizers, (src_vocab, tgt_vocab) = built.tokenizers, built.vocabs
     valid = _valid(cfg)
     keep = cut(cfg) or None  # the loss sees validation pairs cut as training pairs are
     valid_ids = [
-        (
-            src_vocab.encode(tokenizers[0].encode(p.src)[:keep]),
-            tgt_vocab.encode(tokenizers[1].encode(p.tgt)[:keep]),
+        _ids(
+            tokenizers[0].encode(p.src)[:keep], tokenizers[1].encode(p.tgt)[:keep], built, copy_ids
         )
         for p in valid
     ]
-    return Text(tokenizers, src_vocab, tgt_vocab, built.arrays, valid, valid_ids)
+    return Text(tokenizers, src_vocab, tgt_vocab, built.arrays, valid, valid_ids, copy_ids)
+
+
+def _ids(src: list[str], tgt: list[str], built: Cached, copy_ids: bool) -> IdPair:
+    """A pair's ids, as a copying model reads and writes them where `copy_ids`."""
+    src_vocab, tgt_vocab = built.vocabs
+    if copy_ids:
+        return copy.source_ids(src, src_vocab), copy.target_ids(src, tgt, src_vocab, tgt_vocab)
+    return src_vocab.encode(src), tgt_vocab.encode(tgt)
 
 
 def _valid(cfg: DataConfig) -> list[Pair]:
@@ -117,10 +132,10 @@ def _valid(cfg: DataConfig) -> list[Pair]:
 # --- The cache, and what its build read -----------------------------------------------------
 
 
-def _cached(cfg: DataConfig, seed: int, show: bool) -> Cached:
+def _cached(cfg: DataConfig, seed: int, show: bool, copy_ids: bool) -> Cached:
     """The training split from its cache folder, built there first if it is not."""
     root = cache_root(cfg.cache_dir)
-    folder = root / cache_key(split_settings(cfg, seed), train_stream(cfg).files)
+    folder = root / cache_key(split_settings(cfg, seed, copy_ids), train_stream(cfg).files)
     if folder.is_dir():
         log.info("data.train: reusing the tokenised corpus in %s", folder)
         return load_cache(folder)
@@ -135,7 +150,7 @@ def _cached(cfg: DataConfig, seed: int, show: bool) -> Cached:
     # never sees half a cache, and a killed build leaves only this ".building" folder.
     building = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".building", dir=root))
     try:
-        built = build_split(cfg, seed, building, show)
+        built = build_split(cfg, seed, building, show, copy_ids)
         write_cache(building, built.arrays, built.tokenizers, built.vocabs, built.meta)
         del built  # unmaps the arrays before the folder moves
         rename_into_place(building, folder)

@@ -92,7 +92,8 @@ def _corpus_steps(
         rows = [next(order) for _ in range(world.size * cfg.accumulate)]
         tokens = sum(int(lengths[r, 1].sum()) + len(r) for r in rows)  # + 1 a row: </s>
         batches = [
-            make_batch(text.train.pairs(r), text.src_vocab, text.tgt_vocab) for r in rows[mine]
+            make_batch(text.train.pairs(r), text.src_vocab, text.tgt_vocab, copied=text.copy_ids)
+            for r in rows[mine]
         ]
         if links is not None:
             for batch, r in zip(batches, rows[mine], strict=True):

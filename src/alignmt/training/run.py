@@ -132,7 +132,7 @@ def build_run_shortlist(run_dir: str | Path) -> tuple[Path, Shortlist]:
     cfg = stored.config
     if cfg.data.task != "corpus":
         raise ValueError(f"{run_dir}: a synthetic task ({cfg.data.task}) has no corpus to list")
-    text = prepare_text(cfg.data, cfg.seed)
+    text = prepare_text(cfg.data, cfg.seed, copy_ids=cfg.model.copy)
     if (text.src_vocab, text.tgt_vocab) != (stored.src_vocab, stored.tgt_vocab):
         raise ValueError(
             f"{run_dir}: {cfg.data.train} now gives other vocabularies than the run's; the "

@@ -50,9 +50,10 @@ def prepare_in_turn(cfg: Config, world: World, progress: bool | None) -> Text:
     none) and the others then load it, instead of all building it at once; without it,
     every process prepares its own copy."""
     if world.main or not cfg.data.cache:
-        text = prepare_text(cfg.data, cfg.seed, progress=progress if world.main else False)
+        shown = progress if world.main else False
+        text = prepare_text(cfg.data, cfg.seed, progress=shown, copy_ids=cfg.model.copy)
     if cfg.data.cache:
         world.wait_for_main()
         if not world.main:
-            text = prepare_text(cfg.data, cfg.seed, progress=False)
+            text = prepare_text(cfg.data, cfg.seed, progress=False, copy_ids=cfg.model.copy)
     return text

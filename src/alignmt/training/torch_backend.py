@@ -30,6 +30,7 @@ from alignmt.config import Config, SearchConfig
 from alignmt.decoding.torch_engine.engine import TorchEngine
 from alignmt.model.batch import make_batch
 from alignmt.model.seq2seq import Seq2Seq
+from alignmt.text.copy import copy_table
 from alignmt.text.prepare import Text
 from alignmt.training.batches import Progress, Step
 from alignmt.training.distributed import World, check_resume, talking_to_peers, wrap
@@ -90,7 +91,8 @@ class TorchBackend:
     @torch.no_grad()
     def valid_loss(self, pairs: list[tuple[list[int], list[int]]]) -> tuple[float, int]:
         self.model.eval()
-        batch = make_batch(pairs, self.text.src_vocab, self.text.tgt_vocab).to(self.device)
+        vocabs = (self.text.src_vocab, self.text.tgt_vocab)
+        batch = make_batch(pairs, *vocabs, copied=self.text.copy_ids).to(self.device)
         loss = self.model.loss(batch.src, batch.src_len, batch.tgt_in, batch.tgt_out)
         return float(loss), batch.num_tgt_tokens
 
@@ -140,6 +142,8 @@ def begin(
     model = Seq2Seq.from_config(
         cfg.model, src_vocab=len(text.src_vocab), tgt_vocab=len(text.tgt_vocab)
     ).to(device)
+    if model.copies:
+        model.set_copy_table(copy_table(text.src_vocab, text.tgt_vocab))
     optimizer = make_optimizer(model, cfg.train)
     state = Progress(
         task_rng=random.Random(cfg.seed).getstate(),

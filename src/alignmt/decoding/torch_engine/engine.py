@@ -60,6 +60,7 @@ class TorchEngine(Engine):
         self.pad_id = vocabs[0].pad_id
         self.vocabs = vocabs
         self.has_attention = model.has_attention
+        self.copies = model.copies
         self.parameters = sum(p.numel() for p in model.parameters())
 
     @property

@@ -65,6 +65,14 @@ class Ensemble(nn.Module):
                     f"(pad, <s>, </s> and size {ids} against "
                     f"{(first.pad_id, first.bos_id, first.eos_id, first.decoder.vocab_size)})"
                 )
+        for i, model in enumerate(members[1:], 1):
+            if model.copies != first.copies:
+                copier = i + 1 if model.copies else 1
+                raise ValueError(
+                    f"ensemble member {copier} copies source words (model.copy) and the other "
+                    "does not: their outputs' vocabularies differ; ensemble copying models "
+                    "with copying models only"
+                )
         self.members = nn.ModuleList(members)
         # what packed.py packs for search: every member's decoder
         self.decoder = nn.ModuleList(model.decoder for model in members)
@@ -74,6 +82,11 @@ class Ensemble(nn.Module):
     @property
     def has_attention(self) -> bool:
         return any(model.has_attention for model in self.members)
+
+    @property
+    def copies(self) -> bool:
+        """Whether its members copy source words (all do, or none)."""
+        return self.members[0].copies
 
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[tuple, tuple]:
         """Every member's memory and initial state, each joined into one flat tuple."""
