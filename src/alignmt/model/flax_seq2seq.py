@@ -81,6 +81,11 @@ class FlaxSeq2Seq(nn.Module):
     def setup(self) -> None:
         cfg = self.cfg
         check_model(cfg)
+        if cfg.copy:  # its extended vocabulary is PyTorch's alone, for now
+            raise ValueError(
+                "model.copy: the pointer-generator runs on the torch engine only; train and "
+                "decode a copying model with PyTorch (train.backend=torch, --engine torch)"
+            )
         self.encoder = Encoder(
             self.src_vocab,
             cfg.emb_dim,

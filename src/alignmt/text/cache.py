@@ -298,10 +298,13 @@ def _check_side(
     if np.any(offsets[1:] < offsets[:-1]):
         raise _damaged(folder, file, "offsets decrease")
     # Every id must be <unk> or a real token: a special or an id past the vocabulary
-    # would only fail far into training, in make_batch or in the embedding.
-    if len(ids) and not (vocab.unk_id <= int(ids.min()) and int(ids.max()) < len(vocab)):
+    # would only fail far into training, in make_batch or in the embedding. A copying
+    # model's ids go past it by less than the longest sentence (alignmt.text.copy).
+    settings = meta.get("settings", {})
+    end = len(vocab) + (settings.get("max_tokens", 0) if settings.get("copy_ids") else 0)
+    if len(ids) and not (vocab.unk_id <= int(ids.min()) and int(ids.max()) < end):
         problem = (
             f"ids from {ids.min()} to {ids.max()}, outside {vocab.unk_id}.."
-            f"{len(vocab) - 1} of {side}_vocab.json"
+            f"{end - 1} of {side}_vocab.json"
         )
         raise _damaged(folder, f"{side}_ids.npy", problem)

@@ -113,7 +113,7 @@ def _train(
             links=links,
         )
         seconds = loop.run(progress)
-    if world.main and len(text.train):
+    if world.main and len(text.train) and not text.copy_ids:  # copying takes no shortlist
         save_shortlist(run_dir, text_shortlist(text))
     return loop.result(backend.trained_model(run_dir), seconds)
 

@@ -1,0 +1,230 @@
+"""The pointer-generator (See et al. 2017): copy ids from source ids against the float64
+reference and against the words (alignmt.text.copy), each order's steps against the float64
+reference over the extended vocabulary, a distribution that sums to one, gradients, padding
+invariance, search that reorders rows, the loss's smoothing, refusals, and a copying model
+that spells names it never saw where one without copying writes <unk>."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from alignmt.model.attention.copy import reference as copy_ref
+from alignmt.text import copy as copy_text
+from alignmt.text.vocab import Vocab
+from tests.conftest import VOCAB, padded_batch, tiny_model
+from tests.test_beam import assert_search_carries_each_rows_state
+from tests.test_decoder import numpy, reference_step
+
+UNKNOWN = VOCAB + 1  # an unknown source word's extended id: V_src + its first position, 1
+
+
+def copy_model(order: str = "bahdanau", seed: int = 0, **more):
+    """A tiny copying model whose every source word but 4-6 has a target id (the same id)."""
+    readout = "none" if order == "luong" else "tanh"
+    model = tiny_model(copy=True, order=order, readout=readout, seed=seed, **more)
+    model.set_copy_table([-1 if i in (3, 4, 5, 6) else i for i in range(VOCAB)])
+    return model
+
+
+def copying_batch():
+    """padded_batch's sources with an unknown word at positions 1 and 3 of the first."""
+    src, src_len, tgt_in, tgt_len = padded_batch(src_lens=(6, 2, 4), tgt_lens=(3, 5, 4))
+    src[0, 1] = src[0, 3] = UNKNOWN
+    src[2, 0] = 5  # a word the target vocabulary lacks
+    return src, src_len, tgt_in, tgt_len
+
+
+def test_copy_ids_match_the_reference_and_the_words():
+    model = copy_model()
+    src, _, _, _ = copying_batch()
+    ids = model.decoder.copy.prepare(src, model.copy_table)
+    table = numpy(model.copy_table)
+    for b in range(src.size(0)):
+        expected = copy_ref.copy_ids(numpy(src[b]), table, VOCAB, VOCAB)
+        assert ids[b].tolist() == expected.tolist()
+    assert ids[0, 1] == ids[0, 3] == VOCAB + 1  # a repeated unknown word: one id
+    assert ids[2, 0] == VOCAB  # a word the target lacks: its own extended id
+    # the words give the same ids: source, copies, and the target spelling a copy
+    vocab = Vocab([f"w{i}" for i in range(VOCAB - 4)])
+    words = ["w3", "zorb", "w1", "zorb", "w8"]
+    src_ids = copy_text.source_ids(words, vocab, add_eos=True)
+    assert src_ids == [
+        vocab.stoi["w3"],
+        VOCAB + 1,
+        vocab.stoi["w1"],
+        VOCAB + 1,
+        vocab.stoi["w8"],
+        2,
+    ]
+    tgt = copy_text.target_ids(words, ["w1", "zorb", "blip"], vocab, vocab)
+    assert tgt == [vocab.stoi["w1"], VOCAB + 1, vocab.unk_id]
+    model.set_copy_table(copy_text.copy_table(vocab, vocab))
+    ids = model.decoder.copy.prepare(torch.tensor([src_ids]), model.copy_table)[0]
+    assert ids[1] == tgt[1] and ids[2] == tgt[0]
+    assert copy_text.output_tokens([ids[1], vocab.stoi["w8"], 2], [*words, "</s>"], vocab) == [
+        "zorb",
+        "w8",
+    ]
+
+
+@pytest.mark.parametrize("order", ["bahdanau", "luong", "cgru"])
+def test_four_steps_match_the_numpy_reference_over_the_extended_vocabulary(order):
+    model = copy_model(order)
+    decoder = model.decoder
+    src, src_len, _, _ = copying_batch()
+    memory, state = model.encode(src, src_len)
+    g = torch.Generator().manual_seed(5)
+    prevs = [torch.full((3,), model.bos_id)]
+    prevs += [torch.randint(4, VOCAB + 4, (3,), generator=g) for _ in range(3)]  # copies too
+    w = numpy(decoder.copy.gate.weight)[0]
+    b_gen = decoder.copy.gate.bias.item()
+    start = state
+    for b, n in enumerate(src_len.tolist()):
+        hs = [numpy(h) for h in start.hidden[b]]
+        cs = None if start.cell is None else [numpy(c) for c in start.cell[b]]
+        feed = None if start.feed is None else numpy(start.feed[b])
+        ids = copy_ref.copy_ids(numpy(src[b, :n]), numpy(model.copy_table), VOCAB, VOCAB)
+        H = numpy(memory.states[b, :n])
+        step_state = state
+        for prev in prevs:
+            log_probs, step_state, alpha = model.decode_step(prev, step_state, memory)
+            known = prev.masked_fill(prev >= VOCAB, 3).numpy()  # a copy reads as <unk>
+            logits, hs, cs, feed, ref_alpha = reference_step(
+                decoder, b, known, hs, cs, feed, memory, n
+            )
+            y = numpy(decoder.embed.weight)[known[b]]
+            seen = feed if order == "luong" else np.concatenate([hs[-1], ref_alpha @ H])
+            p_gen = 1 / (1 + math.exp(-(w @ np.concatenate([seen, y]) + b_gen)))
+            p_vocab = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+            P = copy_ref.extended_distribution(p_vocab, ref_alpha, ids, p_gen)
+            np.testing.assert_allclose(numpy(alpha[b, :n]), ref_alpha, rtol=0, atol=1e-10)
+            got = log_probs.full()[b].exp()
+            np.testing.assert_allclose(numpy(got[: VOCAB + n]), P, rtol=0, atol=1e-10)
+            assert not got[VOCAB + n :].any()  # the padding's extended ids: probability 0
+            assert math.isclose(float(got.sum()), 1.0, abs_tol=1e-12)
+            assert math.isclose(step_state.slots["p_gen"][b].item(), p_gen, abs_tol=1e-10)
+            copied = step_state.slots["copied"][b, :n, 0]
+            np.testing.assert_allclose(numpy(copied), (1 - p_gen) * ref_alpha, atol=1e-10)
+
+
+def test_the_gradients_of_the_copy_loss_match_finite_differences():
+    model = copy_model(seed=1)
+    src, src_len, tgt_in, _ = copying_batch()
+    tgt_out = torch.roll(tgt_in, -1, dims=1)
+    tgt_out[0, 0] = VOCAB + 1  # the target spells the unknown word by copying
+    names = ["decoder.copy.gate.weight", "decoder.attention.score.v.weight"]
+    params = dict(model.named_parameters())
+
+    def loss(gate, v):
+        weights = {names[0]: gate, names[1]: v}
+        out = torch.func.functional_call(model, params | weights, (src, src_len, tgt_in))
+        return out[0].full().gather(-1, tgt_out.unsqueeze(-1)).sum()
+
+    inputs = tuple(params[n].detach().clone().requires_grad_(True) for n in names)
+    assert torch.autograd.gradcheck(loss, inputs, eps=1e-6, atol=1e-8)
+
+
+def test_the_loss_smooths_over_the_vocabulary_and_its_gradients_are_finite():
+    model = copy_model().train()
+    src, src_len, tgt_in, _ = copying_batch()
+    tgt_out = torch.roll(tgt_in, -1, dims=1)
+    tgt_out[tgt_in == 0] = 0
+    tgt_out[0, 0] = VOCAB + 1
+    loss = model.loss(src, src_len, tgt_in, tgt_out, label_smoothing=0.1)
+    log_p = model(src, src_len, tgt_in).log_probs.full()
+    real = tgt_out != 0
+    nll = -log_p.gather(-1, tgt_out.unsqueeze(-1))[..., 0][real].mean()
+    uniform = -log_p[..., :VOCAB].mean(-1)[real].mean()
+    assert math.isclose(float(loss), float(0.9 * nll + 0.1 * uniform), rel_tol=1e-9)
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert model.decoder.copy.gate.weight.grad.abs().sum() > 0
+
+
+def test_padding_never_changes_a_sentence_and_its_extension_stays_empty():
+    model = copy_model()
+    src, src_len, tgt_in, tgt_len = copying_batch()
+    out = model(src, src_len, tgt_in)
+    for b in range(len(src_len)):
+        n, m = int(src_len[b]), int(tgt_len[b])
+        alone = model(src[b : b + 1, :n], src_len[b : b + 1], tgt_in[b : b + 1, :m])
+        batched = out.log_probs.full()[b, :m]
+        torch.testing.assert_close(
+            batched[:, : VOCAB + n], alone.log_probs.full()[0], rtol=0, atol=1e-12
+        )
+        assert not batched[:, VOCAB + n :].exp().any()
+
+
+def test_search_carries_copying_streamed_and_through_the_beam():
+    assert_search_carries_each_rows_state(copy_model(seed=3))
+
+
+@pytest.mark.parametrize(
+    "setting,message",
+    [
+        (dict(attention="none"), r"model.attention=none has none: use model.copy=false"),
+        (dict(attention_fn="hard_monotonic"), r"already a mixture.*model.copy=false"),
+    ],
+)
+def test_what_copying_refuses(setting, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_model(copy=True, **setting)
+
+
+def test_an_ensemble_does_not_mix_copying_and_generating_models():
+    from alignmt.decoding.torch_engine.ensemble import Ensemble
+
+    with pytest.raises(ValueError, match=r"member 2 copies source words"):
+        Ensemble([tiny_model(), copy_model()])
+
+
+def test_the_explorer_is_told_p_gen_and_the_copy_weights():
+    composition = copy_model().decoder.attention.composition
+    shown = {s.slot: s for s in composition.shown}
+    assert shown["p_gen"].kind == "probability" and shown["copied"].kind == "weights"
+    assert any(slot.name == "copy_ids" for slot in composition.memory)
+
+
+def write_names(folder, name: str, n: int, seed: int) -> str:
+    """A corpus of n pairs about names that each occur once (so no vocabulary has them):
+    "the name is X ." -> "der name ist X .", and "X sleeps ." -> "X schläft ."."""
+    rng = np.random.default_rng(seed)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    src, tgt = [], []
+    for _ in range(n):
+        x = "".join(rng.choice(letters, size=6))
+        if rng.random() < 0.5:
+            src.append(f"the name is {x} ."), tgt.append(f"der name ist {x} .")
+        else:
+            src.append(f"{x} sleeps ."), tgt.append(f"{x} schläft .")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.en").write_text("\n".join(src) + "\n")
+    (folder / f"{name}.de").write_text("\n".join(tgt) + "\n")
+    return str(folder / name)
+
+
+def test_a_copying_model_spells_names_it_never_saw(tmp_path):
+    from dataclasses import replace
+
+    from alignmt.decoding.door import open_translator
+    from alignmt.training.run import train
+    from tests.conftest import toy_corpus_config
+
+    cfg = toy_corpus_config(tmp_path, steps=250, lr=1e-2, eval_every=250)
+    data = replace(cfg.data, train=write_names(tmp_path / "data", "train", 600, 0), valid="")
+    data = replace(data, min_freq=2)
+    cfg = replace(cfg, data=data, model=replace(cfg.model, copy=True))
+    cfg = replace(cfg, search=replace(cfg.search, replace_unk=False))
+    run = train(cfg, progress=False).run_dir
+    translator = open_translator(run)
+    test = write_names(tmp_path / "test", "test", 40, 1) + ".en"
+    lines = open(test).read().splitlines()  # noqa: SIM115
+    names = [line.split()[-2] if line.startswith("the") else line.split()[0] for line in lines]
+    assert not any(name in translator.tgt_vocab.stoi for name in names)  # none to generate
+    outputs = [hyps[0].tokens for hyps in translator.translate(lines)]
+    spelt = sum(name in out for name, out in zip(names, outputs, strict=True))
+    assert spelt >= 0.9 * len(names), outputs
