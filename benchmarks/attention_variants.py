@@ -17,6 +17,12 @@ best translations) that are exactly zero.
 - `heads`: one attention and four heads of 128 units (`model.heads`, Chen et al. 2018's
   RNMT+ heads), in the recipe's order and additive score; each head's additive score with
   A = 64 units, so that the four cost what the one attention's 256 do.
+- `hard`: exact hard monotonic attention (`model.attention_fn=hard_monotonic`, Wu &
+  Cotterell 2019), whose every step runs the output layer once per source word.
+- `copy`: each vocabulary cut to its 2,000 most frequent words (`data.max_vocab`), then
+  `replace_unk` (an output <unk> becomes its most attended source word) against the
+  pointer-generator (`model.copy`, See et al. 2017); besides BLEU, how many of the test
+  source's words outside the source vocabulary reach the output.
 
     python benchmarks/attention_variants.py sparse                  # ~50 minutes on 2 cores
     python benchmarks/attention_variants.py luong --skip-training   # score runs/luong/* again
@@ -72,6 +78,14 @@ SETS = {
         },
     ),
     "heads": ("model.heads", {"1": [], "4": ["model.heads=4", "model.attn_dim=64"]}),
+    "hard": ("model.attention_fn", {"hard_monotonic": ["model.attention_fn=hard_monotonic"]}),
+    "copy": (
+        "2,000 words a side",
+        {
+            "replace_unk": ["data.max_vocab=2000", "search.replace_unk=true"],
+            "copy": ["data.max_vocab=2000", "model.copy=true", "search.replace_unk=false"],
+        },
+    ),
 }
 
 
@@ -87,7 +101,13 @@ def main() -> None:
         run = Path(args.out) / args.set / name.replace(", ", "_")
         if not args.skip_training:
             train(run, overrides)
-        rows.append(score(run, name))
+        rows.append(score(run, name) if args.set != "copy" else score_copying(run, name))
+    if args.set == "copy":
+        print(f"| {key} | steps | BLEU lc (beam 5) | unknown source words in the output |")
+        print("| --- | ---: | ---: | ---: |")
+        for name, steps, bleu, (reached, unknown) in rows:
+            print(f"| {name} | {steps:,} | {bleu:.1f} | {reached:,} of {unknown:,} |")
+        return
     print(f"| {key} | steps | BLEU lc (beam 5) | AER vs eflomal | weights exactly 0 |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, steps, bleu, aer, zeros in rows:
@@ -117,6 +137,23 @@ def score(run: Path, name: str) -> tuple[str, int, float, float, float]:
     aer = alignment_error_rate(hyps, links, links).aer
     steps = translator.origin.header.step
     return name, steps, result.lowercased.bleu, aer, float((weights == 0).mean())
+
+
+def score_copying(run: Path, name: str) -> tuple[str, int, float, tuple[int, int]]:
+    """(variant, steps, lowercased BLEU, (the test source's words outside the source
+    vocabulary that the output has, and how many there are))."""
+    translator = open_translator(run)
+    config = translator.origin.header.config
+    src, ref = read_test_set(config.data, str(run), "a test set")
+    result, best = translate_and_score(name, translator, src, ref, config.data.tgt_lang)
+    reached = unknown = 0
+    for line, translation in zip(src, best, strict=True):
+        words = [w for w in translator.source_tokens(line) if w not in translator.src_vocab.stoi]
+        unknown += len(words)
+        output = translator.tgt_tokenizer.encode(translation.text)  # replace_unk's words too
+        reached += sum(w in output for w in words)
+    steps = translator.origin.header.step
+    return name, steps, result.lowercased.bleu, (reached, unknown)
 
 
 if __name__ == "__main__":

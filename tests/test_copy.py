@@ -207,19 +207,30 @@ def write_names(folder, name: str, n: int, seed: int) -> str:
     return str(folder / name)
 
 
-def test_a_copying_model_spells_names_it_never_saw(tmp_path):
+def names_config(folder, seed: int = 1):
+    """The toy recipe, copying, on a corpus of names that each occur once."""
     from dataclasses import replace
 
-    from alignmt.decoding.door import open_translator
-    from alignmt.training.run import train
     from tests.conftest import toy_corpus_config
 
-    cfg = toy_corpus_config(tmp_path, steps=250, lr=1e-2, eval_every=250)
-    data = replace(cfg.data, train=write_names(tmp_path / "data", "train", 600, 0), valid="")
-    data = replace(data, min_freq=2)
-    cfg = replace(cfg, data=data, model=replace(cfg.model, copy=True))
-    cfg = replace(cfg, search=replace(cfg.search, replace_unk=False))
-    run = train(cfg, progress=False).run_dir
+    cfg = toy_corpus_config(folder, steps=250, lr=1e-2, eval_every=250)
+    data = replace(cfg.data, train=write_names(folder / "data", "train", 600, 0), valid="")
+    cfg = replace(cfg, data=replace(data, min_freq=2), model=replace(cfg.model, copy=True))
+    return replace(cfg, seed=seed, search=replace(cfg.search, replace_unk=False))
+
+
+@pytest.fixture(scope="module")
+def names_run(tmp_path_factory):
+    """A copying model trained on the names corpus (a few seconds)."""
+    from alignmt.training.run import train
+
+    return train(names_config(tmp_path_factory.mktemp("names")), progress=False).run_dir
+
+
+def test_a_copying_model_spells_names_it_never_saw(names_run, tmp_path):
+    from alignmt.decoding.door import open_translator
+
+    run = names_run
     translator = open_translator(run)
     test = write_names(tmp_path / "test", "test", 40, 1) + ".en"
     lines = open(test).read().splitlines()  # noqa: SIM115
@@ -228,3 +239,47 @@ def test_a_copying_model_spells_names_it_never_saw(tmp_path):
     outputs = [hyps[0].tokens for hyps in translator.translate(lines)]
     spelt = sum(name in out for name, out in zip(names, outputs, strict=True))
     assert spelt >= 0.9 * len(names), outputs
+
+
+def test_nbest_and_an_ensemble_of_copying_models_copy(names_run, tmp_path):
+    from alignmt.decoding.door import open_translator
+    from alignmt.training.run import train
+
+    other = train(names_config(tmp_path / "other", seed=2), progress=False).run_dir
+    line = "the name is qwzxyv ."
+    nbest = open_translator(names_run).translate([line], nbest=3, beam_size=3)[0]
+    assert len(nbest) == 3 and "qwzxyv" in nbest[0].tokens
+    assert [t.score for t in nbest] == sorted((t.score for t in nbest), reverse=True)
+    best = open_translator([names_run, other]).translate([line])[0][0]
+    assert "qwzxyv" in best.tokens
+
+
+def test_the_served_step_through_names_copies_and_shows_p_gen(names_run):
+    from tests.conftest import SERVE_LIMITS, post, serving
+
+    with serving(names_run, limits=SERVE_LIMITS) as client:
+        (info,) = client.get("/v1/models").json()["models"]
+        assert any(m.startswith("the pointer-generator") for m in info["mechanisms"])
+        shown = [(s["slot"], s["kind"]) for s in info["shown"]]
+        assert shown == [("p_gen", "probability"), ("copied", "weights")]
+        _, body = post(client, "/v1/step", {"sentence": "qwzxyv sleeps ."})
+        steps = body["steps"]
+        assert steps[0]["token"] == "qwzxyv"  # copied, by name
+        assert steps[0]["shown"]["p_gen"] < 0.5  # mostly copied
+        assert np.shape(steps[0]["shown"]["copied"]) == (1, 4)  # one row over 4 positions
+        alpha = np.array(steps[0]["attention"])
+        copied = (1 - steps[0]["shown"]["p_gen"]) * alpha
+        np.testing.assert_allclose(steps[0]["shown"]["copied"][0], copied, atol=2e-3)
+
+
+def test_flax_and_the_exporter_refuse_a_copying_model_by_name(names_run, tmp_path):
+    from alignmt.checkpoint.torch_io import load_checkpoint
+    from alignmt.decoding.torch_engine.export import export_onnx
+
+    with pytest.raises(ValueError, match=r"model.copy: the pointer-generator runs on the torch"):
+        export_onnx(load_checkpoint(names_run), tmp_path / "onnx")
+    pytest.importorskip("jax")
+    from alignmt.decoding.door import open_translator
+
+    with pytest.raises(ValueError, match=r"model.copy: the pointer-generator runs on the torch"):
+        open_translator(names_run, engine="flax").translate(["the name is ab ."])

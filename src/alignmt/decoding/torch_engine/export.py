@@ -53,6 +53,11 @@ def export_onnx(ckpt: Checkpoint, out: str | Path, steer: bool = False) -> Manif
         What the graphs take and give.
     """
     model = ckpt.model.float().cpu().eval()
+    if model.copies:  # its extended vocabulary is PyTorch's alone, for now
+        raise ValueError(
+            "model.copy: the pointer-generator runs on the torch engine only, and alignmt "
+            "export does not write it yet; serve the run folder itself"
+        )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     src, src_len = _example_source(model)
