@@ -241,8 +241,9 @@ def test_a_copying_model_spells_names_it_never_saw(names_run, tmp_path):
     assert spelt >= 0.9 * len(names), outputs
 
 
-def test_nbest_and_an_ensemble_of_copying_models_copy(names_run, tmp_path):
+def test_nbest_an_ensemble_and_samples_of_copying_models_copy(names_run, tmp_path):
     from alignmt.decoding.door import open_translator
+    from alignmt.decoding.rules import Sampling
     from alignmt.training.run import train
 
     other = train(names_config(tmp_path / "other", seed=2), progress=False).run_dir
@@ -252,6 +253,8 @@ def test_nbest_and_an_ensemble_of_copying_models_copy(names_run, tmp_path):
     assert [t.score for t in nbest] == sorted((t.score for t in nbest), reverse=True)
     best = open_translator([names_run, other]).translate([line])[0][0]
     assert "qwzxyv" in best.tokens
+    drawn = open_translator(names_run).translate([line], sampling=Sampling(0.5, samples=4))[0]
+    assert sum("qwzxyv" in t.tokens for t in drawn) >= 3
 
 
 def test_the_served_step_through_names_copies_and_shows_p_gen(names_run):

@@ -6,6 +6,8 @@ preparation, and the synthetic tasks.
     cache.py        tokenised corpora as memory-mapped id arrays
     constraints.py  lexical constraints as users write them (JSON lines), read with file:line
                     errors
+    copy.py         the pointer-generator's ids from words: extended source ids, copied target
+                    ids, copies named
     corpora.py      the corpora alignmt gets by name, each file's URL, size and SHA-256; the
                     data folder; `multi30k:train` to a path
     corpus.py       parallel files and TSV, plain or gzipped, with file:line errors

@@ -9,6 +9,7 @@ Nothing is imported here, so that the declarations load no framework.
 
     additive/        The scores with a hidden layer, additive (Bahdanau et al. 2015) and concat
                      (Luong et al. 2015): an entry of the attention room.
+    copy/            The pointer-generator (See et al. 2017): an entry of the attention room.
     coverage/        Coverage, summed or by fertility (Tu et al. 2016): an entry of the
                      attention room.
     flax.py          the same composer in Flax
