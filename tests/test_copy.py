@@ -286,3 +286,13 @@ def test_flax_and_the_exporter_refuse_a_copying_model_by_name(names_run, tmp_pat
 
     with pytest.raises(ValueError, match=r"model.copy: the pointer-generator runs on the torch"):
         open_translator(names_run, engine="flax").translate(["the name is ab ."])
+
+
+def test_the_heatmap_shows_attention_and_the_share_copied(names_run):
+    import alignmt
+
+    figure = alignmt.load(names_run).heatmap("qwzxyv sleeps .")
+    titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
+    assert titles == ["α", "copy"]
+    alpha, copied = (ax.get_images()[0].get_array() for ax in figure.axes[:2])
+    assert np.all(copied <= alpha + 1e-6) and copied[0].max() > 0.5  # the name was copied

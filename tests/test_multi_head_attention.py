@@ -221,12 +221,12 @@ def test_the_heatmaps_show_the_mean_and_each_head(heads_run):
     sentence = "the big dog sleeps now"
     figure = alignmt.load(heads_run).heatmap(sentence)
     titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
-    assert titles == ["mean of the heads", "head 1", "head 2", "head 3", "head 4"]
+    assert titles == ["α", "head 1", "head 2", "head 3", "head 4"]
     translator = open_translator(heads_run)
     (best,) = translator.translate([sentence])[0]
     figure = _heatmap(translator, sentence, best, "line 1")
     titles = [ax.get_title() for ax in figure.axes if ax.get_title()]
-    assert titles == ["line 1: mean of the heads"] + [f"line 1: head {n}" for n in range(1, 5)]
+    assert titles == ["line 1: α"] + [f"line 1: head {n}" for n in range(1, 5)]
     (image, *_) = figure.axes[0].get_images()
     np.testing.assert_allclose(image.get_array(), best.attention, atol=1e-6)
 

@@ -153,19 +153,28 @@ def attention_grid(
     return fig
 
 
-def heads_grid(
-    mean: Any, heads: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str], title: str = ""
+def weights_grid(
+    alpha: Any,
+    weights: Any,
+    src_tokens: Sequence[str],
+    tgt_tokens: Sequence[str],
+    label: str,
+    title: str = "",
 ) -> Figure:
-    """Multi-head attention's heatmaps: the heads' mean α, then each head's weights.
+    """Heatmaps of α and, beside it, the weights over the source a mechanism shows with it:
+    multi-head attention's heads (α is their mean), the pointer-generator's copying.
 
     Args:
-        mean: (T_tgt, T_src) α, the heads' mean.
-        heads: (N, T_tgt, T_src) each head's weights.
+        alpha: (T_tgt, T_src) α.
+        weights: (N, T_tgt, T_src) the mechanism's N rows of weights.
+        label: what one row is ("head": "head 1", "head 2", ...; one row: the label alone).
         title: what the panels' titles start with ("line 4"), or nothing.
     """
     name = f"{title}: " if title else ""
-    panels = [(mean, src_tokens, tgt_tokens, f"{name}mean of the heads")]
-    panels += [(w, src_tokens, tgt_tokens, f"{name}head {n + 1}") for n, w in enumerate(heads)]
+    panels = [(alpha, src_tokens, tgt_tokens, f"{name}α")]
+    for n, w in enumerate(weights):
+        row = f"{label} {n + 1}" if len(weights) > 1 else label
+        panels.append((w, src_tokens, tgt_tokens, f"{name}{row}"))
     return attention_grid(panels)
 
 

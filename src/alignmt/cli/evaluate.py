@@ -19,8 +19,8 @@ from alignmt.analysis.plot import (
     attention_heatmap,
     bleu_by_length_plot,
     bucket_bars,
-    heads_grid,
     save_png,
+    weights_grid,
 )
 from alignmt.analysis.scores import Evaluation, sentence_bleu_d2l
 from alignmt.analysis.tables import format_bucket_table, format_gap_table, format_scores_table
@@ -92,8 +92,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _heatmap(translator: Translator, line: str, best: Translation, title: str) -> Figure:
-    """The attention of `line`'s translation `best`; for one model with several heads, their
-    mean and each head, stepping through the decoder (which records them) with its beam."""
+    """The attention of `line`'s translation `best`; for one model that shows weights beside
+    it (heads, copying), those too, stepping through the decoder (which records them) with
+    its beam."""
     if best.attention is None:
         raise ValueError(f"--heatmaps: {title} has no attention to draw")
     composition = compose(translator.origin.header.config.model)
@@ -101,8 +102,9 @@ def _heatmap(translator: Translator, line: str, best: Translation, title: str) -
     if composition is None or not composition.weights or not stepping:
         return attention_heatmap(best.attention, best.src_tokens, best.tokens, title=title)
     stepped = translator.step_through(line, beam_size=translator.search.beam_size)
-    out, heads = stepped.translation, stepped.weights(composition.weights[0])
-    return heads_grid(out.attention, heads, out.src_tokens, out.tokens, title)
+    shown = composition.weights[0]
+    out, weights = stepped.translation, stepped.weights(shown.slot)
+    return weights_grid(out.attention, weights, out.src_tokens, out.tokens, shown.label, title)
 
 
 def run_alignment_evaluation(args: argparse.Namespace) -> int:

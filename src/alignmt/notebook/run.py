@@ -19,7 +19,7 @@ from alignmt.analysis.align import alignment_error_rate, word_links
 from alignmt.analysis.attribution import Method, translation_relevance
 from alignmt.analysis.coverage import coverage_rates
 from alignmt.analysis.evaluation import read_test_set, translate_and_score
-from alignmt.analysis.plot import attention_heatmap, heads_grid, loss_curves
+from alignmt.analysis.plot import attention_heatmap, loss_curves, weights_grid
 from alignmt.answers.registry import ServedModel, model_info
 from alignmt.checkpoint.format import Header
 from alignmt.checkpoint.torch_io import Checkpoint
@@ -144,15 +144,16 @@ class Run:
 
     def heatmap(self, sentence: str, *, beam: int | None = None) -> Figure:
         """The attention of `sentence`'s translation: output tokens down, source tokens
-        across (Bahdanau et al. 2015, Fig. 3); for a model with several heads, their mean
-        and each head beside it."""
+        across (Bahdanau et al. 2015, Fig. 3); beside it, the weights a mechanism shows with
+        it: each head of a multi-head model, a copying model's share of copying."""
         composition = compose(self.config.model)
         if composition is not None and composition.weights:  # stepping through records them
             beam = beam or self.config.search.beam_size
             stepped = self.translator.step_through(sentence, beam_size=beam)
             out = stepped.translation
-            heads = stepped.weights(composition.weights[0])
-            return heads_grid(out.attention, heads, out.src_tokens, out.tokens)
+            shown = composition.weights[0]
+            weights = stepped.weights(shown.slot)
+            return weights_grid(out.attention, weights, out.src_tokens, out.tokens, shown.label)
         (best,) = self.translate(sentence, beam=beam)
         if best.attention is None:
             raise ValueError(f"{self.run_dir}: a model without attention has no heatmap")

@@ -128,9 +128,10 @@ class Composition:
         return any(spec.mixture for spec in self)
 
     @property
-    def weights(self) -> tuple[str, ...]:
-        """The slots shown as weights over the source (multi-head attention's `heads`)."""
-        return tuple(shown.slot for shown in self.shown if shown.kind == "weights")
+    def weights(self) -> tuple[Shown, ...]:
+        """What is shown as weights over the source (multi-head attention's heads, the
+        pointer-generator's copying)."""
+        return tuple(shown for shown in self.shown if shown.kind == "weights")
 
     @property
     def about(self) -> list[str]:
