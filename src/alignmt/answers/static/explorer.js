@@ -502,15 +502,18 @@ class Panel {
   }
 
   /* A declared value below the source: a number written out, or rows of weights (one per
-     head) drawn as a matrix over the source words, their mean being the bars above. */
+     head, or a copying model's one row of what it copies) drawn as a matrix over the source
+     words. */
   shownValue(s) {
     if (s.kind !== "weights") {
       return el("p", { class: "mark-note", "data-slot": s.slot },
         `${s.label} = ${fixed(s.at, 2)}, ${s.about}`);
     }
-    const labels = s.at.map((_, n) => `${s.label} ${n + 1}`);
+    const one = s.at.length === 1;
+    const labels = s.at.map((_, n) => (one ? s.label : `${s.label} ${n + 1}`));
+    const note = one ? `${s.label}: ${s.about}` : `${labels.length} ${s.label}s: ${s.about}`;
     return el("div", { class: "shown-weights", "data-slot": s.slot },
-      el("p", { class: "mark-note" }, `${labels.length} ${s.label}s: ${s.about}`),
+      el("p", { class: "mark-note" }, note),
       attentionMatrix(this.x.tip, this.result.source_tokens, labels, s.at));
   }
 
