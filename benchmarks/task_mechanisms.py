@@ -36,6 +36,8 @@ MECHANISMS = {
     "4 heads, scaled_dot": ["model.heads=4", "model.attention=scaled_dot"],
     # exact hard monotonic attention (Wu & Cotterell 2019): each word from one position
     "hard_monotonic": ["model.attention_fn=hard_monotonic"],
+    # the pointer-generator (See et al. 2017): each letter generated or copied by attention
+    "pointer-generator": ["model.copy=true"],
 }
 TASKS = ("copy", "reverse", "sort")
 LENGTHS = (3, 5, 7, 10, 15, 20)

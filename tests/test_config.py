@@ -247,6 +247,7 @@ RULED = [
     ("search.beam_size", 0, 1, "must be at least 1"),
     # Counts and intervals whose 0 means none, all or off
     ("data.limit", -1, 0, "must not be negative"),
+    ("data.max_vocab", -1, 2000, "must not be negative"),
     ("data.spm_sample", -1, 0, "must not be negative"),
     ("data.workers", -1, 0, "must not be negative"),
     ("train.minutes", -0.5, 0.0, "must not be negative"),
