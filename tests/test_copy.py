@@ -273,6 +273,10 @@ def test_the_served_step_through_names_copies_and_shows_p_gen(names_run):
         alpha = np.array(steps[0]["attention"])
         copied = (1 - steps[0]["shown"]["p_gen"]) * alpha
         np.testing.assert_allclose(steps[0]["shown"]["copied"][0], copied, atol=2e-3)
+        # attribution reads the copying model's own ids
+        asked = {"sentence": "qwzxyv sleeps .", "attribution": "gradient"}
+        _, explained = post(client, "/v1/step", asked)
+        assert np.shape(explained["steps"][0]["attribution"]) == (4,)
 
 
 def test_flax_and_the_exporter_refuse_a_copying_model_by_name(names_run, tmp_path):

@@ -80,7 +80,8 @@ def sorted_batches(
     order = sorted(range(len(pairs)), key=lambda k: (len(pairs[k][0]), len(pairs[k][1])))
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
-        yield rows, make_batch([pairs[k] for k in rows], *vocabs).to(device)
+        batch = make_batch([pairs[k] for k in rows], *vocabs, copied=model.copies)
+        yield rows, batch.to(device)
 
 
 def relevance(model: Seq2Seq, batch: Batch, method: Method, *, steps: int = 16) -> Tensor:
