@@ -23,7 +23,9 @@ log-probabilities.
 A decoder owns its output distribution: `step` and `forward` hand out `LogProbs`
 (distribution.py), which every search, the exporter and the analyses read. Its output layer is
 a plain projection, log p = log_softmax(W features + b) (`plain_projection`): what the fused
-training loss, int8 matmuls and the shortlist rely on.
+training loss, int8 matmuls and the shortlist rely on; or, where the attention's composition
+has the pointer-generator (`copy`), that projection mixed with copying source words, over a
+vocabulary extended by the source's words (attention/copy).
 """
 
 from __future__ import annotations
