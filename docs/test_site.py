@@ -91,6 +91,7 @@ TUTORIALS = [
     "d2l",
     "steering",
     "explanation",
+    "where_to_look",
     "exercises",
 ]
 
