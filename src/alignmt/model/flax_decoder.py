@@ -204,14 +204,7 @@ class Decoder(nn.Module):
             carry, feature, alpha = module.advance(gates, carry, memory, train)
             return carry, (feature, alpha)
 
-        scan = nn.scan(
-            body,
-            variable_broadcast="params",
-            split_rngs={"params": False, "dropout": True},
-            in_axes=1,
-            out_axes=1,
-        )
-        state, (features, attention) = scan(self, state, self.input_gates(emb, memory))
+        state, (features, attention) = _scan(body)(self, state, self.input_gates(emb, memory))
         return self.features(features, emb, memory, train), attention, state
 
     def unroll_sampled(
@@ -243,13 +236,7 @@ class Decoder(nn.Module):
             keep = jax.random.uniform(coin, gold.shape) < teacher
             return (state, jnp.where(keep, gold, own).astype(prev.dtype)), (logits, alpha)
 
-        scan = nn.scan(
-            body,
-            variable_broadcast="params",
-            split_rngs={"params": False, "dropout": True, "sampling": True},
-            in_axes=1,
-            out_axes=1,
-        )
+        scan = _scan(body, "sampling")
         # step t's true next input is tgt_in[:, t + 1]; the last step's choice goes unused
         golds = jnp.concatenate([tgt_in[:, 1:], tgt_in[:, :1]], 1)
         (state, _), (logits, attention) = scan(self, (state, tgt_in[:, 0]), golds)
@@ -273,14 +260,7 @@ class Decoder(nn.Module):
             log_probs, carry, alpha = module.mixture_step(prev, carry, memory, train)
             return carry, (log_probs.normalised, alpha)
 
-        scan = nn.scan(
-            body,
-            variable_broadcast="params",
-            split_rngs={"params": False, "dropout": True},
-            in_axes=1,
-            out_axes=1,
-        )
-        state, (log_probs, attention) = scan(self, state, tgt_in)
+        state, (log_probs, attention) = _scan(body)(self, state, tgt_in)
         return log_probs, attention, state
 
     def mixture_step(self, prev: Array, state: DecoderState, memory: Memory, train: bool):
@@ -377,3 +357,11 @@ class Decoder(nn.Module):
         if self.order == "luong":
             return self.proj(features, embedding) if self.tied else self.proj(features)
         return self.output.project(features, embedding)
+
+
+def _scan(body, *streams: str):
+    """`body` (module, carry, x_t) -> (carry, y_t) looped over the time axis (1) of its
+    inputs and outputs by `nn.scan`, sharing the parameters and drawing fresh dropout masks
+    (and the random `streams` named) at each step."""
+    rngs = {"params": False, "dropout": True} | dict.fromkeys(streams, True)
+    return nn.scan(body, variable_broadcast="params", split_rngs=rngs, in_axes=1, out_axes=1)
