@@ -40,6 +40,18 @@ from alignmt.model.attention.spec import Composition
 
 Slots = dict[str, Tensor]
 
+# log 0 for mechanisms that keep probabilities in log space (hard monotonic attention's
+# alignment, the pointer-generator's extended vocabulary): finite, so that its exp is exactly
+# 0 beside any real term and no gradient meets inf - inf
+IMPOSSIBLE = -1e4
+
+
+def log_of(p: Tensor) -> Tensor:
+    """log p, with IMPOSSIBLE where p is 0. Probabilities below the dtype's smallest normal
+    number count as that (their share is below it too), so that no gradient divides by a
+    subnormal."""
+    return torch.where(p > 0, p.clamp_min(torch.finfo(p.dtype).tiny).log(), IMPOSSIBLE)
+
 
 class Focus(NamedTuple):
     """Where one step's attention may look, as the modifiers leave it."""

@@ -13,8 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from alignmt.model.attention.spec import Spec
-
-IMPOSSIBLE = -1e4  # log 0, finite
+from alignmt.model.attention.torch import IMPOSSIBLE, log_of
 
 
 class Copy(nn.Module):
@@ -55,12 +54,6 @@ class Copy(nn.Module):
         mass = alpha.new_zeros(generated.shape).scatter_add(-1, index, alpha)  # sum_j alpha_ij
         copied = log_of(mass) + F.logsigmoid(-gate)
         return torch.logaddexp(generated, copied), torch.sigmoid(gate).squeeze(-1)
-
-
-def log_of(p: Tensor) -> Tensor:
-    """log p, with IMPOSSIBLE where p is 0 (and where it is below the dtype's smallest
-    normal number: no gradient divides by a subnormal)."""
-    return torch.where(p > 0, p.clamp_min(torch.finfo(p.dtype).tiny).log(), IMPOSSIBLE)
 
 
 def build(spec: Spec, *, features: int, vocab_size: int) -> Copy:

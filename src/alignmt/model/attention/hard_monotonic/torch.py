@@ -17,9 +17,7 @@ import torch
 from torch import Tensor
 
 from alignmt.model.attention.spec import Spec
-from alignmt.model.attention.torch import Mapping, Slots
-
-IMPOSSIBLE = -1e4  # log 0, finite
+from alignmt.model.attention.torch import IMPOSSIBLE, Mapping, Slots, log_of
 
 
 class HardMonotonic(Mapping):
@@ -58,13 +56,6 @@ class HardMonotonic(Mapping):
         """The slot `posterior` once y_{i-1} is known: the step's prior times each position's
         p(y_{i-1} | a_{i-1} = j), given as logs, `emitted` (B, T_src), renormalised."""
         return slots | {"posterior": torch.softmax(log_of(slots["prior"]) + emitted, dim=-1)}
-
-
-def log_of(p: Tensor) -> Tensor:
-    """log p, with IMPOSSIBLE where p is 0. Probabilities below the dtype's smallest normal
-    number count as that (their share is below it too), so that no gradient divides by
-    a subnormal."""
-    return torch.where(p > 0, p.clamp_min(torch.finfo(p.dtype).tiny).log(), IMPOSSIBLE)
 
 
 def log_transitions(scores: Tensor, mask: Tensor) -> Tensor:
