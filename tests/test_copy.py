@@ -207,14 +207,15 @@ def write_names(folder, name: str, n: int, seed: int) -> str:
     return str(folder / name)
 
 
-def names_config(folder, seed: int = 1):
+def names_config(folder, seed: int = 1, tokenizer: str = "moses"):
     """The toy recipe, copying, on a corpus of names that each occur once."""
     from dataclasses import replace
 
     from tests.conftest import toy_corpus_config
 
     cfg = toy_corpus_config(folder, steps=250, lr=1e-2, eval_every=250)
-    data = replace(cfg.data, train=write_names(folder / "data", "train", 600, 0), valid="")
+    train = write_names(folder / "data", "train", 600, 0)
+    data = replace(cfg.data, train=train, valid="", tokenizer=tokenizer)
     cfg = replace(cfg, data=replace(data, min_freq=2), model=replace(cfg.model, copy=True))
     return replace(cfg, seed=seed, search=replace(cfg.search, replace_unk=False))
 
@@ -279,12 +280,45 @@ def test_the_served_step_through_names_copies_and_shows_p_gen(names_run):
         assert np.shape(explained["steps"][0]["attribution"]) == (4,)
 
 
-def test_flax_and_the_exporter_refuse_a_copying_model_by_name(names_run, tmp_path):
+NAMES = [
+    "the name is qwzxyv .",
+    "abcdef sleeps .",
+    "the name is zzzyyy .",
+    "qq sleeps .",
+    "qwzxyv sleeps , qwzxyv .",
+]
+
+
+@pytest.mark.parametrize("weights", ["float32", "int8"])
+def test_the_onnx_export_copies_as_pytorch_does(names_run, weights, tmp_path):
+    """The exported graphs (log_probs over V + T_src) on ONNX Runtime, greedy and beam with
+    its n-best, against the torch engine on the same run: the same words copied."""
+    pytest.importorskip("onnxruntime")
+    from dataclasses import replace
+
     from alignmt.checkpoint.torch_io import load_checkpoint
+    from alignmt.decoding.door import open_translator
+    from alignmt.decoding.onnx_engine.int8 import write_int8
     from alignmt.decoding.torch_engine.export import export_onnx
 
-    with pytest.raises(ValueError, match=r"model.copy: the pointer-generator runs on the torch"):
-        export_onnx(load_checkpoint(names_run), tmp_path / "onnx")
+    ckpt = load_checkpoint(names_run)
+    assert export_onnx(ckpt, tmp_path / "onnx").copies
+    write_int8(tmp_path / "onnx")
+    pytorch = open_translator(names_run)
+    search = replace(ckpt.config.search, weights=weights)
+    exported = open_translator(tmp_path / "onnx", search=search)
+    assert exported.engine.name == "onnxruntime" and exported.engine.copies
+    tol = 1e-4 if weights == "float32" else 0.05
+    for beam, nbest in ((1, 1), (3, 3)):
+        want = pytorch.translate(NAMES, beam_size=beam, nbest=nbest)
+        got = exported.translate(NAMES, beam_size=beam, nbest=nbest)
+        for ours, theirs in zip(got, want, strict=True):
+            assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+            assert [h.score for h in ours] == pytest.approx([h.score for h in theirs], abs=tol)
+    assert "qwzxyv" in got[0][0].tokens and "abcdef" in got[1][0].tokens
+
+
+def test_flax_refuses_a_copying_model_by_name(names_run):
     pytest.importorskip("jax")
     from alignmt.decoding.door import open_translator
 

@@ -245,6 +245,33 @@ def test_other_architectures_answer_in_the_page_as_on_the_server(name, browser, 
 
 
 @pytest.mark.slow
+def test_a_copying_model_answers_in_the_page_as_on_the_server(browser, host, tmp_path):
+    """The pointer-generator in the page: names it never saw read by their extended ids and
+    copied by name, a prefix that forces a copy, p_gen and the share copied at every step,
+    the beam tree and the n-best, as the server answers them."""
+    from alignmt.training.run import train
+    from tests.test_copy import names_config
+
+    names_run = train(names_config(tmp_path / "names", tokenizer="space"), progress=False).run_dir
+    site = export_web(names_run, tmp_path / "site", "--float32")
+    sentences = ["the name is qwzxyv .", "abcdef sleeps .", "the name is zz ."]
+    requests = [{"what": "step", "body": {"sentence": s, "top_k": 3}} for s in sentences]
+    forced = ["der", "name", "ist", "qwzxyv"]
+    requests.append({"what": "step", "body": {"sentence": sentences[0], "prefix": forced}})
+    requests += [{"what": "beam", "body": {"sentence": s, "beam_size": 3}} for s in sentences]
+    requests.append({"what": "translate", "body": {"sentences": sentences, "beam_size": 1}})
+    requests.append({"what": "translate", "body": {"sentences": sentences, "beam_size": 3, "nbest": 2}})
+    got = ask_worker(browser, host(site) + "index.html", requests)
+    for asked, page, server in zip(requests, got, server_answers(names_run, requests), strict=True):
+        assert "answer" in page, f"{asked}: the page says {page.get('error')}"
+        assert_same(page["answer"], server, f"copy {asked['what']}")
+    first = got[0]["answer"]
+    assert first["source_tokens"][3] == "<unk>" and "qwzxyv" in first["tokens"]
+    assert all(0 <= step["shown"]["p_gen"] <= 1 for step in first["steps"])
+    assert got[3]["answer"]["steps"][3]["forced"] and got[3]["answer"]["text"] == first["text"]
+
+
+@pytest.mark.slow
 def test_forcing_steering_and_the_beam_tree_answer_as_the_server(
     reverse_run, reverse_site, browser, host, tmp_path
 ):

@@ -48,7 +48,7 @@ def step(
         raise invalid("override", f"model {served.name!r} has no attention to override")
     _check_forcing(request, translator.output_limit(src_tokens), len(src_tokens))
     try:
-        translator.target_ids(request.prefix)
+        translator.target_ids(request.prefix, src_tokens)
     except ValueError as error:
         raise invalid("prefix", str(error).removeprefix("prefix: "), request.prefix) from None
     if request.attribution and request.override:

@@ -34,7 +34,7 @@ GRAPH_AXES: dict[str, tuple[str, ...]] = {
     "src": ("rows", "source"),
     "src_len": ("rows",),
     "prev": ("rows",),
-    "log_probs": ("rows", "units"),
+    "log_probs": ("rows", "units"),  # a copying model's: ("rows", "extended")
     "alpha": ("rows", "source"),
     "steer": ("rows", "source"),
 }
@@ -56,10 +56,15 @@ class Manifest:
     # the per-step values the explorer shows, as the attention mechanisms declare them
     # (attention/spec.py's `Shown`, as dicts)
     shown: tuple[Mapping[str, object], ...] = ()
+    # whether the model copies source words (the pointer-generator): its log_probs are over
+    # the vocabulary extended by the source positions, V + T_src wide (alignmt.text.copy)
+    copies: bool = False
 
     def axes_of(self, name: str) -> tuple[str, ...]:
         """The axes of a graph input or output: `next_hidden` and `first_hidden` are
         `hidden`'s."""
+        if name == "log_probs" and self.copies:
+            return ("rows", "extended")
         base = name.removeprefix("next_").removeprefix("first_")
         return GRAPH_AXES.get(base) or self.axes[base]
 

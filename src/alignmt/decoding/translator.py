@@ -218,9 +218,11 @@ class Translator:
         """The most output tokens (</s> included) a sentence of these tokens may get."""
         return sentence_limit(len(src_tokens), self.search)
 
-    def target_ids(self, tokens: Sequence[str]) -> list[int]:
-        """Ids of target tokens that a caller forces (see `words.prefix_ids`)."""
-        return prefix_ids(tokens, self.tgt_vocab)
+    def target_ids(self, tokens: Sequence[str], src_tokens: Sequence[str] = ()) -> list[int]:
+        """Ids of target tokens that a caller forces (see `words.prefix_ids`): a copying
+        model's may name the words of `src_tokens` it copies."""
+        copied = copy.copied_to(src_tokens, self.src_vocab, self.tgt_vocab)
+        return prefix_ids(tokens, self.tgt_vocab, copied if self.engine.copies else None)
 
     def step_through(
         self,
@@ -241,7 +243,7 @@ class Translator:
         steps = self.engine.step_through(
             self.source_ids(src_tokens, add_eos=True),
             max_len=self.output_limit(src_tokens),
-            prefix=self.target_ids(prefix),
+            prefix=self.target_ids(prefix, src_tokens),
             override=override,
             top_k=top_k,
             beam_size=beam_size,

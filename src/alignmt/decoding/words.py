@@ -5,7 +5,7 @@ about unknown source words, and the target ids of a constraint's phrase."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -105,15 +105,19 @@ def phrase_ids(kind: str, phrase: str, *, tokenizer: Tokenizer, vocab: Vocab) ->
     return tuple(vocab.stoi[t] for t in tokens)
 
 
-def prefix_ids(tokens: Sequence[str], vocab: Vocab) -> list[int]:
-    """Ids of target tokens that a caller forces; unknown ones, and specials other than a
+def prefix_ids(
+    tokens: Sequence[str], vocab: Vocab, copied: Mapping[str, int] | None = None
+) -> list[int]:
+    """Ids of target tokens that a caller forces, a copying model's `copied` source words by
+    their extended ids (alignmt.text.copy.copied_to); unknown ones, and specials other than a
     final </s>, are a ValueError naming them."""
-    unknown = [t for t in tokens if t not in vocab.stoi or t in (PAD, BOS)]
+    copied = copied or {}
+    unknown = [t for t in tokens if not (t in vocab.stoi or t in copied) or t in (PAD, BOS)]
     if unknown:
         raise ValueError(f"prefix: tokens not in the target vocabulary: {unknown}")
     if EOS in tokens[:-1]:
         raise ValueError("prefix: </s> may only come last")
-    return [vocab.stoi[t] for t in tokens]
+    return [copied.get(t, vocab.stoi.get(t)) for t in tokens]
 
 
 def source_as_read(tokens: Sequence[str], vocab: Vocab) -> list[str]:

@@ -26,6 +26,7 @@ class OnnxEngine(Engine):
     def __init__(self, model: OnnxModel) -> None:
         self.model = model
         self.has_attention = model.has_attention
+        self.copies = model.copies
         self.parameters = int(model.manifest["parameters"])
 
     def searcher(self, call: Call) -> Searcher:

@@ -33,8 +33,9 @@ class OnnxModel:
         self.int8 = int8
         self.encoder = _session(folder / encoder, options)
         self.step_graph = _session(folder / step, options)
+        self.copies = bool(self.manifest.get("copies", False))
         width, words = self.step_graph.get_outputs()[0].shape[-1], len(self.header.tgt_vocab)
-        if width != words:  # a graph copied in from another export
+        if width != words and not self.copies:  # a graph copied in from another export
             raise ValueError(
                 f"{folder / step}: scores {width} target tokens, but the vocabulary of "
                 f"{folder / MANIFEST} has {words}; export the run again"
@@ -45,6 +46,7 @@ class OnnxModel:
             self.manifest["attention"],
             axes={name: tuple(axes) for name, axes in self.manifest.get("axes", {}).items()},
             shown=tuple(self.manifest.get("shown", ())),
+            copies=self.copies,
         )
         self.takes = [i.name for i in self.step_graph.get_inputs()]
         self.steers = "steer" in self.takes
@@ -81,8 +83,8 @@ class OnnxModel:
     def step(
         self, prev: np.ndarray, state: dict, memory: dict
     ) -> tuple[np.ndarray, dict, np.ndarray | None]:
-        """One decoder step over N rows: log-probabilities (N, V), the new state, and alpha
-        (N, T_src) or None. The graph reads only the fields it needs."""
+        """One decoder step over N rows: log-probabilities (N, V) (a copying model's
+        (N, V + T_src)), the new state, and alpha (N, T_src) or None. The graph reads only the fields it needs."""
         given = {"prev": prev, **state, **memory}
         if self.steers:  # a web export's graph: all zero, so no row is steered
             given["steer"] = np.zeros(memory["mask"].shape, np.float32)

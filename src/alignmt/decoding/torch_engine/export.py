@@ -7,7 +7,10 @@ and one decoder step.
   Sentences are packed as in PyTorch, so padding changes nothing: ONNX's RNN operators take
   each sentence's length.
 - `step.onnx`: (prev (N,) int64, the state's fields, the memory's fields) -> log_probs
-  (N, V), the new state's fields and, where the model has attention, alpha (N, T_src).
+  (N, V), the new state's fields and, where the model has attention, alpha (N, T_src). A
+  copying model's (the pointer-generator) log_probs are (N, V + T_src), over the vocabulary
+  extended by the source positions; its encoder reads a source word its vocabulary lacks by
+  an extended id (alignmt.text.copy) and gives the copy ids as a memory field.
 
 Both are traced from the model in float32 on the CPU with PyTorch's TorchScript-based
 exporter, with every input's and output's rows axis free, and its source axis where it has
@@ -41,7 +44,8 @@ from alignmt.model.decoder import Memory, flat_fields, from_flat
 from alignmt.model.seq2seq import Seq2Seq
 
 OPSET = 17
-FREE = ("rows", "source")  # the axes a graph leaves free; units are fixed by the model
+# the axes a graph leaves free (a copying model's output is V + T_src wide); units are fixed
+FREE = ("rows", "source", "extended")
 
 
 def export_onnx(ckpt: Checkpoint, out: str | Path, steer: bool = False) -> Manifest:
@@ -53,11 +57,6 @@ def export_onnx(ckpt: Checkpoint, out: str | Path, steer: bool = False) -> Manif
         What the graphs take and give.
     """
     model = ckpt.model.float().cpu().eval()
-    if model.copies:  # its extended vocabulary is PyTorch's alone, for now
-        raise ValueError(
-            "model.copy: the pointer-generator runs on the torch engine only, and alignmt "
-            "export does not write it yet; serve the run folder itself"
-        )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     src, src_len = _example_source(model)
@@ -73,6 +72,7 @@ def export_onnx(ckpt: Checkpoint, out: str | Path, steer: bool = False) -> Manif
         steer=steer and model.has_attention,
         axes={name: axes[name] for name in (*state_fields, *memory_fields)},
         shown=tuple(asdict(shown) for shown in composition.shown) if composition else (),
+        copies=model.copies,
     )
     encoder = _Encoder(model, manifest)
     graph = ("src", "src_len"), manifest.encoder_outputs
@@ -111,6 +111,7 @@ def _write_manifest(ckpt: Checkpoint, manifest: Manifest, path: Path) -> None:
         **fields,
         "attention": manifest.attention,
         "steer": manifest.steer,
+        "copies": manifest.copies,
         "parameters": parameters,
     }
     path.write_text(json.dumps(body, indent=1, ensure_ascii=False) + "\n")

@@ -12,6 +12,7 @@
    page), each written by `alignmt export RUN --out DIR --web`. */
 
 import * as ort from "./ort/ort.wasm.min.mjs";
+import { copiedTo, outputTokens, sourceIds } from "./copy.js";
 import { problem } from "./requests.js";
 import { beam as beamSearch, greedy as greedySearch, row, topK } from "./search.js";
 import { SPECIALS, Vocab, tokenizer } from "./tokenize.js";
@@ -59,6 +60,8 @@ class Model {
     this.stateNames = manifest.state;
     this.memoryNames = manifest.memory;
     this.attention = manifest.attention;
+    // a copying model (the pointer-generator) reads and writes extended ids (copy.js)
+    this.copies = manifest.copies ?? false;
     // the state slots the attention mechanisms show after each step (`Shown`, by name)
     this.shown = manifest.shown ?? [];
     this.encoder = encoder;
@@ -123,19 +126,23 @@ function source(model, sentence) {
   if (!sentence.trim()) throw new Invalid("sentence: the sentence is empty or only whitespace");
   const tokens = model.src.tokenizer.encode(sentence);
   if (!tokens.length) throw new Invalid("sentence: the source tokenizer finds no tokens in it");
-  const ids = model.src.vocab.encode(tokens);
-  return { tokens, ids, read: model.src.vocab.decode(ids, false) };
+  const read = model.src.vocab.decode(model.src.vocab.encode(tokens), false);
+  const ids = model.copies ? sourceIds(tokens, model.src.vocab) : model.src.vocab.encode(tokens);
+  return { tokens, ids, read };
 }
+
+/** An output id's token: the target vocabulary's, or a copied source word's. */
+const tokenOf = (model, src, id) => outputTokens([id], src.tokens, model.tgt.vocab, false)[0];
 
 /** A finished output as the server words it: text (with <unk> replaced from attention where
     the run asks), the tokens, and the hard alignment. */
 function words(model, src, ids, attention) {
-  let out = model.tgt.vocab.decode(ids);
+  let out = outputTokens(ids, src.tokens, model.tgt.vocab);
   if (model.search.replace_unk && attention) {
     out = out.map((w, i) => (w === SPECIALS.unk
       ? src.tokens[argmax(attention[i].slice(0, src.tokens.length))] : w));
   }
-  const tokens = model.tgt.vocab.decode(ids, false);
+  const tokens = outputTokens(ids, src.tokens, model.tgt.vocab, false);
   return { text: model.tgt.tokenizer.decode(out), tokens, alignment: alignment(attention, tokens) };
 }
 
@@ -170,8 +177,10 @@ async function step(model, { sentence, prefix = [], override = {}, top_k: k = 5,
   if (steered.size && !model.attention) {
     throw new Invalid(`override: model '${model.info.name}' has no attention to override`);
   }
-  checkForcing(prefix, steered, limit, src.tokens.length, vocab);
-  const follow = prefix.map((t) => vocab.stoi.get(t));
+  // a copying model's prefix may name a source word it copies, by its extended id
+  const copied = model.copies ? copiedTo(src.tokens, model.src.vocab, vocab) : new Map();
+  checkForcing(prefix, steered, limit, src.tokens.length, vocab, copied);
+  const follow = prefix.map((t) => copied.get(t) ?? vocab.stoi.get(t));
   let { state, memory } = await model.encode([src.ids]);
   const V = vocab.size, T = src.ids.length;
   const steps = [];
@@ -180,7 +189,8 @@ async function step(model, { sentence, prefix = [], override = {}, top_k: k = 5,
     const at = steps.length;
     const out = await model.step([prev], state, memory, steered.get(at) ?? null);
     state = out.state;
-    const top = topK(out.logProbs, 0, V, Math.min(k, V));
+    // over the vocabulary, or a copying model's V + T_src extended ids
+    const top = topK(out.logProbs, 0, out.logProbs.length, Math.min(k, V));
     const id = at < follow.length ? follow[at] : top[0][0];
     steps.push({ id, logProb: out.logProbs[id], forced: at < follow.length,
       overridden: steered.has(at), attention: out.alpha ? row(out.alpha, 0, T) : null, top,
@@ -193,12 +203,12 @@ async function step(model, { sentence, prefix = [], override = {}, top_k: k = 5,
     model: model.info.name,
     source_tokens: src.read,
     steps: steps.map((s) => ({
-      token: vocab.itos[s.id],
+      token: tokenOf(model, src, s.id),
       probability: round(Math.exp(s.logProb)),
       forced: s.forced,
       overridden: s.overridden,
       attention: s.attention && s.attention.map(round),
-      top_k: s.top.map(([id, lp]) => ({ token: vocab.itos[id], probability: round(Math.exp(lp)) })),
+      top_k: s.top.map(([id, lp]) => ({ token: tokenOf(model, src, id), probability: round(Math.exp(lp)) })),
       attribution: null,
       shown: s.shown,
     })),
@@ -208,10 +218,12 @@ async function step(model, { sentence, prefix = [], override = {}, top_k: k = 5,
   };
 }
 
-/* As the server checks a step request: known prefix tokens, </s> last if at all, within the
+/* As the server checks a step request: known prefix tokens (or words a copying model copies,
+   `copied`), </s> last if at all, within the
    output limit; overrides at steps within it and on source positions within the source. */
-function checkForcing(prefix, steered, limit, sourceLength, vocab) {
-  const unknown = prefix.filter((t) => !vocab.stoi.has(t) || t === SPECIALS.pad || t === SPECIALS.bos);
+function checkForcing(prefix, steered, limit, sourceLength, vocab, copied) {
+  const unknown = prefix.filter((t) => !(vocab.stoi.has(t) || copied.has(t)) ||
+    t === SPECIALS.pad || t === SPECIALS.bos);
   if (unknown.length) {
     throw new Invalid(`prefix: tokens not in the target vocabulary: [${unknown.map(pyRepr).join(", ")}]`);
   }
@@ -250,7 +262,7 @@ async function beam(model, { sentence, beam_size: size = null, constraints = nul
     length_penalty: alpha,
     coverage_penalty: model.search.coverage_penalty,
     nodes: searched.nodes.map((n) => ({ id: n.id, step: n.step, parent: n.parent,
-      token: model.tgt.vocab.itos[n.token], score: n.score, status: n.status,
+      token: tokenOf(model, src, n.token), score: n.score, status: n.status,
       final_score: n.final_score, attention: n.attention && n.attention.map(round), met: null })),
     finished: searched.finished.map((h) => asHypothesis(model, src, h)),
     finished_nodes: searched.finishedNodes,

@@ -47,13 +47,23 @@ class Copy(nn.Module):
             ids: (B, T_src) the copy ids; the leading axes of the others start with B.
         """
         gate = self.gate(features)  # (..., 1)
-        generated = F.log_softmax(logits, dim=-1) + F.logsigmoid(gate)  # (..., V)
+        generated = F.log_softmax(logits, dim=-1) + _log_sigmoid(gate)  # (..., V)
         extension = generated.new_full((*alpha.shape[:-1], alpha.size(-1)), IMPOSSIBLE)
         generated = torch.cat([generated, extension], dim=-1)  # (..., V + T_src)
         index = ids.view(ids.size(0), *[1] * (alpha.dim() - 2), ids.size(1)).expand_as(alpha)
         mass = alpha.new_zeros(generated.shape).scatter_add(-1, index, alpha)  # sum_j alpha_ij
-        copied = log_of(mass) + F.logsigmoid(-gate)
-        return torch.logaddexp(generated, copied), torch.sigmoid(gate).squeeze(-1)
+        copied = log_of(mass) + _log_sigmoid(-gate)
+        # logsumexp of the pair, not logaddexp: the ONNX exporter has no rule for logaddexp
+        log_p = torch.stack([generated, copied]).logsumexp(0)
+        return log_p, torch.sigmoid(gate).squeeze(-1)
+
+
+def _log_sigmoid(x: Tensor) -> Tensor:
+    """log sigma(x) = min(x, 0) - log(1 + exp(-|x|)), as F.logsigmoid computes it, in ops the
+    ONNX exporter writes as they are: it writes F.logsigmoid as log(sigmoid(x)), whose small
+    values lose their digits to the runtimes' approximate sigmoid (1e-3 in a log-probability
+    of -11 on ONNX Runtime)."""
+    return x.clamp(max=0) - torch.log1p(torch.exp(-x.abs()))
 
 
 def build(spec: Spec, *, features: int, vocab_size: int) -> Copy:
