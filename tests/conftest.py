@@ -3,6 +3,7 @@ marker, and the HTTP service's test client."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from benchmarks.browser import BrowserUnavailable, StaticHost, start_chromium
 from fastapi.testclient import TestClient
 
 from alignmt.answers.limits import Limits
@@ -382,8 +384,6 @@ def brief_demo(out: Path, *flags: str):
 def chromium(*flags: str):
     """A headless Chromium with `flags`, quit after the test module; a skip without one, a
     failure in CI."""
-    from benchmarks.browser import BrowserUnavailable, start_chromium
-
     try:
         driver = start_chromium(flags=flags)
     except BrowserUnavailable as error:
@@ -398,6 +398,21 @@ def chromium(*flags: str):
 def browser():
     """A headless Chromium for the module's tests (see `chromium`)."""
     yield from chromium()
+
+
+@pytest.fixture
+def host():
+    """A static host for exported sites: folder -> URL on localhost, as `python -m
+    http.server` serves it; the paths the browser asked for are on its `.asked`."""
+    with contextlib.ExitStack() as hosts:
+
+        def serve(folder: Path) -> str:
+            host = StaticHost(folder)
+            serve.asked = host.asked
+            return hosts.enter_context(host)
+
+        serve.asked = []
+        yield serve
 
 
 # --- the HTTP service through FastAPI's TestClient (test_serve.py, test_serve_refusals.py) ---

@@ -318,12 +318,122 @@ def test_the_onnx_export_copies_as_pytorch_does(names_run, weights, tmp_path):
     assert "qwzxyv" in got[0][0].tokens and "abcdef" in got[1][0].tokens
 
 
-def test_flax_refuses_a_copying_model_by_name(names_run):
-    pytest.importorskip("jax")
-    from alignmt.decoding.door import open_translator
+FLAX_ORDERS = {  # each order with a readout it takes, one with an LSTM of two layers
+    "bahdanau": ("gru-bi-L1-additive-bahdanau", "tanh"),
+    "luong": ("gru-bi-L2-general-luong", "none"),
+    "cgru": ("lstm-uni-L2-additive-cgru", "maxout"),
+}
 
-    with pytest.raises(ValueError, match=r"model.copy: the pointer-generator runs on the torch"):
-        open_translator(names_run, engine="flax").translate(["the name is ab ."])
+
+@pytest.mark.parametrize("order", FLAX_ORDERS)
+def test_the_flax_twin_copies_as_pytorch_does(order):
+    """On the same weights: the teacher-forced log P over the extended vocabulary (a copied
+    word fed back), three steps with p_gen and the share copied, the smoothed loss and its
+    gradient at the gate."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from alignmt.checkpoint.flax_io import params_from_tensors
+    from alignmt.model.flax_seq2seq import FlaxSeq2Seq, sequence_loss
+    from alignmt.model.seq2seq import Seq2Seq
+    from tests.test_flax_model import ARCH, tiny_config
+
+    name, readout = FLAX_ORDERS[order]
+    cfg = tiny_config(ARCH[name], copy=True, readout=readout)
+    torch.manual_seed(0)
+    model = Seq2Seq.from_config(cfg, src_vocab=VOCAB, tgt_vocab=VOCAB).eval()
+    table = [-1 if i in (3, 4, 5, 6) else i for i in range(VOCAB)]
+    model.set_copy_table(table)
+    tensors = {k: v.numpy() for k, v in model.state_dict().items()}
+    variables = {"params": params_from_tensors(tensors, cfg)}
+    twin = FlaxSeq2Seq(cfg, VOCAB, VOCAB, copy_table=tuple(table))
+    src, src_len, tgt_in, _ = copying_batch()
+    tgt_in[0, 2] = VOCAB + 1  # the copy of the unknown word, read back as <unk>
+    tgt_out = torch.cat([tgt_in[:, 1:], torch.full_like(tgt_in[:, :1], 2)], 1)
+    arrays = [jnp.asarray(t.numpy()) for t in (src, src_len, tgt_in, tgt_out)]
+
+    def forward_and_steps(module, src, src_len, tgt_in):
+        log_probs, _ = module(src, src_len, tgt_in)
+        memory, state = module.encode(src, src_len)
+        steps = []
+        for t in range(3):
+            step, state, _ = module.decode_step(tgt_in[:, t], state, memory)
+            steps.append((step.full(), state.slots["p_gen"], state.slots["copied"]))
+        return log_probs.full(), steps
+
+    log_probs, steps = twin.apply(variables, *arrays[:3], method=forward_and_steps)
+    with torch.no_grad():
+        expected = model(src, src_len, tgt_in).log_probs.full()
+        memory, state = model.encode(src, src_len)
+        for t, (log_p, p_gen, copied) in enumerate(steps):
+            step, state, _ = model.decode_step(tgt_in[:, t], state, memory)
+            np.testing.assert_allclose(log_p, step.full(), atol=1e-5)
+            np.testing.assert_allclose(p_gen, state.slots["p_gen"], atol=1e-6)
+            np.testing.assert_allclose(copied, state.slots["copied"], atol=1e-6)
+    assert log_probs.shape == (3, tgt_in.size(1), VOCAB + src.size(1))
+    np.testing.assert_allclose(log_probs, expected, atol=1e-5)
+
+    def loss(params):
+        log_probs, _ = twin.apply({"params": params}, *arrays[:3])
+        return sequence_loss(log_probs, arrays[3], 0, 0.1, VOCAB)
+
+    value, grads = jax.value_and_grad(loss)(variables["params"])
+    torch_loss = model.loss(src, src_len, tgt_in, tgt_out, label_smoothing=0.1)
+    torch_loss.backward()
+    assert float(value) == pytest.approx(float(torch_loss), abs=1e-5)
+    gate = grads["decoder"]["pointer"]["gate"]["kernel"]
+    np.testing.assert_allclose(gate, model.decoder.copy.gate.weight.grad.T, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_flax_trained_copying_model_spells_names_and_reads_back_in_pytorch(tmp_path):
+    """train.engine=flax on the names corpus: its run folder holds the copy table PyTorch
+    reads, and the flax and torch engines copy the same names from it."""
+    pytest.importorskip("jax")
+    from dataclasses import replace
+
+    from alignmt.decoding.door import open_translator
+    from alignmt.training.run import train
+
+    cfg = names_config(tmp_path / "names")
+    cfg = replace(cfg, train=replace(cfg.train, engine="flax"))
+    run = train(cfg, progress=False).run_dir
+    lines = open(write_names(tmp_path / "test", "test", 20, 1) + ".en").read().splitlines()  # noqa: SIM115
+    flax, pytorch = open_translator(run, engine="flax"), open_translator(run)
+    got = [hyps[0].tokens for hyps in flax.translate(lines, beam_size=3)]
+    assert got == [hyps[0].tokens for hyps in pytorch.translate(lines, beam_size=3)]
+    names = [line.split()[-2] if line.startswith("the") else line.split()[0] for line in lines]
+    assert sum(name in out for name, out in zip(names, got, strict=True)) >= 0.9 * len(names)
+
+
+@pytest.mark.slow
+def test_a_copying_model_answers_in_the_page_as_on_the_server(browser, host, tmp_path):
+    """The pointer-generator in the page: names it never saw read by their extended ids and
+    copied by name, a prefix that forces a copy, p_gen and the share copied at every step,
+    the beam tree and the n-best, as the server answers them."""
+    from alignmt.training.run import train
+    from tests.test_web import ask_worker, assert_same, export_web, server_answers
+
+    # the space tokenizer: Moses' rules have no twin in the page
+    names_run = train(names_config(tmp_path / "names", tokenizer="space"), progress=False).run_dir
+    site = export_web(names_run, tmp_path / "site", "--float32")
+    sentences = ["the name is qwzxyv .", "abcdef sleeps .", "the name is zz ."]
+    requests = [{"what": "step", "body": {"sentence": s, "top_k": 3}} for s in sentences]
+    forced = ["der", "name", "ist", "qwzxyv"]
+    requests.append({"what": "step", "body": {"sentence": sentences[0], "prefix": forced}})
+    requests += [{"what": "beam", "body": {"sentence": s, "beam_size": 3}} for s in sentences]
+    requests.append({"what": "translate", "body": {"sentences": sentences, "beam_size": 1}})
+    requests.append(
+        {"what": "translate", "body": {"sentences": sentences, "beam_size": 3, "nbest": 2}}
+    )
+    got = ask_worker(browser, host(site) + "index.html", requests)
+    for asked, page, server in zip(requests, got, server_answers(names_run, requests), strict=True):
+        assert "answer" in page, f"{asked}: the page says {page.get('error')}"
+        assert_same(page["answer"], server, f"copy {asked['what']}")
+    first = got[0]["answer"]
+    assert first["source_tokens"][3] == "<unk>" and "qwzxyv" in first["tokens"]
+    assert all(0 <= step["shown"]["p_gen"] <= 1 for step in first["steps"])
+    assert got[3]["answer"]["steps"][3]["forced"] and got[3]["answer"]["text"] == first["text"]
 
 
 def test_the_heatmap_shows_attention_and_the_share_copied(names_run):

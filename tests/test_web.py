@@ -4,7 +4,6 @@ Runtime Web and answers as PyTorch and the server do."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -17,26 +16,6 @@ from alignmt.decoding.engine import Unavailable
 from tests.conftest import chromium
 
 SENTENCES = 50
-
-
-# --- a static host --------------------------------------------------------------------------
-
-
-@pytest.fixture
-def host():
-    """Serve a folder over HTTP on localhost, as `python -m http.server` does; yields a
-    function folder -> URL, and the paths the browser asked for are on its `.asked`."""
-    from benchmarks.browser import StaticHost
-
-    with contextlib.ExitStack() as hosts:
-
-        def serve(folder: Path) -> str:
-            host = StaticHost(folder)
-            serve.asked = host.asked
-            return hosts.enter_context(host)
-
-        serve.asked = []
-        yield serve
 
 
 def ask_worker(browser, url: str, requests: list[dict]) -> list[dict]:
@@ -242,33 +221,6 @@ def test_other_architectures_answer_in_the_page_as_on_the_server(name, browser, 
     if "hard" in name:
         for answer in (page["answer"] for page in got[:8]):
             assert all(0 <= step["shown"]["move"] <= 1 + 1e-6 for step in answer["steps"])
-
-
-@pytest.mark.slow
-def test_a_copying_model_answers_in_the_page_as_on_the_server(browser, host, tmp_path):
-    """The pointer-generator in the page: names it never saw read by their extended ids and
-    copied by name, a prefix that forces a copy, p_gen and the share copied at every step,
-    the beam tree and the n-best, as the server answers them."""
-    from alignmt.training.run import train
-    from tests.test_copy import names_config
-
-    names_run = train(names_config(tmp_path / "names", tokenizer="space"), progress=False).run_dir
-    site = export_web(names_run, tmp_path / "site", "--float32")
-    sentences = ["the name is qwzxyv .", "abcdef sleeps .", "the name is zz ."]
-    requests = [{"what": "step", "body": {"sentence": s, "top_k": 3}} for s in sentences]
-    forced = ["der", "name", "ist", "qwzxyv"]
-    requests.append({"what": "step", "body": {"sentence": sentences[0], "prefix": forced}})
-    requests += [{"what": "beam", "body": {"sentence": s, "beam_size": 3}} for s in sentences]
-    requests.append({"what": "translate", "body": {"sentences": sentences, "beam_size": 1}})
-    requests.append({"what": "translate", "body": {"sentences": sentences, "beam_size": 3, "nbest": 2}})
-    got = ask_worker(browser, host(site) + "index.html", requests)
-    for asked, page, server in zip(requests, got, server_answers(names_run, requests), strict=True):
-        assert "answer" in page, f"{asked}: the page says {page.get('error')}"
-        assert_same(page["answer"], server, f"copy {asked['what']}")
-    first = got[0]["answer"]
-    assert first["source_tokens"][3] == "<unk>" and "qwzxyv" in first["tokens"]
-    assert all(0 <= step["shown"]["p_gen"] <= 1 for step in first["steps"])
-    assert got[3]["answer"]["steps"][3]["forced"] and got[3]["answer"]["text"] == first["text"]
 
 
 @pytest.mark.slow

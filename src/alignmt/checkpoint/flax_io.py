@@ -16,6 +16,8 @@ The map is one rule per kind of tensor, so that it reads as a table:
 | `decoder.rnn.hidden_in.K.weight`              | `decoder/rnn/hidden_in_K/kernel`         |
 | tied `...proj.weight` (= `decoder.embed.weight`) | none: Flax reads the embedding        |
 | `X.g`, a bare parameter (a learned scale)     | `X/g`, the same                          |
+| `decoder.copy.X` (the pointer-generator)      | `decoder/pointer/X` (Module.copy exists) |
+| `copy_table`, a buffer                        | none: made from the vocabularies         |
 
 Gates keep PyTorch's order in both (GRU r, z, n; LSTM i, f, g, o) and the LSTM's (c, h)
 carry holds no weights, so nothing else is reordered; a round trip is bit-exact.
@@ -47,6 +49,7 @@ from alignmt.checkpoint.rundir import publish
 from alignmt.config import Config, ModelConfig
 from alignmt.model.attention.registry import compose, current_names
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
+from alignmt.text.copy import copy_table
 from alignmt.text.tokenize import Tokenizer
 from alignmt.text.vocab import Vocab
 
@@ -55,6 +58,10 @@ Params = dict[str, Any]  # Flax's nested {"encoder": {"embed": {"embedding": ...
 _ENCODER_RNN = re.compile(r"encoder\.rnn\.(weight|bias)_(ih|hh)_(l\d+(?:_reverse)?)")
 _TORCH_LIST = re.compile(r"(layer_in|hidden_in)\.(\d+)")
 _FLAX_LIST = re.compile(r"(layer_in|hidden_in)_(\d+)")
+# modules whose PyTorch name is a method of Flax's Module, and their Flax name
+_FLAX_NAMES = {"copy": "pointer"}
+_TORCH_NAMES = {flax: torch for torch, flax in _FLAX_NAMES.items()}
+BUFFERS = ("copy_table",)  # run-folder tensors that are no parameters
 
 
 def flax_path(name: str) -> tuple[str, ...]:
@@ -64,6 +71,7 @@ def flax_path(name: str) -> tuple[str, ...]:
         kind, which, layer = match.groups()
         return ("encoder", f"rnn_{layer}", which, "kernel" if kind == "weight" else "bias")
     *modules, leaf = _TORCH_LIST.sub(r"\1_\2", name).split(".")
+    modules = [_FLAX_NAMES.get(module, module) for module in modules]
     if leaf == "weight":
         leaf = "embedding" if modules[-1] == "embed" else "kernel"
     return (*modules, leaf)
@@ -76,6 +84,7 @@ def torch_name(path: tuple[str, ...]) -> str:
         kind = "weight" if leaf == "kernel" else "bias"
         return f"encoder.rnn.{kind}_{modules[2]}_{modules[1].removeprefix('rnn_')}"
     leaf = {"kernel": "weight", "embedding": "weight"}.get(leaf, leaf)
+    modules = [_TORCH_NAMES.get(module, module) for module in modules]
     return _FLAX_LIST.sub(r"\1.\2", ".".join([*modules, leaf]))
 
 
@@ -84,6 +93,8 @@ def params_from_tensors(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> 
     before the attention room's included."""
     params: Params = {}
     for name, value in current_names(tensors, compose(cfg)).items():
+        if name in BUFFERS:
+            continue
         path = flax_path(name)
         if cfg.tie_embeddings and path[-2] == "proj" and path[-1] == "kernel":
             continue  # the decoder's embedding, stored twice by PyTorch
@@ -128,7 +139,8 @@ class FlaxCheckpoint(Header):
 
 
 def build_model(cfg: ModelConfig, src_vocab: Vocab, tgt_vocab: Vocab) -> FlaxSeq2Seq:
-    """The Flax model a config and its vocabularies describe."""
+    """The Flax model a config and its vocabularies describe; a copying model's table of
+    where each source word copies to is made from them, as PyTorch's training makes it."""
     return FlaxSeq2Seq(
         cfg,
         len(src_vocab),
@@ -136,6 +148,8 @@ def build_model(cfg: ModelConfig, src_vocab: Vocab, tgt_vocab: Vocab) -> FlaxSeq
         pad_id=tgt_vocab.pad_id,
         bos_id=tgt_vocab.bos_id,
         eos_id=tgt_vocab.eos_id,
+        unk_id=tgt_vocab.unk_id,
+        copy_table=tuple(copy_table(src_vocab, tgt_vocab)) if cfg.copy else None,
     )
 
 
@@ -175,6 +189,8 @@ def save_flax(
     path = weights_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = tensors_from_params(params, cfg.model)
+    if cfg.model.copy:  # the buffer PyTorch's model holds (Seq2Seq.copy_table)
+        tensors["copy_table"] = np.array(copy_table(src_vocab, tgt_vocab), np.int64)
     metadata = header_metadata(cfg, src_vocab, tgt_vocab, step, tokenizers)
     if train_state is not None:
         tensors |= {TRAIN_PREFIX + k: np.ascontiguousarray(v) for k, v in train_state[0].items()}

@@ -15,6 +15,11 @@ one module, with their parameter names and equations.
   p(y_i | s_i, h_j), each from the output layer over [s_i; h_j; y_{i-1}]. Its unroll is a scan
   of `step`, and its features are log p.
 
+Where the attention's composition has the pointer-generator (See et al. 2017;
+attention/copy), the output layer's distribution is mixed with copying source words, over
+the vocabulary extended by the source's words (decoder.py's `_copying`): its features are
+log p over V + T_src, and a copied word read back is embedded as <unk>.
+
 Teacher forcing runs the recurrence under `nn.scan` (one compiled step, looped by XLA); what
 does not depend on the recurrence (the embeddings' input gates, the readout, the vocabulary
 projection) runs on all steps at once outside it.
@@ -119,6 +124,7 @@ class Decoder(nn.Module):
     readout_dim: int
     feed_context: bool  # vanilla: c at every step (True) or only in s_0
     tied: bool
+    unk_id: int = 3
 
     def setup(self) -> None:
         std = self.emb_dim**-0.5 if self.tied else 1.0  # seq2seq._tie_output's reason
@@ -142,6 +148,10 @@ class Decoder(nn.Module):
             self.bridge = torch_dense(self.layers * self.hidden, self.enc_dim)
         if self.order != "vanilla":
             self.attention = Attention(self.composition, self.hidden, self.enc_dim)
+        if self.copies:  # p_gen reads [s_i; c_i; y_{i-1}], or Luong's [h~_i; y_{i-1}]
+            step = self.hidden + (0 if self.order == "luong" else self.enc_dim)
+            sizes = dict(features=step + self.emb_dim, vocab_size=self.vocab_size)
+            self.pointer = self.composition.output.build("flax", **sizes)
         if self.order == "luong":
             self.W_c = torch_dense(self.hidden, self.enc_dim + self.hidden, bias=False)  # eq. 5
             self.proj = (
@@ -161,6 +171,23 @@ class Decoder(nn.Module):
             )
         self.drop = nn.Dropout(self.dropout)
 
+    @property
+    def copies(self) -> bool:
+        """Whether the output copies source words (the pointer-generator)."""
+        return self.composition is not None and self.composition.output is not None
+
+    def known(self, ids: Array) -> Array:
+        """Token ids as the embeddings read them: a copied word's extended id as <unk>."""
+        return jnp.where(ids >= self.vocab_size, self.unk_id, ids) if self.copies else ids
+
+    def copying(self, out: Array, alpha: Array, steps: Array, emb: Array, memory: Memory):
+        """log P over the extended vocabulary (B, T, V + T_src) and p_gen (B, T), from the
+        output layer's input `out` (B, T, R), alpha (B, T, T_src), the step features
+        `steps` (B, T, F) and y_{i-1}'s embeddings (B, T, E)."""
+        logits = self.project(out)
+        features = jnp.concatenate([steps, emb], -1)
+        return self.pointer(logits, alpha, features, memory.slots["copy_ids"])
+
     def init_state(self, final: Array, memory: Memory) -> DecoderState:
         """s_0 from the encoder's final state (B, C): zeros, or tanh(W final) per layer; the
         attention mechanisms' first slots."""
@@ -174,6 +201,9 @@ class Decoder(nn.Module):
             units = self.readout_dim if self.readout != "none" else self.output.in_dim
             zeros = jnp.zeros(memory.mask.shape, final.dtype)
             slots = slots | {"emitting": zeros[..., None].repeat(units, -1), "normaliser": zeros}
+        if self.copies:  # what the explorer shows of copying, before the first step
+            shares = jnp.zeros((*memory.mask.shape, 1), final.dtype)  # (B, T_src, 1)
+            slots = slots | {"p_gen": jnp.zeros((batch,), final.dtype), "copied": shares}
         return DecoderState(
             hidden=hidden,
             cell=jnp.zeros_like(hidden) if self.cell_kind == "lstm" else None,
@@ -198,14 +228,17 @@ class Decoder(nn.Module):
         """`__call__` up to the vocabulary projection: features (B, T_tgt, R)."""
         if self.order == "mixture":
             return self.unroll_mixture(tgt_in, state, memory, train)
-        emb = self.drop(self.embed(tgt_in), deterministic=not train)  # (B, T_tgt, E)
+        emb = self.drop(self.embed(self.known(tgt_in)), deterministic=not train)  # (B, T_tgt, E)
 
         def body(module: Decoder, carry: DecoderState, gates: Array):
             carry, feature, alpha = module.advance(gates, carry, memory, train)
             return carry, (feature, alpha)
 
-        state, (features, attention) = _scan(body)(self, state, self.input_gates(emb, memory))
-        return self.features(features, emb, memory, train), attention, state
+        state, (steps, attention) = _scan(body)(self, state, self.input_gates(emb, memory))
+        out = self.features(steps, emb, memory, train)
+        if self.copies:
+            out = self.copying(out, attention, steps, emb, memory)[0]
+        return out, attention, state
 
     def unroll_sampled(
         self, tgt_in: Array, state: DecoderState, memory: Memory, train: bool, teacher, pick: str
@@ -222,11 +255,16 @@ class Decoder(nn.Module):
                 log_probs, state, alpha = module.mixture_step(prev, state, memory, train)
                 logits = log_probs.normalised
             else:
-                emb = module.drop(module.embed(prev), deterministic=not train)[:, None]
+                emb = module.drop(module.embed(module.known(prev)), deterministic=not train)
+                emb = emb[:, None]  # (B, 1, E)
                 gates = module.input_gates(emb, memory)[:, 0]
-                state, feature, alpha = module.advance(gates, state, memory, train)
-                feature = module.features(feature[:, None], emb, memory, train)  # (B, 1, R)
-                logits = module.project(feature)[:, 0]  # (B, V)
+                state, step, alpha = module.advance(gates, state, memory, train)
+                out = module.features(step[:, None], emb, memory, train)  # (B, 1, R)
+                if module.copies:  # its log p over V + T_src serve as the logits
+                    log_p = module.copying(out, alpha[:, None], step[:, None], emb, memory)[0]
+                    logits = log_p[:, 0]
+                else:
+                    logits = module.project(out)[:, 0]  # (B, V)
             chosen = jax.lax.stop_gradient(logits)
             draw, coin = jax.random.split(module.make_rng("sampling"))
             if pick == "argmax":
@@ -247,10 +285,16 @@ class Decoder(nn.Module):
         alpha (B, T_src) or None."""
         if self.order == "mixture":
             return self.mixture_step(prev, state, memory, False)
-        emb = self.embed(prev)[:, None]  # (B, 1, E)
+        emb = self.embed(self.known(prev))[:, None]  # (B, 1, E)
         gates = self.input_gates(emb, memory)[:, 0]
-        state, feature, alpha = self.advance(gates, state, memory, False)
-        log_probs = self.distribution(self.features(feature[:, None], emb, memory, False))
+        state, step, alpha = self.advance(gates, state, memory, False)
+        out = self.features(step[:, None], emb, memory, False)  # (B, 1, R)
+        if self.copies:
+            out, p_gen = self.copying(out, alpha[:, None], step[:, None], emb, memory)
+            copied = (1 - p_gen) * alpha  # (B, T_src) each word's share by copying
+            slots = {"p_gen": p_gen[:, 0], "copied": copied[..., None]}
+            state = state._replace(slots=state.slots | slots)
+        log_probs = self.distribution(out)
         return jax.tree_util.tree_map(lambda a: a[:, 0], log_probs), state, alpha  # (B, V)
 
     def unroll_mixture(self, tgt_in: Array, state: DecoderState, memory: Memory, train: bool):
@@ -346,8 +390,8 @@ class Decoder(nn.Module):
 
     def distribution(self, features: Array) -> LogProbs:
         """(..., R) output features -> log p over the vocabulary, (..., V) (decoder.py's);
-        the "mixture" order's features are log p already."""
-        if self.order == "mixture":
+        the "mixture" order's features, and a copying model's, are log p already."""
+        if self.order == "mixture" or self.copies:
             return LogProbs(normalised=features)
         return LogProbs(logits=self.project(features))
 

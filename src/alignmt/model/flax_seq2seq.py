@@ -77,15 +77,16 @@ class FlaxSeq2Seq(nn.Module):
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
+    unk_id: int = 3
+    # a copying model's (model.copy): each source word's target id, or -1 (seq2seq.py's
+    # `copy_table`, made from the vocabularies by alignmt.text.copy.copy_table)
+    copy_table: tuple[int, ...] | None = None
 
     def setup(self) -> None:
         cfg = self.cfg
         check_model(cfg)
-        if cfg.copy:  # its extended vocabulary is PyTorch's alone, for now
-            raise ValueError(
-                "model.copy: the pointer-generator runs on the torch engine only; train and "
-                "decode a copying model with PyTorch (train.backend=torch, --engine torch)"
-            )
+        if cfg.copy and self.copy_table is None:
+            raise ValueError("model.copy: a copying model needs its copy_table")
         self.encoder = Encoder(
             self.src_vocab,
             cfg.emb_dim,
@@ -107,6 +108,7 @@ class FlaxSeq2Seq(nn.Module):
             initial=cfg.init,
             dropout=cfg.dropout,
             pad_id=self.pad_id,
+            unk_id=self.unk_id,
             order=_order(cfg),
             composition=compose(cfg),
             readout=cfg.readout,
@@ -120,10 +122,16 @@ class FlaxSeq2Seq(nn.Module):
         return self.cfg.attention != "none"
 
     def encode(self, src: Array, src_len: Array, train: bool = False):
-        """src (B, T_src) ids ending in </s>, src_len (B,) -> (Memory, initial DecoderState)."""
-        states, final = self.encoder(src, src_len, train)
+        """src (B, T_src) ids ending in </s>, src_len (B,) -> (Memory, initial DecoderState).
+        A copying model reads a word its vocabulary lacks (V_src + its first position) as
+        <unk>, and copies it by that id."""
+        known = jnp.where(src >= self.src_vocab, self.unk_id, src) if self.cfg.copy else src
+        states, final = self.encoder(known, src_len, train)
         mask = src != self.pad_id  # (B, T_src)
         memory = self.decoder.prepare(states, mask, final)
+        if self.cfg.copy:
+            ids = self.decoder.pointer.prepare(src, jnp.asarray(self.copy_table))  # (B, T_src)
+            memory = memory._replace(slots=memory.slots | {"copy_ids": ids})
         return memory, self.decoder.init_state(final, memory)
 
     def __call__(
@@ -153,7 +161,11 @@ class FlaxSeq2Seq(nn.Module):
 
 
 def sequence_loss(
-    log_probs: LogProbs, targets: Array, pad_id: int, label_smoothing: float = 0.0
+    log_probs: LogProbs,
+    targets: Array,
+    pad_id: int,
+    label_smoothing: float = 0.0,
+    smooth_over: int | None = None,
 ) -> Array:
     """Mean cross-entropy over real target tokens, label-smoothed as `F.cross_entropy` is
     (Szegedy et al. 2016): (1 - eps) (-log p_y) + eps mean_v(-log p_v).
@@ -161,6 +173,8 @@ def sequence_loss(
     Args:
         log_probs: (B, T_tgt, V), a teacher-forced `__call__`'s.
         targets: (B, T_tgt) ids y_1 .. y_n </s>, padded with pad_id.
+        smooth_over: smooth over the first `smooth_over` ids only (a copying model's
+            vocabulary, not its extended ids); None: over all V.
 
     Returns:
         A scalar; 0 for a batch without real tokens.
@@ -169,7 +183,8 @@ def sequence_loss(
     logp = jax.nn.log_softmax(scores.astype(jnp.promote_types(scores.dtype, jnp.float32)))
     nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]  # (B, T_tgt)
     if label_smoothing:
-        nll = (1 - label_smoothing) * nll - label_smoothing * logp.mean(axis=-1)
+        uniform = logp[..., :smooth_over].mean(axis=-1)
+        nll = (1 - label_smoothing) * nll - label_smoothing * uniform
     real = targets != pad_id
     return jnp.where(real, nll, 0).sum() / jnp.maximum(real.sum(), 1)
 

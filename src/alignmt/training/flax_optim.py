@@ -123,7 +123,9 @@ class Updates:
                 pick=pick or "sample",
                 rngs=rngs,
             )
-            return sequence_loss(log_probs, arrays["tgt_out"], model.pad_id, smoothing)
+            # a copying model's extended ids are no words to smooth over
+            vocab = model.tgt_vocab if model.cfg.copy else None
+            return sequence_loss(log_probs, arrays["tgt_out"], model.pad_id, smoothing, vocab)
 
         def apply(params, opt_state, grads, lr):
             opt_state.hyperparams["learning_rate"] = lr

@@ -35,6 +35,7 @@ class FlaxEngine(Engine):
     def __init__(self, model: FlaxSeq2Seq, params: Params) -> None:
         self.model, self.params = model, params
         self.has_attention = model.has_attention
+        self.copies = model.cfg.copy
         self.parameters = sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(params))
         self._searches: dict[tuple, FlaxSearch] = {}  # a call's settings -> its search
         # compiled once per shape, not run op by op; the parameters are an argument, not

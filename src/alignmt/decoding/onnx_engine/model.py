@@ -84,7 +84,8 @@ class OnnxModel:
         self, prev: np.ndarray, state: dict, memory: dict
     ) -> tuple[np.ndarray, dict, np.ndarray | None]:
         """One decoder step over N rows: log-probabilities (N, V) (a copying model's
-        (N, V + T_src)), the new state, and alpha (N, T_src) or None. The graph reads only the fields it needs."""
+        (N, V + T_src)), the new state, and alpha (N, T_src) or None. The graph reads only
+        the fields it needs."""
         given = {"prev": prev, **state, **memory}
         if self.steers:  # a web export's graph: all zero, so no row is steered
             given["steer"] = np.zeros(memory["mask"].shape, np.float32)

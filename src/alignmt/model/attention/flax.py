@@ -22,6 +22,13 @@ from alignmt.model.attention.spec import Composition
 Array = jax.Array
 Slots = dict[str, Array]
 
+IMPOSSIBLE = -1e4  # log 0, finite (torch.py's)
+
+
+def log_of(p: Array) -> Array:
+    """log p, IMPOSSIBLE where p is 0 (torch.py's `log_of`)."""
+    return jnp.where(p > 0, jnp.log(jnp.maximum(p, jnp.finfo(p.dtype).tiny)), IMPOSSIBLE)
+
 
 class Focus(NamedTuple):
     """Where one step's attention may look (torch.py's `Focus`)."""

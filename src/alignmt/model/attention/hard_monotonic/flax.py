@@ -9,12 +9,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from alignmt.model.attention.flax import Slots
+from alignmt.model.attention.flax import IMPOSSIBLE, Slots, log_of
 from alignmt.model.attention.spec import Spec
 
 Array = jax.Array
-
-IMPOSSIBLE = -1e4  # log 0, finite (torch.py's)
 
 
 class HardMonotonic(nn.Module):
@@ -40,11 +38,6 @@ class HardMonotonic(nn.Module):
 
     def observe(self, slots: Slots, emitted: Array) -> Slots:
         return slots | {"posterior": jax.nn.softmax(log_of(slots["prior"]) + emitted, -1)}
-
-
-def log_of(p: Array) -> Array:
-    """log p, IMPOSSIBLE where p is 0 (torch.py's `log_of`)."""
-    return jnp.where(p > 0, jnp.log(jnp.maximum(p, jnp.finfo(p.dtype).tiny)), IMPOSSIBLE)
 
 
 def log_transitions(scores: Array, mask: Array) -> Array:
