@@ -228,7 +228,7 @@ def names_run(tmp_path_factory):
     return train(names_config(tmp_path_factory.mktemp("names")), progress=False).run_dir
 
 
-def test_a_copying_model_spells_names_it_never_saw(names_run, tmp_path):
+def test_a_copying_model_spells_names_it_never_saw(names_run, tmp_path, caplog):
     from alignmt.decoding.door import open_translator
 
     run = names_run
@@ -240,6 +240,7 @@ def test_a_copying_model_spells_names_it_never_saw(names_run, tmp_path):
     outputs = [hyps[0].tokens for hyps in translator.translate(lines)]
     spelt = sum(name in out for name, out in zip(names, outputs, strict=True))
     assert spelt >= 0.9 * len(names), outputs
+    assert "not in the vocabulary, read as <unk> and copied where the model" in caplog.text
 
 
 def test_nbest_an_ensemble_and_samples_of_copying_models_copy(names_run, tmp_path):

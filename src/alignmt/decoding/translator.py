@@ -136,7 +136,7 @@ class Translator:
             raise ValueError(f"{len(constraints)} constraints for {len(tokens)} sentences")
         call = self._call(nbest, batch_size, sampling, beam_size, check, constraints)
         if warn:
-            warn_unknown(tokens, self.src_vocab)
+            warn_unknown(tokens, self.src_vocab, copies=self.engine.copies)
         draws = sampling.samples if sampling is not None else 1
         searched = self.engine.searcher(call)
         results: list[list[Translation]] = [[] for _ in tokens]

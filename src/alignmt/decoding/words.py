@@ -79,15 +79,21 @@ def replace_unknown(
     return [src_tokens[j] if w == UNK else w for w, j in zip(words, best, strict=True)]
 
 
-def warn_unknown(sentences: list[list[str]], vocab: Vocab, shown: int = 3) -> None:
-    """Name the lines with tokens the model never saw (they are read as <unk>)."""
+def warn_unknown(
+    sentences: list[list[str]], vocab: Vocab, shown: int = 3, copies: bool = False
+) -> None:
+    """Name the lines with tokens the model never saw (they are read as <unk>; a copying
+    model may still write them, by copying)."""
     known = vocab.stoi
     unknown = [(n, sorted({t for t in s if t not in known})) for n, s in enumerate(sentences)]
     lines = [f"line {n + 1}: {' '.join(words)!r}" for n, words in unknown if words]
     if lines:
         more = f"; and {len(lines) - shown} more lines" if len(lines) > shown else ""
         shown_lines = "; ".join(lines[:shown])
-        log.warning("source tokens not in the vocabulary, read as <unk>: %s%s", shown_lines, more)
+        read = (
+            "read as <unk> and copied where the model points at them" if copies else "read as <unk>"
+        )
+        log.warning("source tokens not in the vocabulary, %s: %s%s", read, shown_lines, more)
 
 
 def phrase_ids(kind: str, phrase: str, *, tokenizer: Tokenizer, vocab: Vocab) -> tuple[int, ...]:
