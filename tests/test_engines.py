@@ -1,6 +1,8 @@
 """The three engines under one translator: each one's search held to the float64 reference
-beam search (`reference.beam_search`) over its own decoder step, and one table refusing
-what an engine cannot do, with one message shape, before any work."""
+beam search (`reference.beam_search`) over its own decoder step, one table refusing what an
+engine cannot do, with one message shape, before any work, and sampling on every engine
+(Flax and ONNX Runtime draw over their step with one NumPy generator, the same samples on
+either for one seed; each follows the model's distribution as the torch engine's draws do)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,16 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import torch
 
 from alignmt import reference
 from alignmt.checkpoint.torch_io import load_checkpoint
+from alignmt.decoding import sample
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.engine import FEATURES, Call, Unavailable
 from alignmt.decoding.rules import Sampling, sentence_limit
 from alignmt.decoding.torch_engine.export import export_onnx
+from alignmt.decoding.torch_engine.sample import reshaped as torch_reshaped
 
 pytest.importorskip("jax")
 pytest.importorskip("onnxruntime")
@@ -264,3 +269,78 @@ def test_engine_names_the_framework_on_the_command_line_and_in_the_config():
     assert parser.parse_args(["serve", "runs/r", "--engine", "flax"]).engine == "flax"
     assert apply_overrides(load_config(), ["train.backend=flax"]).train.engine == "flax"
     assert config_from_dict({"train": {"backend": "flax"}}).train.engine == "flax"
+
+
+# --- sampling on every engine: Flax and ONNX Runtime draw over their step (decoding/sample.py)
+
+SETTINGS = [
+    Sampling(),
+    Sampling(temperature=0.5),
+    Sampling(top_k=3),
+    Sampling(top_p=0.7),
+    Sampling(temperature=2.0, top_k=5, top_p=0.9),
+]
+
+
+@pytest.mark.parametrize("sampling", SETTINGS, ids=repr)
+def test_the_numpy_reshaping_is_torchs(sampling):
+    scores = np.random.default_rng(0).normal(size=(6, 40)).astype(np.float32)
+    scores[0, :4] = scores[0, 4]  # ties at the k-th score stay in
+    want = torch_reshaped(torch.from_numpy(scores), sampling).numpy()
+    got = sample.reshaped(scores, sampling)
+    assert np.array_equal(np.isfinite(got), np.isfinite(want))
+    np.testing.assert_allclose(got[np.isfinite(got)], want[np.isfinite(want)], rtol=1e-6)
+
+
+def test_draws_follow_the_distribution_and_never_take_a_token_of_probability_zero():
+    probs = np.array([0.5, 0.3, 0.15, 0.05, 0.0])
+    with np.errstate(divide="ignore"):
+        scores = np.log(np.tile(probs, (40_000, 1)))
+    tokens = sample.draw(scores, np.random.default_rng(1))
+    shares = np.bincount(tokens, minlength=5) / len(tokens)
+    np.testing.assert_allclose(shares, probs, atol=0.01)
+    assert shares[4] == 0
+
+
+def first_token_shares(translator, line: str, sampling: Sampling) -> np.ndarray:
+    """How often each target id came first over `sampling.samples` draws of `line`."""
+    vocab = translator.tgt_vocab
+    drawn = translator.translate([line], sampling=sampling)[0]
+    firsts = [vocab.stoi.get(t.tokens[0], vocab.unk_id) for t in drawn]
+    return np.bincount(firsts, minlength=len(vocab)) / len(firsts)
+
+
+def first_step_probabilities(translator, line: str) -> np.ndarray:
+    engine = translator.engine
+    src = translator.source_ids(translator.source_tokens(line), add_eos=True)
+    state, memory = engine.encode([src])
+    log_probs, _, _ = engine.step(np.array([translator.tgt_vocab.bos_id]), state, memory)
+    return np.exp(np.asarray(log_probs, np.float64)[0])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_engine_samples_the_models_distribution(translators, engine):
+    """The first token of 600 draws at temperature 3 (a flat enough distribution that
+    several tokens come first) against the model's first-step probabilities, reshaped."""
+    translator = translators[engine]
+    line = "a cat"
+    sampling = Sampling(temperature=3.0, samples=600, seed=4)
+    p = first_step_probabilities(translator, line) ** (1 / 3)
+    p /= p.sum()
+    shares = first_token_shares(translator, line, sampling)
+    assert (shares > 0).sum() >= 3  # not a greedy search in disguise
+    assert 0.5 * np.abs(shares - p).sum() < 0.1  # total variation
+
+
+def test_flax_and_onnxruntime_draw_the_same_samples_and_top_k_1_is_greedy(translators):
+    lines = ["a cat", "the dog sees a cat", "a dog"]
+    sampling = Sampling(temperature=2.0, top_p=0.95, samples=4, seed=7)
+    flax, onnx = (translators[e].translate(lines, sampling=sampling) for e in ENGINES[1:])
+    for ours, theirs in zip(flax, onnx, strict=True):
+        assert [t.tokens for t in ours] == [t.tokens for t in theirs]
+        assert [t.score for t in ours] == pytest.approx([t.score for t in theirs], abs=1e-4)
+    assert len({tuple(t.tokens) for hyps in flax for t in hyps}) > len(lines)  # they differ
+    for engine in ENGINES:
+        greedy = translators[engine].translate(lines, beam_size=1)
+        top_1 = translators[engine].translate(lines, sampling=Sampling(top_k=1, seed=3))
+        assert [h[0].tokens for h in top_1] == [h[0].tokens for h in greedy]

@@ -69,7 +69,6 @@ def test_models_say_what_runs_each(clients, toy_run):
 @pytest.mark.parametrize(
     ("path", "body", "field"),
     [
-        ("/v1/translate", {"sentences": ["a cat"], "sample": {"seed": 1}}, "sample"),
         ("/v1/translate", {"sentences": ["a cat"], "constraints": [{"include": ["cat"]}]},
          "constraints"),
         ("/v1/step", {"sentence": "a cat"}, "model"),
@@ -85,6 +84,13 @@ def test_what_only_pytorch_does_is_refused_naming_the_exported_model(clients, pa
         error["field"] == field and "not available with the onnxruntime engine" in error["message"]
     )
     assert "translate or serve the run folder it was exported from" in error["message"]
+
+
+def test_an_exported_model_samples_the_same_outputs_for_the_same_seed(clients):
+    asked = {"sentences": ["a cat", "a dog"], "sample": {"seed": 3, "temperature": 2.0}}
+    first, again = (clients[1].post("/v1/translate", json=asked) for _ in range(2))
+    assert first.status_code == again.status_code == 200, first.text
+    assert first.json()["translations"] == again.json()["translations"]
 
 
 def test_an_exported_folder_is_not_served_on_a_gpu_or_in_an_ensemble(toy_run, exported):

@@ -12,6 +12,7 @@ Nothing is imported here, so that a module of the spine loads no framework.
                    Runtime and NumPy, neither torch nor JAX.
     results.py     `Hypothesis`, `Translation`, the step-by-step and beam-tree records
     rules.py       the length limit, length penalty and stopping rule every search follows
+    sample.py      sampling over any engine's step, in NumPy: temperature, top-k and top-p draws
     torch_engine/  The torch engine: decoding a PyTorch `Seq2Seq` (or an ensemble of them).
     translator.py  `Translator`: raw text to translations over any engine
     words.py       alignments, `<unk>` replacement, constraint phrases and prefixes as ids

@@ -59,8 +59,8 @@ def needs(method: Method) -> Feature:
 # probabilities and attention, which all of them do), and what a user who needs more does.
 FEATURES: dict[EngineName, frozenset[Feature]] = {
     "torch": EVERY,
-    "flax": frozenset({"a GPU"}),
-    "onnxruntime": frozenset({"int8"}),
+    "flax": frozenset({"a GPU", "sampling"}),
+    "onnxruntime": frozenset({"int8", "sampling"}),
     "browser": frozenset({"int8", "stepping through the decoder"}),
 }
 INSTEAD: dict[EngineName, str] = {

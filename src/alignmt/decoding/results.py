@@ -117,6 +117,14 @@ class BeamTrace:
         return Hypothesis([n.token for n in nodes], sums[-1], attention, log_probs)
 
 
+def summed(log_probs: list[float]) -> float:
+    """A float32 sum in order, token after token, as beam search sums its scores."""
+    total = np.float32(0.0)
+    for value in log_probs:
+        total = np.float32(total + np.float32(value))
+    return float(total)
+
+
 def stack_rows(rows: list[np.ndarray | None]) -> np.ndarray | None:
     """Per-step attention rows (T_src,) as one (steps, T_src) matrix; None for vanilla."""
     return None if not rows or rows[0] is None else np.stack(rows)

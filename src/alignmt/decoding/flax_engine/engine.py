@@ -22,6 +22,7 @@ from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.engine import Call, Engine, Searcher
 from alignmt.decoding.flax_engine.search import FlaxSearch, apply_method, pad_batch
 from alignmt.decoding.results import Hypothesis
+from alignmt.decoding.sample import sampler
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,8 @@ class FlaxEngine(Engine):
         self._step = jax.jit(partial(_log_prob_step, model))
 
     def searcher(self, call: Call) -> Searcher:
+        if call.sampling is not None:  # drawn over `step` (decoding/sample.py)
+            return sampler(self, call, self.model.bos_id, self.model.eos_id)
         s = call.search
         key = (
             call.nbest,

@@ -1,7 +1,7 @@
 """The onnxruntime engine: an exported model (model.py) as the translator drives it, with
-neither PyTorch nor JAX. It searches greedy or with a beam (search.py), on the CPU, in
-float32 or on the int8 graphs; the engine table (decoding/engine.py) says what it leaves
-to the torch engine.
+neither PyTorch nor JAX. It searches greedy or with a beam (search.py), or samples
+(decoding/sample.py, over its step), on the CPU, in float32 or on the int8 graphs; the
+engine table (decoding/engine.py) says what it leaves to the torch engine.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from alignmt.decoding.engine import Call, Engine, Searcher
 from alignmt.decoding.onnx_engine.model import OnnxModel
 from alignmt.decoding.onnx_engine.search import search
 from alignmt.decoding.results import Hypothesis
+from alignmt.decoding.sample import sampler
 
 
 class OnnxEngine(Engine):
@@ -30,6 +31,9 @@ class OnnxEngine(Engine):
         self.parameters = int(model.manifest["parameters"])
 
     def searcher(self, call: Call) -> Searcher:
+        if call.sampling is not None:
+            return sampler(self, call, self.model.bos_id, self.model.eos_id)
+
         def searched(
             sentences: list[list[int]], constraints: Sequence[Constraint | None] | None
         ) -> list[list[Hypothesis]]:

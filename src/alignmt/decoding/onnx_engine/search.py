@@ -20,7 +20,7 @@ import numpy as np
 from alignmt.decoding.engine import Call
 from alignmt.decoding.onnx_engine.model import OnnxModel
 from alignmt.decoding.onnx_engine.rows import Fields, Pending, Rows, refill, select
-from alignmt.decoding.results import Hypothesis, stack_rows
+from alignmt.decoding.results import Hypothesis, stack_rows, summed
 from alignmt.decoding.rules import cannot_improve, length_penalty
 
 
@@ -72,17 +72,9 @@ def _greedy_outputs(history: list, src_lens: list[int]) -> list[Hypothesis]:
             if alpha is not None:
                 alphas[i].append(alpha[row, : src_lens[i]])
     return [
-        Hypothesis(t, _summed(s), stack_rows(a), s)
+        Hypothesis(t, summed(s), stack_rows(a), s)
         for t, s, a in zip(tokens, scores, alphas, strict=True)
     ]
-
-
-def _summed(log_probs: list[float]) -> float:
-    """A float32 sum in order, token after token, as beam search sums its scores."""
-    total = np.float32(0.0)
-    for value in log_probs:
-        total = np.float32(total + np.float32(value))
-    return float(total)
 
 
 # --- beam search -----------------------------------------------------------------------------

@@ -1,0 +1,74 @@
+"""Every engine, every feature: what each feature an engine offers costs there, as sentences/s
+beside the same engine's greedy search, on one run, in one sitting.
+
+    alignmt train multi30k_en_de out_dir=runs/m30k
+    alignmt export runs/m30k --out m30k_onnx
+    python benchmarks/engine_features.py runs/m30k m30k_onnx
+
+The first 320 lines of test_2016_flickr, tokenised, decoded 64 at a time after a warm-up
+call of the same kind (which compiles Flax's programs), one engine at a time in this process,
+with nothing else using the CPU. A feature an engine does not offer (`FEATURES`) is a dash.
+Results are in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import time
+from collections.abc import Callable
+
+from alignmt.decoding.engine import FEATURES
+from alignmt.decoding.rules import Sampling
+from alignmt.text.corpora import data_root
+
+SENTENCES = 320
+BATCH = 64  # translate_tokens' default batch size
+# each column: the feature it needs (None: every engine searches), and the translate call
+KINDS: dict[str, tuple[str | None, Callable]] = {
+    "greedy": (None, lambda t, tokens: t.translate_tokens(tokens, beam_size=1, warn=False)),
+    "beam 5": (None, lambda t, tokens: t.translate_tokens(tokens, beam_size=5, warn=False)),
+    "sampling": (
+        "sampling",
+        lambda t, tokens: t.translate_tokens(tokens, sampling=Sampling(seed=1), warn=False),
+    ),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", help="a run folder (torch and flax engines)")
+    parser.add_argument("exported", help="its export (the onnxruntime engine)")
+    args = parser.parse_args()
+    with gzip.open(data_root() / "multi30k" / "test_2016_flickr.en.gz", "rt") as f:
+        lines = [line.rstrip("\n") for line in f][:SENTENCES]
+    print(f"# {args.run} and {args.exported}, {time.strftime('%Y-%m-%d %H:%M UTC')}")
+    print(f"\n{SENTENCES} sentences, {BATCH} at a time: sentences/s (× the engine's greedy)\n")
+    print("| engine | " + " | ".join(KINDS) + " |")
+    print("| --- |" + " ---: |" * len(KINDS))
+    for engine in ("torch", "flax", "onnxruntime"):
+        print(f"| {engine} | " + " | ".join(_row(engine, args, lines)) + " |", flush=True)
+
+
+def _row(engine: str, args: argparse.Namespace, lines: list[str]) -> list[str]:
+    from alignmt.decoding.door import open_translator
+
+    folder = args.exported if engine == "onnxruntime" else args.run
+    translator = open_translator(folder, engine=engine)
+    tokens = [translator.source_tokens(line) for line in lines]
+    cells, greedy = [], None
+    for needs, call in KINDS.values():
+        if needs is not None and needs not in FEATURES[engine]:
+            cells.append("—")
+            continue
+        call(translator, tokens[:BATCH])  # warm-up: Flax compiles its programs here
+        start = time.perf_counter()
+        call(translator, tokens)
+        speed = len(tokens) / (time.perf_counter() - start)
+        greedy = greedy or speed
+        cells.append(f"{speed:,.1f} ({speed / greedy:.2f}×)")
+    return cells
+
+
+if __name__ == "__main__":
+    main()
