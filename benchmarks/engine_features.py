@@ -43,7 +43,10 @@ def main() -> None:
     with gzip.open(data_root() / "multi30k" / "test_2016_flickr.en.gz", "rt") as f:
         lines = [line.rstrip("\n") for line in f][:SENTENCES]
     print(f"# {args.run} and {args.exported}, {time.strftime('%Y-%m-%d %H:%M UTC')}")
-    print(f"\n{SENTENCES} sentences, {BATCH} at a time: sentences/s (× the engine's greedy)\n")
+    print(
+        f"\n{SENTENCES} sentences, {BATCH} at a time: sentences/s and output tokens/s, each "
+        "× the engine's greedy\n"
+    )
     print("| engine | " + " | ".join(KINDS) + " |")
     print("| --- |" + " ---: |" * len(KINDS))
     for engine in ("torch", "flax", "onnxruntime"):
@@ -63,10 +66,15 @@ def _row(engine: str, args: argparse.Namespace, lines: list[str]) -> list[str]:
             continue
         call(translator, tokens[:BATCH])  # warm-up: Flax compiles its programs here
         start = time.perf_counter()
-        call(translator, tokens)
-        speed = len(tokens) / (time.perf_counter() - start)
+        found = call(translator, tokens)
+        seconds = time.perf_counter() - start
+        written = sum(len(hyps[0].tokens) for hyps in found)
+        speed = (len(tokens) / seconds, written / seconds)
         greedy = greedy or speed
-        cells.append(f"{speed:,.1f} ({speed / greedy:.2f}×)")
+        cells.append(
+            f"{speed[0]:,.1f} ({speed[0] / greedy[0]:.2f}×) / {speed[1]:,.0f} "
+            f"({speed[1] / greedy[1]:.2f}×)"
+        )
     return cells
 
 

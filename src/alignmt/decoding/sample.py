@@ -12,12 +12,15 @@ each drawn token is the model's own, before any of these.
 One NumPy generator, seeded once per translate call, draws every token by inverting the
 cumulative distribution with a uniform number, so the same seed, input and batch size give
 the same samples on either engine. A batch of up to `Call.width` sentences steps together
-until its last row ends; a row that has ended is stepped on but no longer read.
+until its last row ends. An engine that can take rows out of its state and memory between
+steps (`select`: ONNX Runtime's arrays) steps only the rows still going; one that compiles
+a program per shape (Flax) steps the ended rows on rather than compile another.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,10 +29,15 @@ from alignmt.decoding.engine import Call, Engine, Searcher
 from alignmt.decoding.results import Hypothesis, stack_rows, summed
 from alignmt.decoding.rules import Sampling, max_output_len
 
+# (fields, rows) -> the fields of those rows, in that order: a state's or a memory's
+Select = Callable[[Any, np.ndarray], Any]
 
-def sampler(engine: Engine, call: Call, bos_id: int, eos_id: int) -> Searcher:
+
+def sampler(
+    engine: Engine, call: Call, bos_id: int, eos_id: int, select: Select | None = None
+) -> Searcher:
     """The searcher of a sampling call on `engine`: one draw per sentence, from one
-    generator seeded by `call.sampling.seed`."""
+    generator seeded by `call.sampling.seed`; with `select`, ended rows leave the batch."""
     rng = np.random.default_rng(call.sampling.seed)
 
     def searched(
@@ -43,7 +51,8 @@ def sampler(engine: Engine, call: Call, bos_id: int, eos_id: int) -> Searcher:
         for start in range(0, len(sentences), call.width):
             batch = sentences[start : start + call.width]
             ids = (bos_id, eos_id)
-            drawn += _draw_batch(engine, batch, limits[start : start + len(batch)], call, rng, ids)
+            limit = limits[start : start + len(batch)]
+            drawn += _draw_batch(engine, batch, limit, call, rng, ids, select)
         return [[h] for h in drawn]
 
     return searched
@@ -56,13 +65,14 @@ def _draw_batch(
     call: Call,
     rng: np.random.Generator,
     ids: tuple[int, int],
+    select: Select | None,
 ) -> list[Hypothesis]:
     """One draw for each of the sentences, stepped together until the last one ends."""
     bos_id, eos_id = ids
     state, memory = engine.encode(sentences)
-    rows = np.arange(len(sentences))
+    rows = np.arange(len(sentences))  # the sentence of each row the engine steps
     prev = np.full(len(sentences), bos_id, np.int64)
-    going = np.ones(len(sentences), bool)
+    going = np.ones(len(sentences), bool)  # per row
     tokens: list[list[int]] = [[] for _ in sentences]
     scores: list[list[float]] = [[] for _ in sentences]
     alphas: list[list[np.ndarray]] = [[] for _ in sentences]
@@ -70,16 +80,24 @@ def _draw_batch(
         if call.check is not None:
             call.check()
         log_probs, state, alpha = engine.step(prev, state, memory)  # (N, V), (N, T_src)
-        prev = draw(reshaped(log_probs, call.sampling), rng)
-        own = log_probs[rows, prev]
+        # a uniform number for every sentence of the batch, going or not, so that the
+        # generator's stream is the same whether ended rows leave the batch or not
+        uniform = rng.random(len(sentences))[rows]
+        prev = draw(reshaped(log_probs, call.sampling), uniform)
+        own = log_probs[np.arange(len(prev)), prev]
         for r in np.flatnonzero(going):
-            tokens[r].append(int(prev[r]))
-            scores[r].append(float(own[r]))
+            b = rows[r]
+            tokens[b].append(int(prev[r]))
+            scores[b].append(float(own[r]))
             if alpha is not None:
-                alphas[r].append(alpha[r, : len(sentences[r])])
-        going &= (prev != eos_id) & (step + 1 < limits)
+                alphas[b].append(alpha[r, : len(sentences[b])])
+        going &= (prev != eos_id) & (step + 1 < limits[rows])
         if not going.any():
             break
+        if select is not None and not going.all():  # step only the rows still going
+            kept = np.flatnonzero(going)
+            state, memory = select(state, kept), select(memory, kept)
+            rows, prev, going = rows[kept], prev[kept], going[kept]
     return [
         Hypothesis(t, summed(s), stack_rows(a), s)
         for t, s, a in zip(tokens, scores, alphas, strict=True)
@@ -89,7 +107,9 @@ def _draw_batch(
 def reshaped(scores: np.ndarray, sampling: Sampling) -> np.ndarray:
     """A step's scores (N, V), whose softmax is the distribution, over the temperature,
     -inf outside the top k and outside the nucleus (ties at the k-th score are kept), as
-    torch_engine/sample.py's `reshaped`."""
+    torch_engine/sample.py's `reshaped`; the scores themselves where none of these is set."""
+    if sampling.temperature == 1 and sampling.top_k == 0 and sampling.top_p == 1:
+        return scores
     scores = scores.astype(np.float32) / np.float32(sampling.temperature)
     V = scores.shape[-1]
     if 0 < sampling.top_k < V:
@@ -112,9 +132,13 @@ def softmax(scores: np.ndarray) -> np.ndarray:
     return weights / weights.sum(axis=-1, keepdims=True)
 
 
-def draw(scores: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """(N,) one token per row of `scores` (N, V), drawn from their softmax: the first
-    whose cumulative probability passes a uniform number."""
-    cumulative = np.cumsum(softmax(scores), axis=-1)  # (N, V)
-    u = rng.random((len(scores), 1)) * cumulative[:, -1:]
-    return np.minimum((cumulative <= u).sum(axis=-1), scores.shape[-1] - 1)
+def draw(scores: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """(N,) one token per row of `scores` (N, V), drawn from their softmax with the
+    uniform numbers `uniform` (N,) in [0, 1): the first token whose cumulative probability
+    passes its row's number."""
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))  # unnormalised
+    cumulative = np.cumsum(weights, axis=-1)  # (N, V)
+    u = uniform * cumulative[:, -1]  # (N,) a share of each row's total
+    # one binary search a row: a pass over the (N, V) array's comparisons costs more
+    found = [np.searchsorted(row, x, side="right") for row, x in zip(cumulative, u, strict=True)]
+    return np.minimum(np.array(found, np.int64), scores.shape[-1] - 1)

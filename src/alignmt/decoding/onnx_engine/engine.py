@@ -14,6 +14,7 @@ import numpy as np
 from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.engine import Call, Engine, Searcher
 from alignmt.decoding.onnx_engine.model import OnnxModel
+from alignmt.decoding.onnx_engine.rows import select
 from alignmt.decoding.onnx_engine.search import search
 from alignmt.decoding.results import Hypothesis
 from alignmt.decoding.sample import sampler
@@ -32,7 +33,7 @@ class OnnxEngine(Engine):
 
     def searcher(self, call: Call) -> Searcher:
         if call.sampling is not None:
-            return sampler(self, call, self.model.bos_id, self.model.eos_id)
+            return sampler(self, call, self.model.bos_id, self.model.eos_id, select)
 
         def searched(
             sentences: list[list[int]], constraints: Sequence[Constraint | None] | None
