@@ -9,12 +9,14 @@ the k most probable tokens (top-k; Fan et al. 2018) and to the smallest set whos
 probability reaches p (nucleus, top-p; Holtzman et al. 2020). The probability reported for
 each drawn token is the model's own, before any of these.
 
-One NumPy generator, seeded once per translate call, draws every token by inverting the
-cumulative distribution with a uniform number, so the same seed, input and batch size give
-the same samples on either engine. A batch of up to `Call.width` sentences steps together
-until its last row ends. An engine that can take rows out of its state and memory between
-steps (`select`: ONNX Runtime's arrays) steps only the rows still going; one that compiles
-a program per shape (Flax) steps the ended rows on rather than compile another.
+One NumPy generator, seeded once per translate call, gives each batch of up to
+`Call.width` sentences a block of uniform numbers, one per sentence and output position
+(`uniform_block`), and every token is drawn by inverting the cumulative distribution with
+its number: the same seed, input and batch size give the same samples on every engine that
+draws this way. Here a batch steps together until its last row ends, and an engine that can
+take rows out of its state and memory between steps (`select`: ONNX Runtime's arrays)
+steps only the rows still going. The flax engine draws inside its compiled greedy loop with
+the same blocks and rules (flax_engine/search.py).
 """
 
 from __future__ import annotations
@@ -76,14 +78,12 @@ def _draw_batch(
     tokens: list[list[int]] = [[] for _ in sentences]
     scores: list[list[float]] = [[] for _ in sentences]
     alphas: list[list[np.ndarray]] = [[] for _ in sentences]
+    uniform = uniform_block(rng, limits)  # (L, B)
     for step in range(int(limits.max())):
         if call.check is not None:
             call.check()
         log_probs, state, alpha = engine.step(prev, state, memory)  # (N, V), (N, T_src)
-        # a uniform number for every sentence of the batch, going or not, so that the
-        # generator's stream is the same whether ended rows leave the batch or not
-        uniform = rng.random(len(sentences))[rows]
-        prev = draw(reshaped(log_probs, call.sampling), uniform)
+        prev = draw(reshaped(log_probs, call.sampling), uniform[step, rows])
         own = log_probs[np.arange(len(prev)), prev]
         for r in np.flatnonzero(going):
             b = rows[r]
@@ -102,6 +102,13 @@ def _draw_batch(
         Hypothesis(t, summed(s), stack_rows(a), s)
         for t, s, a in zip(tokens, scores, alphas, strict=True)
     ]
+
+
+def uniform_block(rng: np.random.Generator, limits: np.ndarray) -> np.ndarray:
+    """(L, B) uniform numbers in [0, 1) for a batch of B sentences whose longest output may
+    have L = max(limits) tokens: position i of sentence b draws with [i, b], whichever rows
+    an engine steps."""
+    return rng.random((int(limits.max()), len(limits)))
 
 
 def reshaped(scores: np.ndarray, sampling: Sampling) -> np.ndarray:

@@ -1,5 +1,6 @@
 """The flax engine: decoding a `FlaxSeq2Seq` with JAX, no torch.
 
 engine.py  `FlaxEngine`
-search.py  greedy and beam search compiled by XLA
+sample.py  sampling's draws inside the compiled greedy loop
+search.py  greedy and beam search compiled by XLA, and sampling in greedy's loop
 """

@@ -2,7 +2,7 @@
 torch.
 
 It searches with search.py (greedy or beam search compiled by XLA, once per padded batch
-shape), keeps each call's compiled search for the next call with the same settings, and
+shape, and sampling in greedy search's loop, sample.py), keeps each call's compiled search for the next call with the same settings, and
 hands back NumPy arrays. It decodes in float32 over the whole vocabulary, on a CPU or a GPU;
 the engine table (decoding/engine.py) says what it leaves to the torch engine.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -22,7 +23,6 @@ from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.engine import Call, Engine, Searcher
 from alignmt.decoding.flax_engine.search import FlaxSearch, apply_method, pad_batch
 from alignmt.decoding.results import Hypothesis
-from alignmt.decoding.sample import sampler
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 
 log = logging.getLogger(__name__)
@@ -44,9 +44,9 @@ class FlaxEngine(Engine):
         self._step = jax.jit(partial(_log_prob_step, model))
 
     def searcher(self, call: Call) -> Searcher:
-        if call.sampling is not None:  # drawn over `step` (decoding/sample.py)
-            return sampler(self, call, self.model.bos_id, self.model.eos_id)
         s = call.search
+        # sampling's settings but its seed: one compiled program for every seed
+        drawing = call.sampling and replace(call.sampling, seed=0, samples=1)
         key = (
             call.nbest,
             call.width,
@@ -54,17 +54,20 @@ class FlaxEngine(Engine):
             s.length_penalty,
             s.max_len_ratio,
             s.max_len_offset,
+            drawing,
         )
         if key not in self._searches:  # made once, so that it compiles once per shape
-            options = dict(nbest=call.nbest, batch_size=call.width)
+            options = dict(nbest=call.nbest, batch_size=call.width, sampling=drawing)
             self._searches[key] = FlaxSearch(self.model, self.params, s, **options)
         search = self._searches[key]
+        # one generator for the call, as every engine samples (decoding/sample.py)
+        rng = call.sampling and np.random.default_rng(call.sampling.seed)
 
         def searched(
             sentences: list[list[int]], constraints: Sequence[Constraint | None] | None
         ) -> list[list[Hypothesis]]:
             before = search.compilations
-            found = search(sentences, check=call.check)
+            found = search(sentences, check=call.check, rng=rng)
             log.info("flax search: %d jit compilations", search.compilations - before)
             return found
 

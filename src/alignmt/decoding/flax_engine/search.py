@@ -1,4 +1,5 @@
-"""Greedy and beam search over a `FlaxSeq2Seq`, compiled by XLA.
+"""Greedy and beam search over a `FlaxSeq2Seq`, compiled by XLA, and sampling in greedy
+search's loop (sample.py).
 
 The torch engine's searches (torch_engine/search.py) in JAX: a batch runs as one
 `jax.lax.while_loop` over output steps in `jax.jit`, until all its sentences stop or its
@@ -13,6 +14,7 @@ Wu et al. 2016, eq. 14); only rounding differs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -22,8 +24,16 @@ import numpy as np
 
 from alignmt.config import SearchConfig
 from alignmt.decoding.engine import Check
+from alignmt.decoding.flax_engine.sample import drawn
 from alignmt.decoding.results import Hypothesis
-from alignmt.decoding.rules import cannot_improve, check_search_args, length_penalty, max_output_len
+from alignmt.decoding.rules import (
+    Sampling,
+    cannot_improve,
+    check_search_args,
+    length_penalty,
+    max_output_len,
+)
+from alignmt.decoding.sample import uniform_block
 from alignmt.model.flax_distribution import LogProbs
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 
@@ -100,16 +110,26 @@ def _repeat(fields: Any, times: int) -> Any:
 
 
 def greedy_search(
-    model: FlaxSeq2Seq, params: Params, src: Array, src_len: Array, limit: Array, *, max_len: int
+    model: FlaxSeq2Seq,
+    params: Params,
+    src: Array,
+    src_len: Array,
+    limit: Array,
+    uniform: Array | None = None,
+    *,
+    max_len: int,
+    sampling: Sampling | None = None,
 ) -> Output:
-    """The most probable token at every step, as the torch engine's greedy search picks it: an
-    `Output` with n = 1.
+    """The most probable token at every step, as the torch engine's greedy search picks it, or
+    with `sampling` a token drawn (sample.py): an `Output` with n = 1.
 
     Args:
         model, params: the model and its parameters.
         src: (B, T_src) int32 source ids ending in </s>, padded; src_len: (B,) int32 >= 1.
         limit: (B,) int32 each sentence's length limit (`max_output_len`); 0: padding.
+        uniform: (max_len, B) with `sampling`: each position's uniform number, per row.
         max_len: static: at least limit.max(), the length of the output arrays.
+        sampling: static: how to reshape each step's distribution; None: greedy search.
     """
     memory, state = apply_method(model, params, "encode", src, src_len)
     batch, eos = src.shape[0], model.eos_id
@@ -127,7 +147,10 @@ def greedy_search(
 
     def body(g: Greedy) -> Greedy:
         dist, state, alpha = apply_method(model, params, "decode_step", g.prev, g.state, memory)
-        best, best_log_prob = dist.best()  # (B,) each
+        if sampling is None:
+            best, best_log_prob = dist.best()  # (B,) each
+        else:
+            best, best_log_prob = drawn(dist, sampling, uniform[g.step])
         live = ~g.done  # stopped rows run on, but their outputs no longer change
         token = jnp.where(live, best.astype(jnp.int32), eos)
         length = jnp.where(live, g.step + 1, g.length)
@@ -320,14 +343,20 @@ class FlaxSearch:
         *,
         nbest: int = 1,
         batch_size: int = 64,
+        sampling: Sampling | None = None,
     ) -> None:
-        """`search`: beam_size, length_penalty and the length limit; nbest <= beam_size."""
+        """`search`: beam_size, length_penalty and the length limit; nbest <= beam_size;
+        `sampling` (with beam_size 1): draw each token instead, its seed aside (each call
+        is given its generator)."""
         check_search_args(search.beam_size, nbest, batch_size)
         self.model, self.params, self.alpha = model, params, search.length_penalty
         self.limits = (search.max_len_ratio, search.max_len_offset)
         self.batch_size, self.static = batch_size, dict(beam_size=search.beam_size, nbest=nbest)
+        if sampling is not None:  # static: its seed aside, one program for every seed
+            self.static["sampling"] = replace(sampling, seed=0, samples=1)
         self.shapes: list[tuple[int, int]] = []  # (B, T_src) of each trace, i.e. compilation
-        self._search = jax.jit(self._traced, static_argnames=("beam_size", "max_len", "nbest"))
+        static = ("beam_size", "max_len", "nbest", "sampling")
+        self._search = jax.jit(self._traced, static_argnames=static)
 
     @property
     def compilations(self) -> int:
@@ -335,37 +364,62 @@ class FlaxSearch:
         return len(self.shapes)
 
     def __call__(
-        self, sources: Sequence[Sequence[int]], check: Check | None = None
+        self,
+        sources: Sequence[Sequence[int]],
+        check: Check | None = None,
+        rng: np.random.Generator | None = None,
     ) -> list[list[Hypothesis]]:
         """Search each source (ids ending in </s>); returns each sentence's nbest
         hypotheses, best first (fewer only where fewer have a nonzero probability). `check`
-        is called before each batch (a compiled loop cannot stop between its steps)."""
+        is called before each batch (a compiled loop cannot stop between its steps); `rng`
+        gives a sampling search's uniform numbers, a block a batch."""
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         out: list[list[Hypothesis]] = [[] for _ in sources]
         for start in range(0, len(order), self.batch_size):
             rows = order[start : start + self.batch_size]
             if check is not None:
                 check()
-            for i, hyps in zip(rows, self._batch([sources[i] for i in rows]), strict=True):
+            found = self._batch([sources[i] for i in rows], rng)
+            for i, hyps in zip(rows, found, strict=True):
                 out[i] = hyps
         return out
 
-    def _traced(self, params, src, src_len, limit, alpha, *, beam_size, max_len, nbest):
+    def _traced(
+        self,
+        params,
+        src,
+        src_len,
+        limit,
+        alpha,
+        uniform,
+        *,
+        beam_size,
+        max_len,
+        nbest,
+        sampling=None,
+    ):
         self.shapes.append(src.shape)  # Python runs only while jax traces a new shape
         args = (self.model, params, src, src_len, limit)
         if beam_size == 1:
-            return greedy_search(*args, max_len=max_len)
+            return greedy_search(*args, uniform, max_len=max_len, sampling=sampling)
         return beam_search(*args, alpha, beam_size=beam_size, max_len=max_len, nbest=nbest)
 
-    def _batch(self, sources: list[Sequence[int]]) -> list[list[Hypothesis]]:
+    def _batch(
+        self, sources: list[Sequence[int]], rng: np.random.Generator | None
+    ) -> list[list[Hypothesis]]:
         """One batch padded to its bucket, searched."""
         src, src_len = pad_batch(sources, min(bucket(len(sources)), self.batch_size), self.model)
         limit = max_output_len(src_len, *self.limits).astype(np.int32)
         limit[len(sources) :] = 0
         max_len = int(max_output_len([src.shape[1]], *self.limits)[0])
+        uniform = None
+        if "sampling" in self.static:  # the block decoding/sample.py draws, padded
+            block = uniform_block(rng, limit[: len(sources)])  # (L, n)
+            uniform = np.zeros((max_len, len(src)), np.float32)
+            uniform[: len(block), : len(sources)] = block
         # full float32 matmuls, not TF32 or bfloat16 passes: candidates rank as in PyTorch
         with jax.default_matmul_precision("highest"):
-            args = (self.params, src, src_len, limit, np.float32(self.alpha))
+            args = (self.params, src, src_len, limit, np.float32(self.alpha), uniform)
             out = self._search(*args, max_len=max_len, **self.static)
         return _hypotheses(jax.device_get(out), src_len[: len(sources)])
 
