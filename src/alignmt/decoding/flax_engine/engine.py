@@ -2,9 +2,10 @@
 torch.
 
 It searches with search.py (greedy or beam search compiled by XLA, once per padded batch
-shape, and sampling in greedy search's loop, sample.py), keeps each call's compiled search for the next call with the same settings, and
-hands back NumPy arrays. It decodes in float32 over the whole vocabulary, on a CPU or a GPU;
-the engine table (decoding/engine.py) says what it leaves to the torch engine.
+shape, and sampling in greedy search's loop, sample.py), keeps each call's compiled search
+for the next call with the same settings, and hands back NumPy arrays. It decodes in float32
+over the whole vocabulary, on a CPU or a GPU; the engine table (decoding/engine.py) says
+what it leaves to the torch engine.
 """
 
 from __future__ import annotations

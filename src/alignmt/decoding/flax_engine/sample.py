@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from alignmt.decoding.rules import Sampling
+from alignmt.decoding.sample import uniform_block
 from alignmt.model.flax_distribution import LogProbs
 
 Array = jax.Array
@@ -26,6 +28,17 @@ def drawn(dist: LogProbs, sampling: Sampling, uniform: Array) -> tuple[Array, Ar
     token = jnp.minimum(passed.sum(axis=-1), scores.shape[-1] - 1)
     log_p = jnp.take_along_axis(dist.full(), token[:, None], axis=-1)[:, 0]
     return token, log_p
+
+
+def uniform_rows(
+    rng: np.random.Generator, limit: np.ndarray, sentences: int, max_len: int
+) -> np.ndarray:
+    """(max_len, B) the uniform numbers of a padded batch: its first `sentences` rows' block
+    (decoding/sample.py's `uniform_block` of their limits), zeros elsewhere."""
+    block = uniform_block(rng, limit[:sentences])  # (L, sentences)
+    uniform = np.zeros((max_len, len(limit)), np.float32)
+    uniform[: len(block), :sentences] = block
+    return uniform
 
 
 def reshaped(scores: Array, sampling: Sampling) -> Array:

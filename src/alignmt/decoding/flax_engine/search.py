@@ -24,16 +24,9 @@ import numpy as np
 
 from alignmt.config import SearchConfig
 from alignmt.decoding.engine import Check
-from alignmt.decoding.flax_engine.sample import drawn
+from alignmt.decoding.flax_engine.sample import Sampling, drawn, uniform_rows
 from alignmt.decoding.results import Hypothesis
-from alignmt.decoding.rules import (
-    Sampling,
-    cannot_improve,
-    check_search_args,
-    length_penalty,
-    max_output_len,
-)
-from alignmt.decoding.sample import uniform_block
+from alignmt.decoding.rules import cannot_improve, check_search_args, length_penalty, max_output_len
 from alignmt.model.flax_distribution import LogProbs
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 
@@ -132,18 +125,7 @@ def greedy_search(
         sampling: static: how to reshape each step's distribution; None: greedy search.
     """
     memory, state = apply_method(model, params, "encode", src, src_len)
-    batch, eos = src.shape[0], model.eos_id
-    carry = Greedy(
-        step=jnp.int32(0),
-        prev=jnp.full((batch,), model.bos_id, jnp.int32),
-        state=state,
-        done=limit <= 0,
-        length=jnp.zeros((batch,), jnp.int32),
-        score=jnp.zeros((batch,), jnp.float32),
-        tokens=jnp.full((max_len, batch), eos, jnp.int32),
-        token_scores=jnp.zeros((max_len, batch), jnp.float32),
-        attention=jnp.zeros((max_len, *src.shape)) if model.has_attention else None,
-    )
+    eos = model.eos_id
 
     def body(g: Greedy) -> Greedy:
         dist, state, alpha = apply_method(model, params, "decode_step", g.prev, g.state, memory)
@@ -167,12 +149,29 @@ def greedy_search(
             attention=None if alpha is None else g.attention.at[g.step].set(alpha),
         )
 
+    carry = _first_greedy(model, state, src.shape, limit, max_len)
     g = jax.lax.while_loop(partial(_running, max_len), body, carry)
     attention = None if g.attention is None else g.attention.transpose(1, 0, 2)[:, None]
     found = (limit > 0)[:, None]
     scores = g.token_scores.T[:, None]
     return Output(
         g.tokens.T[:, None], g.length[:, None], g.score[:, None], scores, found, attention, g.length
+    )
+
+
+def _first_greedy(model: FlaxSeq2Seq, state: Any, shape: tuple, limit: Array, max_len: int):
+    """The carry before the first step, for a source batch of `shape` (B, T_src)."""
+    batch = shape[0]
+    return Greedy(
+        step=jnp.int32(0),
+        prev=jnp.full((batch,), model.bos_id, jnp.int32),
+        state=state,
+        done=limit <= 0,
+        length=jnp.zeros((batch,), jnp.int32),
+        score=jnp.zeros((batch,), jnp.float32),
+        tokens=jnp.full((max_len, batch), model.eos_id, jnp.int32),
+        token_scores=jnp.zeros((max_len, batch), jnp.float32),
+        attention=jnp.zeros((max_len, *shape)) if model.has_attention else None,
     )
 
 
@@ -412,11 +411,8 @@ class FlaxSearch:
         limit = max_output_len(src_len, *self.limits).astype(np.int32)
         limit[len(sources) :] = 0
         max_len = int(max_output_len([src.shape[1]], *self.limits)[0])
-        uniform = None
-        if "sampling" in self.static:  # the block decoding/sample.py draws, padded
-            block = uniform_block(rng, limit[: len(sources)])  # (L, n)
-            uniform = np.zeros((max_len, len(src)), np.float32)
-            uniform[: len(block), : len(sources)] = block
+        sampled = "sampling" in self.static
+        uniform = uniform_rows(rng, limit, len(sources), max_len) if sampled else None
         # full float32 matmuls, not TF32 or bfloat16 passes: candidates rank as in PyTorch
         with jax.default_matmul_precision("highest"):
             args = (self.params, src, src_len, limit, np.float32(self.alpha), uniform)
