@@ -47,7 +47,8 @@ class FlaxEngine(Engine):
     def searcher(self, call: Call) -> Searcher:
         s = call.search
         # sampling's settings but its seed: one compiled program for every seed
-        drawing = call.sampling and replace(call.sampling, seed=0, samples=1)
+        sampling = call.sampling
+        drawing = None if sampling is None else replace(sampling, seed=0, samples=1)
         key = (
             call.nbest,
             call.width,
@@ -62,7 +63,7 @@ class FlaxEngine(Engine):
             self._searches[key] = FlaxSearch(self.model, self.params, s, **options)
         search = self._searches[key]
         # one generator for the call, as every engine samples (decoding/sample.py)
-        rng = call.sampling and np.random.default_rng(call.sampling.seed)
+        rng = None if sampling is None else np.random.default_rng(sampling.seed)
 
         def searched(
             sentences: list[list[int]], constraints: Sequence[Constraint | None] | None
