@@ -183,13 +183,14 @@ def test_opening_asks_the_table_first(toy_run, exported):
             "the coverage penalty",
             "onnxruntime",
         ),
-        (lambda: open_translator([exported, toy_run]), "an ensemble", "onnxruntime"),
     ]
     for opened, feature, engine in refusals:
         with pytest.raises(Unavailable, match=rf"^{feature} is not available with the {engine}"):
             opened()
     with pytest.raises(ValueError, match="an exported model runs on ONNX Runtime, not flax"):
         open_translator(exported, engine="flax")
+    with pytest.raises(ValueError, match="an exported model ensembles with exported models"):
+        open_translator([exported, toy_run])
     with pytest.raises(ValueError, match="not an exported folder"):
         open_translator(toy_run, engine="onnxruntime")
     with pytest.raises(ValueError, match="a checkpoint loaded in memory runs on the torch"):

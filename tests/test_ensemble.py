@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -131,3 +132,41 @@ def test_the_server_translates_with_an_ensemble_and_refuses_to_step_through_it(t
         assert texts == [h[0].text for h in expected]
         refused = client.post("/v1/step", json={"model": "run+twin", "sentence": LINES[0]})
         assert refused.status_code == 422 and "not available with an ensemble" in refused.text
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_exported_members_decode_on_onnx_runtime_as_the_torch_ensemble(
+    toy_run, twin, tmp_path, beam
+):
+    """An ensemble of exported folders (and one with a member without attention) searches on
+    ONNX Runtime as PyTorch's ensemble of their run folders does, n-best and rows refilled as
+    sentences end included; and samples."""
+    pytest.importorskip("onnxruntime")
+    from alignmt.decoding.rules import Sampling
+    from alignmt.decoding.torch_engine.export import export_onnx
+
+    vanilla = vanilla_twin(toy_run, tmp_path / "vanilla")
+    for runs in ([toy_run, twin], [toy_run, vanilla]):
+        folders = [tmp_path / f"onnx_{i}" for i in range(len(runs))]
+        for run, folder in zip(runs, folders, strict=True):
+            export_onnx(load_checkpoint(run), folder)
+        onnx = ensemble(folders, beam_size=beam)
+        assert onnx.engine.name == "onnxruntime"
+        nbest = 1 if beam == 1 else 3
+        want = ensemble(runs, beam_size=beam).translate(LINES, nbest=nbest, batch_size=2)
+        got = onnx.translate(LINES, nbest=nbest, batch_size=2)
+        for ours, theirs in zip(got, want, strict=True):
+            assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+            assert [h.score for h in ours] == pytest.approx([h.score for h in theirs], abs=1e-4)
+            np.testing.assert_allclose(ours[0].attention, theirs[0].attention, atol=1e-5)
+    drawn = onnx.translate(LINES[:2], sampling=Sampling(samples=3, seed=2))
+    assert [len(hyps) for hyps in drawn] == [3, 3]
+
+
+def test_an_ensemble_of_exported_and_run_folders_is_refused_by_name(toy_run, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from alignmt.decoding.torch_engine.export import export_onnx
+
+    export_onnx(load_checkpoint(toy_run), tmp_path / "onnx")
+    with pytest.raises(ValueError, match=r"onnx: an exported model ensembles with exported"):
+        ensemble([tmp_path / "onnx", toy_run])

@@ -93,11 +93,13 @@ def test_an_exported_model_samples_the_same_outputs_for_the_same_seed(clients):
     assert first.json()["translations"] == again.json()["translations"]
 
 
-def test_an_exported_folder_is_not_served_on_a_gpu_or_in_an_ensemble(toy_run, exported):
+def test_an_exported_folder_is_not_served_on_a_gpu_nor_ensembled_with_a_run(toy_run, exported):
     with pytest.raises(ValueError, match=r"a GPU is not available with the onnxruntime engine"):
         load_models([exported], device="cuda")
-    with pytest.raises(ValueError, match="an ensemble is not available with the onnxruntime"):
+    with pytest.raises(ValueError, match="an exported model ensembles with exported models"):
         load_models([f"{exported}+{toy_run}"])
+    (model,) = load_models([f"{exported}+{exported}"]).values()  # exported ones ensemble
+    assert model.translator.engine.name == "onnxruntime"
 
 
 SERVE_WITHOUT_TORCH = """

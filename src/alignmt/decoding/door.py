@@ -4,8 +4,9 @@ whichever engine runs it (decoding/engine.py). The command line, the server, the
 evaluation and the benchmarks all open models here.
 
 What the model must do is checked against its engine's table before anything is loaded:
-an exported folder runs on ONNX Runtime, on the CPU; an ensemble, bfloat16, a shortlist
-and the coverage penalty are the torch engine's. Each engine's framework is imported only
+an exported folder runs on ONNX Runtime, on the CPU; an ensemble is the torch engine's and
+ONNX Runtime's (of run folders, or of exported ones), and bfloat16, a shortlist and the
+coverage penalty the torch engine's. Each engine's framework is imported only
 when a model needs it, so that opening an exported folder loads neither torch nor JAX.
 """
 
@@ -46,7 +47,8 @@ def open_translator(
     Args:
         path: a run folder, a .safetensors checkpoint or an exported folder, or a
             checkpoint already loaded (`load_checkpoint`: it decodes where its model is); a
-            list of run folders or checkpoints decodes as one ensemble (the torch engine's).
+            list of run folders or checkpoints decodes as one ensemble (the torch engine's),
+            and a list of exported folders as one on ONNX Runtime.
         engine: "auto" runs an exported folder on ONNX Runtime and the rest on PyTorch;
             "flax" runs a run folder on JAX/Flax.
         device: "auto", "cpu", "cuda" or "cuda:N" (auto: a GPU when the framework sees one;
@@ -76,7 +78,7 @@ def open_translator(
     if threads < 0:
         raise ValueError(f"threads must be 0 (the framework's default) or more, got {threads}")
     if name == "onnxruntime":  # on the CPU, in float32 or int8: the checks said so
-        return _onnx(paths[0], search, changes, threads)
+        return _onnx(paths, search, changes, threads)
     if name == "flax":  # in float32: the checks said so
         if threads:
             raise ValueError(
@@ -99,6 +101,11 @@ def _engine_for(paths: list[str | Path], asked: Asked) -> EngineName:
         raise ValueError(f"a checkpoint loaded in memory runs on the torch engine, not {asked}")
     if exported and asked not in ("auto", "onnxruntime"):
         raise ValueError(f"{exported[0]}: an exported model runs on ONNX Runtime, not {asked}")
+    if exported and len(exported) < len(paths):
+        raise ValueError(
+            f"{exported[0]}: an exported model ensembles with exported models only, on ONNX "
+            "Runtime; export the other members too, or ensemble their run folders"
+        )
     if asked == "onnxruntime" and not exported:
         raise ValueError(f"{paths[0]}: not an exported folder; `alignmt export` writes one")
     if exported:
@@ -173,7 +180,7 @@ def _torch(
 ) -> Translator:
     """Run folders or checkpoints on PyTorch; several as one ensemble."""
     from alignmt.decoding.torch_engine.engine import TorchEngine
-    from alignmt.decoding.torch_engine.ensemble import Ensemble, check_shared
+    from alignmt.decoding.torch_engine.ensemble import Ensemble
     from alignmt.model.device import pick_device
 
     where = pick_device(device)
@@ -201,6 +208,26 @@ def _torch(
     return _translator(
         engine, search, Origin(folder, first, reopen if len(ckpts) == 1 and folder else None)
     )
+
+
+def check_shared(ckpts: Sequence[Header], names: Sequence[str]) -> None:
+    """Refuse an ensemble's members (checkpoints, or exported folders' headers) that do not
+    share tokenizers and vocabularies (so that they read the same source ids and write the
+    same target ones), naming the one that differs by `names`."""
+    first = ckpts[0]
+    for name, ckpt in zip(names[1:], ckpts[1:], strict=True):
+        for side, ours, theirs in (
+            ("target vocabulary", first.tgt_vocab, ckpt.tgt_vocab),
+            ("source vocabulary", first.src_vocab, ckpt.src_vocab),
+            ("target tokenizer", first.tgt_tokenizer.to_json(), ckpt.tgt_tokenizer.to_json()),
+            ("source tokenizer", first.src_tokenizer.to_json(), ckpt.src_tokenizer.to_json()),
+        ):
+            if ours != theirs:
+                raise ValueError(
+                    f"{name}: its {side} differs from that of {names[0]}; an ensemble's "
+                    "models must be trained on the same data with the same tokenizer and "
+                    "vocabulary settings"
+                )
 
 
 def _existing_snapshot(folder: Path, step: int, path: Path) -> Path:
@@ -234,13 +261,15 @@ def _flax(path: str | Path, device: str, search: SearchConfig | None, changes: d
 
 
 def _onnx(
-    path: str | Path, search: SearchConfig | None, changes: dict, threads: int = 0
+    paths: list[str | Path], search: SearchConfig | None, changes: dict, threads: int = 0
 ) -> Translator:
     """A folder `alignmt export` wrote, on ONNX Runtime and NumPy: float32, or its int8
-    graphs where the search asks for int8 weights."""
+    graphs where the search asks for int8 weights; several as one ensemble."""
     from alignmt.decoding.onnx_engine.engine import OnnxEngine
+    from alignmt.decoding.onnx_engine.ensemble import OnnxEnsemble
     from alignmt.decoding.onnx_engine.model import OnnxModel
 
+    path = paths[0]
     header = OnnxModel.read_header(path)
     asked_int8 = "int8" in _searches(search, changes)
     search = _search_of("onnxruntime", header.config.search, search, changes)
@@ -253,9 +282,15 @@ def _onnx(
             path,
         )
         search = replace(search, weights="float32")
-    model = OnnxModel(path, threads=threads, int8=search.weights == "int8")
-    engine = OnnxEngine(model)
-    return _translator(engine, search, Origin(Path(path), model.header))
+    int8 = search.weights == "int8"
+    if len(paths) > 1:
+        names = [_named(p, i) for i, p in enumerate(paths)]
+        check_shared([OnnxModel.read_header(p) for p in paths], names)
+        models = [OnnxModel(p, threads=threads, int8=int8) for p in paths]
+        engine = OnnxEngine(OnnxEnsemble(models, names))
+    else:
+        engine = OnnxEngine(OnnxModel(path, threads=threads, int8=int8))
+    return _translator(engine, search, Origin(Path(path), header))
 
 
 def _translator(engine: Any, search: SearchConfig, origin: Origin) -> Translator:

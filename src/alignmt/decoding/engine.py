@@ -60,7 +60,7 @@ def needs(method: Method) -> Feature:
 FEATURES: dict[EngineName, frozenset[Feature]] = {
     "torch": EVERY,
     "flax": frozenset({"a GPU", "sampling"}),
-    "onnxruntime": frozenset({"int8", "sampling"}),
+    "onnxruntime": frozenset({"int8", "sampling", "an ensemble"}),
     "browser": frozenset({"int8", "stepping through the decoder"}),
 }
 INSTEAD: dict[EngineName, str] = {

@@ -13,6 +13,7 @@ import numpy as np
 
 from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.engine import Call, Engine, Searcher
+from alignmt.decoding.onnx_engine.ensemble import OnnxEnsemble
 from alignmt.decoding.onnx_engine.model import OnnxModel
 from alignmt.decoding.onnx_engine.rows import select
 from alignmt.decoding.onnx_engine.search import search
@@ -25,11 +26,11 @@ class OnnxEngine(Engine):
 
     name = "onnxruntime"
 
-    def __init__(self, model: OnnxModel) -> None:
+    def __init__(self, model: OnnxModel | OnnxEnsemble) -> None:
         self.model = model
         self.has_attention = model.has_attention
         self.copies = model.copies
-        self.parameters = int(model.manifest["parameters"])
+        self.parameters = model.parameters
 
     def searcher(self, call: Call) -> Searcher:
         if call.sampling is not None:

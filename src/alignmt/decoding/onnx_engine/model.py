@@ -34,6 +34,7 @@ class OnnxModel:
         self.encoder = _session(folder / encoder, options)
         self.step_graph = _session(folder / step, options)
         self.copies = bool(self.manifest.get("copies", False))
+        self.parameters = int(self.manifest["parameters"])
         width, words = self.step_graph.get_outputs()[0].shape[-1], len(self.header.tgt_vocab)
         if width != words and not self.copies:  # a graph copied in from another export
             raise ValueError(

@@ -23,32 +23,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from alignmt.checkpoint.torch_io import Checkpoint
 from alignmt.decoding.torch_engine.steps import full_precision
 from alignmt.model.distribution import LogProbs
 from alignmt.model.seq2seq import Seq2Seq
 
 Layout = list[tuple[Any, int]]  # each member's state (or memory) type and field count
-
-
-def check_shared(ckpts: Sequence[Checkpoint], names: Sequence[str]) -> None:
-    """Refuse checkpoints that do not share tokenizers and vocabularies (so that they read
-    the same source ids and write the same target ones), naming the one that differs by
-    `names`."""
-    first = ckpts[0]
-    for name, ckpt in zip(names[1:], ckpts[1:], strict=True):
-        for side, ours, theirs in (
-            ("target vocabulary", first.tgt_vocab, ckpt.tgt_vocab),
-            ("source vocabulary", first.src_vocab, ckpt.src_vocab),
-            ("target tokenizer", first.tgt_tokenizer.to_json(), ckpt.tgt_tokenizer.to_json()),
-            ("source tokenizer", first.src_tokenizer.to_json(), ckpt.src_tokenizer.to_json()),
-        ):
-            if ours != theirs:
-                raise ValueError(
-                    f"{name}: its {side} differs from that of {names[0]}; an ensemble's "
-                    "models must be trained on the same data with the same tokenizer and "
-                    "vocabulary settings"
-                )
 
 
 class Ensemble(nn.Module):
