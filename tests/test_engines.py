@@ -175,7 +175,7 @@ def test_opening_asks_the_table_first(toy_run, exported):
     refusals = [
         (lambda: open_translator(toy_run, engine="flax", weights="int8"), "int8", "flax"),
         (lambda: open_translator(toy_run, engine="flax", precision="bfloat16"), "bfloat16", "flax"),
-        (lambda: open_translator([toy_run, toy_run], engine="flax"), "an ensemble", "flax"),
+        (lambda: open_translator(toy_run, engine="flax", shortlist=5), "a shortlist", "flax"),
         (lambda: open_translator(exported, device="cuda"), "a GPU", "onnxruntime"),
         (lambda: open_translator(exported, shortlist=5), "a shortlist", "onnxruntime"),
         (

@@ -36,8 +36,8 @@ def twin(toy_run, tmp_path_factory):
     return folder
 
 
-def ensemble(runs, **search) -> Translator:
-    return open_translator([str(r) for r in runs], device="cpu", **search)
+def ensemble(runs, engine: str = "auto", **search) -> Translator:
+    return open_translator([str(r) for r in runs], engine=engine, device="cpu", **search)
 
 
 def single(run, **search) -> Translator:
@@ -170,3 +170,25 @@ def test_an_ensemble_of_exported_and_run_folders_is_refused_by_name(toy_run, tmp
     export_onnx(load_checkpoint(toy_run), tmp_path / "onnx")
     with pytest.raises(ValueError, match=r"onnx: an exported model ensembles with exported"):
         ensemble([tmp_path / "onnx", toy_run])
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_run_folders_ensemble_on_the_flax_engine_as_on_pytorch(toy_run, twin, tmp_path, beam):
+    """The flax engine's ensemble (its compiled searches over every member's step) against
+    PyTorch's: a member without attention too, n-best, and sampling."""
+    pytest.importorskip("jax")
+    from alignmt.decoding.rules import Sampling
+
+    vanilla = vanilla_twin(toy_run, tmp_path / "vanilla")
+    nbest = 1 if beam == 1 else 3
+    for runs in ([toy_run, twin], [toy_run, vanilla]):
+        flax = ensemble(runs, beam_size=beam, engine="flax")
+        assert flax.engine.name == "flax"
+        want = ensemble(runs, beam_size=beam).translate(LINES, nbest=nbest, batch_size=2)
+        got = flax.translate(LINES, nbest=nbest, batch_size=2)
+        for ours, theirs in zip(got, want, strict=True):
+            assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+            assert [h.score for h in ours] == pytest.approx([h.score for h in theirs], abs=1e-4)
+            np.testing.assert_allclose(ours[0].attention, theirs[0].attention, atol=1e-5)
+    drawn = flax.translate(LINES[:2], sampling=Sampling(samples=3, seed=2))
+    assert [len(hyps) for hyps in drawn] == [3, 3]

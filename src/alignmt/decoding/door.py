@@ -4,9 +4,9 @@ whichever engine runs it (decoding/engine.py). The command line, the server, the
 evaluation and the benchmarks all open models here.
 
 What the model must do is checked against its engine's table before anything is loaded:
-an exported folder runs on ONNX Runtime, on the CPU; an ensemble is the torch engine's and
-ONNX Runtime's (of run folders, or of exported ones), and bfloat16, a shortlist and the
-coverage penalty the torch engine's. Each engine's framework is imported only
+an exported folder runs on ONNX Runtime, on the CPU; every engine ensembles (run folders on
+PyTorch or Flax, exported ones on ONNX Runtime), and bfloat16, a shortlist and the coverage
+penalty are the torch engine's. Each engine's framework is imported only
 when a model needs it, so that opening an exported folder loads neither torch nor JAX.
 """
 
@@ -85,7 +85,7 @@ def open_translator(
                 f"threads={threads}: JAX fixes its CPU threads when it starts, and the flax "
                 "engine cannot change them: leave threads at 0"
             )
-        return _flax(paths[0], device, search, changes)
+        return _flax(paths, device, search, changes)
     if threads:
         import torch
 
@@ -241,23 +241,32 @@ def _existing_snapshot(folder: Path, step: int, path: Path) -> Path:
     return path
 
 
-def _flax(path: str | Path, device: str, search: SearchConfig | None, changes: dict) -> Translator:
-    """A run folder or checkpoint on JAX/Flax, in float32."""
+def _flax(
+    paths: list[str | Path], device: str, search: SearchConfig | None, changes: dict
+) -> Translator:
+    """A run folder or checkpoint on JAX/Flax, in float32; several as one ensemble."""
     try:
         import jax
 
         from alignmt.checkpoint.flax_io import load_flax
         from alignmt.decoding.flax_engine.engine import FlaxEngine
+        from alignmt.decoding.flax_engine.ensemble import FlaxEnsemble
         from alignmt.model.flax_device import jax_device
     except ImportError as missing:
         raise ValueError(f"the flax engine needs the [flax] extra ({missing})") from None
     where = jax_device(device)  # a bad --device is said before the weights are read
-    ckpt = load_flax(path)
+    ckpts = [load_flax(path) for path in paths]
+    ckpt = ckpts[0]
     search = _search_of("flax", ckpt.config.search, search, changes)
-    params = jax.device_put(ckpt.params, where)
-    engine = FlaxEngine(ckpt.model, params)
+    if len(ckpts) == 1:
+        model, params = ckpt.model, ckpt.params
+    else:
+        check_shared(ckpts, [_named(p, i) for i, p in enumerate(paths)])
+        model = FlaxEnsemble(tuple(c.model for c in ckpts))
+        params = {f"members_{i}": c.params for i, c in enumerate(ckpts)}
+    engine = FlaxEngine(model, jax.device_put(params, where))
     header = Header(**{f.name: getattr(ckpt, f.name) for f in fields(Header)})  # no weights
-    return _translator(engine, search, Origin(_folder(path), header))
+    return _translator(engine, search, Origin(_folder(paths[0]), header))
 
 
 def _onnx(

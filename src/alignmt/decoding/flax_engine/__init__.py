@@ -1,6 +1,7 @@
 """The flax engine: decoding a `FlaxSeq2Seq` with JAX, no torch.
 
-engine.py  `FlaxEngine`
-sample.py  sampling's draws inside the compiled greedy loop
-search.py  greedy and beam search compiled by XLA, and sampling in greedy's loop
+engine.py    `FlaxEngine`
+ensemble.py  Flax models decoding as one, by their mean log-probabilities
+sample.py    sampling's draws inside the compiled greedy loop
+search.py    greedy and beam search compiled by XLA, and sampling in greedy's loop
 """
