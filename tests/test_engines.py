@@ -131,6 +131,23 @@ def test_each_engines_search_is_the_reference_beam_search_over_its_own_step(
             assert hyp.attention.shape == (len(hyp.tokens), len(src))
 
 
+def test_onnxruntime_ranks_by_the_coverage_penalty_as_pytorch_does(toy_run, exported):
+    """Each row's summed attention rides in the state through refills and reorderings:
+    the same n-best, scores and order as the torch engine's, sentences sharing rows; and a
+    penalty of 2 reorders some sentence's n-best here."""
+    want = open_translator(toy_run, device="cpu", coverage_penalty=2.0, beam_size=3)
+    got = open_translator(exported, coverage_penalty=2.0, beam_size=3)
+    found = got.translate(LINES, nbest=3, batch_size=2)
+    for ours, theirs in zip(found, want.translate(LINES, nbest=3, batch_size=2), strict=True):
+        assert [h.tokens for h in ours] == [h.tokens for h in theirs]
+        assert [h.score for h in ours] == pytest.approx([h.score for h in theirs], abs=1e-4)
+    plain = open_translator(exported, beam_size=3).translate(LINES, nbest=3, batch_size=2)
+    moved = [
+        [h.tokens for h in a] != [h.tokens for h in b] for a, b in zip(found, plain, strict=True)
+    ]
+    assert any(moved)
+
+
 def test_the_reference_search_finds_the_better_sequence_that_greedy_misses():
     """Greedy takes X (0.6), then </s> (0.5): 0.30; beam search finds Y, </s>: 0.4 x 0.9."""
     X, Y, EOS = 3, 4, 2
@@ -179,9 +196,9 @@ def test_opening_asks_the_table_first(toy_run, exported):
         (lambda: open_translator(exported, device="cuda"), "a GPU", "onnxruntime"),
         (lambda: open_translator(exported, shortlist=5), "a shortlist", "onnxruntime"),
         (
-            lambda: open_translator(exported, coverage_penalty=0.2),
+            lambda: open_translator(toy_run, engine="flax", coverage_penalty=0.2),
             "the coverage penalty",
-            "onnxruntime",
+            "flax",
         ),
     ]
     for opened, feature, engine in refusals:
@@ -200,16 +217,17 @@ def test_opening_asks_the_table_first(toy_run, exported):
 def test_a_stored_search_the_engine_cannot_run_is_turned_off_with_a_warning(
     toy_run, tmp_path, caplog
 ):
-    """A run that searched with the coverage penalty, or with int8 weights, exported without
-    them: the onnxruntime engine decodes without and says so, where asking outright is
-    refused."""
+    """A run that searched with a shortlist, or with int8 weights, exported without them: the
+    onnxruntime engine decodes without and says so, where asking outright is refused; the
+    coverage penalty it keeps."""
     ckpt = load_checkpoint(toy_run)
-    ckpt.config.search = replace(ckpt.config.search, coverage_penalty=0.3)
+    ckpt.config.search = replace(ckpt.config.search, shortlist=5, coverage_penalty=0.3)
     export_onnx(ckpt, tmp_path / "onnx")
     translator = open_translator(tmp_path / "onnx")
-    assert translator.search.coverage_penalty == 0.0
-    assert "search.coverage_penalty=0.3, which the onnxruntime engine does not do" in caplog.text
-    ckpt.config.search = replace(ckpt.config.search, coverage_penalty=0.0, weights="int8")
+    assert translator.search.shortlist == 0 and translator.search.coverage_penalty == 0.3
+    assert "search.shortlist=5, which the onnxruntime engine does not do" in caplog.text
+    ckpt.config.search = replace(ckpt.config.search, shortlist=0, coverage_penalty=0.0)
+    ckpt.config.search = replace(ckpt.config.search, weights="int8")
     export_onnx(ckpt, tmp_path / "int8")  # without --int8: no int8 graphs
     assert open_translator(tmp_path / "int8").search.weights == "float32"
     assert "has no int8 graphs (`alignmt export --int8` writes them)" in caplog.text

@@ -60,7 +60,7 @@ def needs(method: Method) -> Feature:
 FEATURES: dict[EngineName, frozenset[Feature]] = {
     "torch": EVERY,
     "flax": frozenset({"a GPU", "sampling", "an ensemble"}),
-    "onnxruntime": frozenset({"int8", "sampling", "an ensemble"}),
+    "onnxruntime": frozenset({"int8", "sampling", "an ensemble", "the coverage penalty"}),
     "browser": frozenset({"int8", "stepping through the decoder"}),
 }
 INSTEAD: dict[EngineName, str] = {

@@ -51,6 +51,16 @@ def length_penalty(length: Any, alpha: Any) -> Any:
     return ((5 + length) / 6) ** alpha
 
 
+def coverage_penalty(covered: np.ndarray, beta: float) -> np.ndarray:
+    """GNMT's coverage penalty cp = beta * sum_j log(min(sum_i alpha_ij, 1)) (Wu et al. 2016,
+    eq. 14), in NumPy (the torch engine's is torch_engine/beam.py's, on its device): 0 once
+    every source word has had a whole unit of attention, ever more negative as words are left
+    with less. `covered` (N, T_src): each row's attention summed so far, 0 at padding, which
+    is left out (as is a real word whose weight underflowed to exactly 0). Returns (N,)."""
+    logs = np.log(np.where(covered > 0, np.minimum(covered, 1.0), 1.0))  # log 1 = 0: padding
+    return beta * logs.sum(axis=1)
+
+
 def cannot_improve(nth_ended: Any, best_live: Any, length: Any, limit: Any, alpha: Any) -> Any:
     """Whether a sentence's n-th best ended hypothesis ranks at least as high as its best live
     beam ever could, so that its search may stop.

@@ -165,10 +165,10 @@ def _same_dim1(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if x.ndim < 2 or x.shape[1] == y.shape[1]:
         return x, y
     size = max(x.shape[1], y.shape[1])
-    return _pad_dim1(x, size), _pad_dim1(y, size)
+    return pad_dim1(x, size), pad_dim1(y, size)
 
 
-def _pad_dim1(x: np.ndarray, size: int) -> np.ndarray:
+def pad_dim1(x: np.ndarray, size: int) -> np.ndarray:
     if x.shape[1] == size:
         return x
     widths = [(0, 0), (0, size - x.shape[1])] + [(0, 0)] * (x.ndim - 2)

@@ -6,8 +6,9 @@ output on either engine but for rounding. Sentences are encoded a batch of `widt
 time, when the first of them is needed, and their rows are refilled: when a sentence ends,
 the next one takes over its rows at the next step (continuous batching), so that every
 step runs the step graph over a full batch until the input runs out (rows.py). The length
-limit, GNMT's length normalisation (Wu et al. 2016, eq. 14) and the stopping rule are
-rules.py's.
+limit, GNMT's length normalisation and coverage penalty (Wu et al. 2016, eq. 14) and the
+stopping rule are rules.py's; for the coverage penalty each row's attention summed so far
+rides in the state as one more field, `covered`, which the step graph does not read.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import numpy as np
 
 from alignmt.decoding.engine import Call
 from alignmt.decoding.onnx_engine.model import OnnxModel
-from alignmt.decoding.onnx_engine.rows import Fields, Pending, Rows, refill, select
+from alignmt.decoding.onnx_engine.rows import Fields, Pending, Rows, pad_dim1, refill, select
 from alignmt.decoding.results import Hypothesis, stack_rows, summed
-from alignmt.decoding.rules import cannot_improve, length_penalty
+from alignmt.decoding.rules import cannot_improve, coverage_penalty, length_penalty
+
+COVERED = "covered"  # the state's field of each row's attention summed so far
 
 
 def search(model: OnnxModel, sentences: list[list[int]], how: Call) -> list[list[Hypothesis]]:
@@ -108,19 +111,26 @@ def _beam(
 ) -> list[list[Hypothesis]]:
     """Keep the K best partial outputs of each sentence (see `torch_engine.search.beam_search`
     for the rule): a sentence's K beams run as K rows, sentence-major (row s * K + k)."""
-    K, alpha = how.search.beam_size, how.search.length_penalty
+    K, alpha, beta = how.search.beam_size, how.search.length_penalty, how.search.coverage_penalty
     start = pending.take(how.width)
     if start is None:
         return []
-    begin = partial(_started, K=K, nbest=how.nbest)
+    begin = partial(_started, K=K, nbest=how.nbest, covering=bool(beta))
     state, memory, beams = begin(start)
     history: list[Step] = []
     while len(beams.rows.sentence):
         if how.check is not None:
             how.check()
         flat = beams.rows.prev.reshape(-1)  # (S * K,)
+        covered = state.get(COVERED)
         log_probs, state, weights = model.step(flat, state, memory)  # (S * K, V)
-        step, beams, done = _beam_step(beams, log_probs, weights, model.eos_id, alpha)
+        cp = None
+        if covered is not None:  # each row's attention after this step, and its penalty
+            if weights is None:
+                raise ValueError("search.coverage_penalty sums attention, and this model has none")
+            state[COVERED] = pad_dim1(covered, weights.shape[1]) + weights
+            cp = coverage_penalty(state[COVERED], beta).reshape(len(beams.scores), K)
+        step, beams, done = _beam_step(beams, log_probs, weights, model.eos_id, alpha, cp)
         history.append(step)
         sentences = np.arange(len(step.parents))[:, None]  # (S, 1)
         parents = (sentences * K + step.parents[:, :K]).reshape(-1)  # (S * K,) their rows
@@ -129,10 +139,13 @@ def _beam(
     return _backtrack(history, len(src_lens), how.nbest, src_lens)
 
 
-def _started(taken: tuple, K: int, nbest: int) -> tuple[Fields, Fields, Beams]:
+def _started(taken: tuple, K: int, nbest: int, covering: bool) -> tuple[Fields, Fields, Beams]:
     """Newly taken sentences' states and memories repeated per beam, and their beams: only
-    beam 0 is live at first, or all K would extend <s> alike."""
+    beam 0 is live at first, or all K would extend <s> alike. `covering`: their rows'
+    attention summed so far (none yet) joins the state."""
     state, memory, rows = taken
+    if covering:
+        state = state | {COVERED: np.zeros((len(rows.sentence), 0), np.float32)}
     repeat = np.repeat(np.arange(len(rows.sentence)), K)
     scores = np.full((len(rows.sentence), K), -np.inf, np.float32)
     scores[:, 0] = 0.0
@@ -146,10 +159,16 @@ def _started(taken: tuple, K: int, nbest: int) -> tuple[Fields, Fields, Beams]:
 
 
 def _beam_step(
-    beams: Beams, log_probs: np.ndarray, weights: np.ndarray | None, eos_id: int, alpha: float
+    beams: Beams,
+    log_probs: np.ndarray,
+    weights: np.ndarray | None,
+    eos_id: int,
+    alpha: float,
+    cp: np.ndarray | None = None,
 ) -> tuple[Step, Beams, np.ndarray]:
     """One step of every sentence's beams: its record, the beams after it, and which
-    sentences stop."""
+    sentences stop. `cp` (S, K): each beam's coverage penalty after this step, added to the
+    rank of the hypotheses its candidates end."""
     S, K = beams.scores.shape
     log_probs = log_probs.reshape(S, K, -1)
     cand, parents, tokens, rank, own = _candidates(beams.scores, log_probs, eos_id)
@@ -159,6 +178,8 @@ def _beam_step(
     ends = (rank < K) & np.isfinite(cand) & ((tokens == eos_id) | at_limit[:, None])
     lengths = length.astype(np.float64)  # lp in float64, then float32, as for a Python int
     ranked = cand / length_penalty(lengths, alpha).astype(np.float32)[:, None]
+    if cp is not None:
+        ranked = ranked + np.take_along_axis(cp, parents, axis=1).astype(np.float32)
     ended = np.where(ends, ranked, -np.inf).astype(np.float32)
     attention = None if weights is None else weights.reshape(S, K, -1)
     rows = beams.rows
