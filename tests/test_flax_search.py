@@ -25,7 +25,8 @@ from alignmt.checkpoint.flax_io import load_flax, params_from_tensors
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.cli import main
 from alignmt.config import ModelConfig, SearchConfig
-from alignmt.decoding.flax_engine.search import FlaxSearch, bucket
+from alignmt.decoding.flax_engine.batch import bucket
+from alignmt.decoding.flax_engine.search import FlaxSearch
 from alignmt.decoding.rules import max_output_len
 from alignmt.decoding.torch_engine.search import beam_decode, decode
 from alignmt.model.batch import source_batch

@@ -172,7 +172,8 @@ def test_the_flax_search_reproduces_every_case(case):
     jax = pytest.importorskip("jax")
     import jax.numpy as jnp
 
-    from alignmt.decoding.flax_engine.search import beam_search, greedy_search, pad_batch
+    from alignmt.decoding.flax_engine.batch import pad_batch
+    from alignmt.decoding.flax_engine.search import beam_search, greedy_search
     from alignmt.model.flax_distribution import LogProbs
 
     log_probs = jnp.array(case["log_probs"], jnp.float32)

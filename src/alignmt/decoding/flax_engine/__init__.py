@@ -1,5 +1,7 @@
 """The flax engine: decoding a `FlaxSeq2Seq` with JAX, no torch.
 
+batch.py     source ids padded to bucketed shapes, and a compiled search's outputs as
+             hypotheses
 engine.py    `FlaxEngine`
 ensemble.py  Flax models decoding as one, by their mean log-probabilities
 sample.py    sampling's draws inside the compiled greedy loop

@@ -22,7 +22,8 @@ import numpy as np
 from alignmt.checkpoint.flax_io import Params
 from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.engine import Call, Engine, Searcher
-from alignmt.decoding.flax_engine.search import FlaxSearch, apply_method, pad_batch
+from alignmt.decoding.flax_engine.batch import pad_batch
+from alignmt.decoding.flax_engine.search import FlaxSearch, apply_method
 from alignmt.decoding.results import Hypothesis
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 

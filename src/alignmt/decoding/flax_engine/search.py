@@ -24,6 +24,7 @@ import numpy as np
 
 from alignmt.config import SearchConfig
 from alignmt.decoding.engine import Check
+from alignmt.decoding.flax_engine.batch import bucket, hypotheses, pad_batch
 from alignmt.decoding.flax_engine.sample import Sampling, drawn, uniform_rows
 from alignmt.decoding.results import Hypothesis
 from alignmt.decoding.rules import cannot_improve, check_search_args, length_penalty, max_output_len
@@ -32,8 +33,6 @@ from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 
 Array = jax.Array
 Params = Any  # FlaxSeq2Seq's parameter tree
-
-MIN_SRC = 8  # the narrowest source bucket: shorter sources share one compiled shape
 
 
 class Output(NamedTuple):
@@ -80,11 +79,6 @@ class Beam(NamedTuple):
     sums: Array  # (L, B, 2K) float32 their summed log-probabilities
     parents: Array  # (L, B, 2K) int32 the live beam (0..K-1) each candidate extends
     attention: Array | None  # (L, B, K, T_src) each live beam's alpha at each step
-
-
-def bucket(n: int, floor: int = 1) -> int:
-    """The power of two at or above n, and at least `floor`: a padded size."""
-    return max(floor, 1 << max(n - 1, 0).bit_length())
 
 
 def apply_method(model: FlaxSeq2Seq, params: Params, method: str, *args: Any) -> Any:
@@ -417,33 +411,4 @@ class FlaxSearch:
         with jax.default_matmul_precision("highest"):
             args = (self.params, src, src_len, limit, np.float32(self.alpha), uniform)
             out = self._search(*args, max_len=max_len, **self.static)
-        return _hypotheses(jax.device_get(out), src_len[: len(sources)])
-
-
-def pad_batch(sources: Sequence[Sequence[int]], rows: int, model: FlaxSeq2Seq) -> tuple:
-    """Source ids as a padded batch: src (rows, T_src) and src_len (rows,) int32, T_src the
-    bucket of the longest source, >= MIN_SRC. Rows past the sources hold a bare </s>, a
-    source that the encoder reads without NaNs."""
-    cols = bucket(max(map(len, sources)), MIN_SRC)
-    src = np.full((rows, cols), model.pad_id, np.int32)
-    src[:, 0] = model.eos_id
-    src_len = np.ones(rows, np.int32)
-    for b, ids in enumerate(sources):
-        src[b, : len(ids)], src_len[b] = ids, len(ids)
-    return src, src_len
-
-
-def _hypotheses(out: Output, src_len: np.ndarray) -> list[list[Hypothesis]]:
-    """The found hypotheses of the first len(src_len) rows, cut to their lengths."""
-    result = []
-    for b, n_src in enumerate(src_len.tolist()):
-        hyps = []
-        for j in np.flatnonzero(out.found[b]):
-            n = int(out.length[b, j])
-            alpha = None if out.attention is None else np.array(out.attention[b, j, :n, :n_src])
-            scores = out.token_scores[b, j, :n].tolist()
-            hyps.append(
-                Hypothesis(out.tokens[b, j, :n].tolist(), float(out.score[b, j]), alpha, scores)
-            )
-        result.append(hyps)
-    return result
+        return hypotheses(jax.device_get(out), src_len[: len(sources)])
