@@ -198,9 +198,9 @@ def test_flax_decoding_imports_no_torch():
     assert run.returncode == 0, run.stderr
 
 
-def test_the_flax_engine_refuses_a_coverage_penalty_and_names_the_backend_that_has_it(toy_run):
+def test_the_flax_engine_refuses_a_shortlist_and_names_the_engine_that_has_it(toy_run):
     from alignmt.decoding.door import open_translator
 
-    refused = "the coverage penalty is not available with the flax engine: use the torch engine"
+    refused = "a shortlist is not available with the flax engine: use the torch engine"
     with pytest.raises(ValueError, match=refused):
-        open_translator(toy_run, engine="flax", device="cpu", coverage_penalty=0.2)
+        open_translator(toy_run, engine="flax", device="cpu", shortlist=5)

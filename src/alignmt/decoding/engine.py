@@ -59,7 +59,7 @@ def needs(method: Method) -> Feature:
 # probabilities and attention, which all of them do), and what a user who needs more does.
 FEATURES: dict[EngineName, frozenset[Feature]] = {
     "torch": EVERY,
-    "flax": frozenset({"a GPU", "sampling", "an ensemble"}),
+    "flax": frozenset({"a GPU", "sampling", "an ensemble", "the coverage penalty"}),
     "onnxruntime": frozenset({"int8", "sampling", "an ensemble", "the coverage penalty"}),
     "browser": frozenset({"int8", "stepping through the decoder"}),
 }

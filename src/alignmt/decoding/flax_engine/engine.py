@@ -55,6 +55,7 @@ class FlaxEngine(Engine):
             call.width,
             s.beam_size,
             s.length_penalty,
+            s.coverage_penalty,
             s.max_len_ratio,
             s.max_len_offset,
             drawing,

@@ -79,6 +79,7 @@ class Beam(NamedTuple):
     sums: Array  # (L, B, 2K) float32 their summed log-probabilities
     parents: Array  # (L, B, 2K) int32 the live beam (0..K-1) each candidate extends
     attention: Array | None  # (L, B, K, T_src) each live beam's alpha at each step
+    covered: Array | None  # (N, T_src) each row's alpha summed so far; None without coverage
 
 
 def apply_method(model: FlaxSeq2Seq, params: Params, method: str, *args: Any) -> Any:
@@ -180,11 +181,14 @@ def beam_search(
     beam_size: int,
     max_len: int,
     nbest: int = 1,
+    beta: Array | float = 0.0,
+    covering: bool = False,
 ) -> Output:
     """The K = beam_size best partial outputs of each sentence, as the torch engine's beam
     search keeps them; an `Output` with n = nbest, best first. Every step keeps a sentence's 2K best
     one-token extensions: the K best that are not </s> live on, and a </s> among the K best
-    ends a hypothesis, ranked by score / `length_penalty`. A sentence stops once K have
+    ends a hypothesis, ranked by score / `length_penalty` (plus, `covering`, GNMT's coverage
+    penalty of its beam's attention, `rules.coverage_penalty`). A sentence stops once K have
     ended, once its nbest-th best ended one ranks at least as high as its best live beam
     ever could, or at its length limit, where its K best candidates end, </s> or not.
 
@@ -192,10 +196,13 @@ def beam_search(
         model, params, src, src_len, limit, max_len: as for `greedy_search`.
         alpha: the length penalty's exponent; 0 ranks by summed log-probability.
         beam_size, nbest: static: K >= 1, and hypotheses per sentence, 1 <= nbest <= K.
+        beta, covering: the coverage penalty's weight, and (static) whether it ranks.
     """
     memory, state = apply_method(model, params, "encode", src, src_len)
     beam = _first_beam(model, state, limit, src.shape[1], beam_size, max_len, nbest)
-    body = partial(_beam_step, model, params, _repeat(memory, beam_size), limit, alpha)
+    if covering:
+        beam = beam._replace(covered=jnp.zeros((src.shape[0] * beam_size, src.shape[1])))
+    body = partial(_beam_step, model, params, _repeat(memory, beam_size), limit, alpha, beta)
     return _backtrack(jax.lax.while_loop(partial(_running, max_len), body, beam))
 
 
@@ -219,11 +226,18 @@ def _first_beam(
         sums=jnp.zeros((max_len, batch, 2 * k), jnp.float32),
         parents=jnp.zeros((max_len, batch, 2 * k), jnp.int32),
         attention=jnp.zeros((max_len, batch, k, t_src)) if model.has_attention else None,
+        covered=None,
     )
 
 
 def _beam_step(
-    model: FlaxSeq2Seq, params: Params, memory: Any, limit: Array, alpha: Any, beam: Beam
+    model: FlaxSeq2Seq,
+    params: Params,
+    memory: Any,
+    limit: Array,
+    alpha: Any,
+    beta: Any,
+    beam: Beam,
 ) -> Beam:
     """One step of every sentence's beams: the loop body of `beam_search`."""
     batch, k = beam.scores.shape
@@ -237,7 +251,12 @@ def _beam_step(
     ends = (rank < k) & jnp.isfinite(cand) & ((tokens == model.eos_id) | at_limit[:, None])
     lengths = length.astype(jnp.float32)
     lp = length_penalty(lengths, alpha)
-    ended = jnp.where(ends, cand / lp, -jnp.inf)  # (B, 2K)
+    ranked = cand / lp
+    covered = None if beam.covered is None else beam.covered + weights  # (N, T_src)
+    if covered is not None:  # each candidate's parent's penalty after this step
+        cp = _coverage_penalty(covered, beta).reshape(batch, k)
+        ranked = ranked + jnp.take_along_axis(cp, parents, axis=1)
+    ended = jnp.where(ends, ranked, -jnp.inf)  # (B, 2K)
     live = ~beam.done  # stopped sentences run on, but their results no longer change
     best, best_score, best_end = _merge_ended(beam, ended, cand, live)
     count = beam.ended + jnp.where(live, ends.sum(axis=1), 0)
@@ -260,7 +279,14 @@ def _beam_step(
         attention=None
         if weights is None
         else beam.attention.at[beam.step].set(weights.reshape(batch, k, -1)),
+        covered=None if covered is None else covered[rows],
     )
+
+
+def _coverage_penalty(covered: Array, beta: Array) -> Array:
+    """rules.coverage_penalty in JAX: (N,) beta * sum_j log(min(covered_j, 1)), padding (0)
+    left out."""
+    return beta * jnp.log(jnp.where(covered > 0, jnp.minimum(covered, 1.0), 1.0)).sum(axis=1)
 
 
 def _candidates(
@@ -345,10 +371,15 @@ class FlaxSearch:
         self.model, self.params, self.alpha = model, params, search.length_penalty
         self.limits = (search.max_len_ratio, search.max_len_offset)
         self.batch_size, self.static = batch_size, dict(beam_size=search.beam_size, nbest=nbest)
+        self.beta = search.coverage_penalty
+        if self.beta and not model.has_attention:
+            raise ValueError("search.coverage_penalty sums attention, and this model has none")
+        if self.beta:  # static: the carry holds the summed attention only where it ranks
+            self.static["covering"] = True
         if sampling is not None:  # static: its seed aside, one program for every seed
             self.static["sampling"] = replace(sampling, seed=0, samples=1)
         self.shapes: list[tuple[int, int]] = []  # (B, T_src) of each trace, i.e. compilation
-        static = ("beam_size", "max_len", "nbest", "sampling")
+        static = ("beam_size", "max_len", "nbest", "sampling", "covering")
         self._search = jax.jit(self._traced, static_argnames=static)
 
     @property
@@ -384,18 +415,21 @@ class FlaxSearch:
         src_len,
         limit,
         alpha,
+        beta,
         uniform,
         *,
         beam_size,
         max_len,
         nbest,
         sampling=None,
+        covering=False,
     ):
         self.shapes.append(src.shape)  # Python runs only while jax traces a new shape
         args = (self.model, params, src, src_len, limit)
         if beam_size == 1:
             return greedy_search(*args, uniform, max_len=max_len, sampling=sampling)
-        return beam_search(*args, alpha, beam_size=beam_size, max_len=max_len, nbest=nbest)
+        sizes = dict(beam_size=beam_size, max_len=max_len, nbest=nbest)
+        return beam_search(*args, alpha, **sizes, beta=beta, covering=covering)
 
     def _batch(
         self, sources: list[Sequence[int]], rng: np.random.Generator | None
@@ -409,6 +443,7 @@ class FlaxSearch:
         uniform = uniform_rows(rng, limit, len(sources), max_len) if sampled else None
         # full float32 matmuls, not TF32 or bfloat16 passes: candidates rank as in PyTorch
         with jax.default_matmul_precision("highest"):
-            args = (self.params, src, src_len, limit, np.float32(self.alpha), uniform)
+            weights = (np.float32(self.alpha), np.float32(self.beta))
+            args = (self.params, src, src_len, limit, *weights, uniform)
             out = self._search(*args, max_len=max_len, **self.static)
         return hypotheses(jax.device_get(out), src_len[: len(sources)])
