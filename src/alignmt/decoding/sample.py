@@ -1,6 +1,7 @@
-"""Sampling over any engine's `encode` and `step`, in NumPy: what the flax and onnxruntime
-engines draw with (the torch engine draws on its own device, inside its greedy loop:
-torch_engine/sample.py, the same rules).
+"""Sampling over any engine's `encode` and `step`, in NumPy: what the onnxruntime engine
+draws with, and the blocks of uniform numbers that the flax engine draws from too, inside its
+compiled loop (the torch engine draws on its own device and generator, inside its greedy
+loop: torch_engine/sample.py, the same rules).
 
 Each output token is drawn from the model's distribution instead of taken as its most
 probable, for back-translation (Edunov et al. 2018) and for seeing what else a model finds
