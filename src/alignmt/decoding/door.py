@@ -5,8 +5,8 @@ evaluation and the benchmarks all open models here.
 
 What the model must do is checked against its engine's table before anything is loaded:
 an exported folder runs on ONNX Runtime, on the CPU; every engine ensembles (run folders on
-PyTorch or Flax, exported ones on ONNX Runtime), and bfloat16, a shortlist and the coverage
-penalty are the torch engine's. Each engine's framework is imported only
+PyTorch or Flax, exported ones on ONNX Runtime), and bfloat16 and a shortlist are the torch
+engine's. Each engine's framework is imported only
 when a model needs it, so that opening an exported folder loads neither torch nor JAX.
 """
 

@@ -23,6 +23,7 @@ from alignmt.checkpoint.flax_io import Params
 from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.engine import Call, Engine, Searcher
 from alignmt.decoding.flax_engine.batch import pad_batch
+from alignmt.decoding.flax_engine.ensemble import FlaxEnsemble
 from alignmt.decoding.flax_engine.search import FlaxSearch, apply_method
 from alignmt.decoding.results import Hypothesis
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
@@ -35,7 +36,7 @@ class FlaxEngine(Engine):
 
     name = "flax"
 
-    def __init__(self, model: FlaxSeq2Seq, params: Params) -> None:
+    def __init__(self, model: FlaxSeq2Seq | FlaxEnsemble, params: Params) -> None:
         self.model, self.params = model, params
         self.has_attention = model.has_attention
         self.copies = model.cfg.copy

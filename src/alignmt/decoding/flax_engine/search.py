@@ -14,7 +14,6 @@ Wu et al. 2016, eq. 14); only rounding differs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -365,8 +364,8 @@ class FlaxSearch:
         sampling: Sampling | None = None,
     ) -> None:
         """`search`: beam_size, length_penalty and the length limit; nbest <= beam_size;
-        `sampling` (with beam_size 1): draw each token instead, its seed aside (each call
-        is given its generator)."""
+        `sampling` (with beam_size 1): draw each token instead; its seed is not read (each
+        call is given its generator), so give it seed 0 to share one compiled program."""
         check_search_args(search.beam_size, nbest, batch_size)
         self.model, self.params, self.alpha = model, params, search.length_penalty
         self.limits = (search.max_len_ratio, search.max_len_offset)
@@ -376,8 +375,8 @@ class FlaxSearch:
             raise ValueError("search.coverage_penalty sums attention, and this model has none")
         if self.beta:  # static: the carry holds the summed attention only where it ranks
             self.static["covering"] = True
-        if sampling is not None:  # static: its seed aside, one program for every seed
-            self.static["sampling"] = replace(sampling, seed=0, samples=1)
+        if sampling is not None:  # static: one program for every seed of these settings
+            self.static["sampling"] = sampling
         self.shapes: list[tuple[int, int]] = []  # (B, T_src) of each trace, i.e. compilation
         static = ("beam_size", "max_len", "nbest", "sampling", "covering")
         self._search = jax.jit(self._traced, static_argnames=static)
