@@ -93,7 +93,8 @@ def test_the_graphs_step_as_pytorch_does(toy_run, tmp_path, name):
     for _ in range(4):
         with torch.no_grad():
             log_probs, state, alpha = model.decode_step(prev, state, memory)
-        given = {"prev": prev.numpy(), **onnx_state, **onnx_memory}
+        unsteered = np.zeros(src.shape, np.float32)  # all zero: no row steered
+        given = {"prev": prev.numpy(), **onnx_state, **onnx_memory, "steer": unsteered}
         feed = {name: given[name] for name in takes}
         out = dict(zip(manifest.step_outputs, step.run(None, feed), strict=True))
         close(out["log_probs"], log_probs.full())
@@ -110,8 +111,8 @@ def test_a_steering_graph_steers_only_the_rows_it_is_asked_to(toy_run, tmp_path)
     from alignmt.decoding.onnx_engine.model import OnnxModel
 
     ckpt = load_checkpoint(toy_run)
-    manifest = export_onnx(ckpt, tmp_path / "web", steer=True)
-    export_onnx(ckpt, tmp_path / "plain")
+    manifest = export_onnx(ckpt, tmp_path / "web")
+    export_onnx(ckpt, tmp_path / "plain", steer=False)
     assert manifest.step_inputs[-1] == "steer"
     web, plain = OnnxModel(tmp_path / "web"), OnnxModel(tmp_path / "plain")
     assert web.steers and not plain.steers

@@ -13,7 +13,7 @@ from alignmt.decoding.engine import Call
 
 pytest.importorskip("onnxruntime")
 
-from alignmt.decoding.onnx_engine.search import _row_tops
+from alignmt.decoding.beams import row_tops
 
 LINES = [
     "the big dog sleeps now", "a cat", "the small red cat runs", "dog", "", "a big dog runs now",
@@ -28,7 +28,7 @@ def test_each_rows_best_columns_are_found_with_and_without_ties(ties):
     if ties:  # row 2's fourth best equals its fifth: more than 4 at or above the threshold
         order = np.argsort(-log_probs[2])
         log_probs[2, order[4]] = log_probs[2, order[3]]
-    top = _row_tops(log_probs, 4)
+    top = row_tops(log_probs, 4)
     assert top.shape == (6, 4)
     for row, columns in zip(log_probs, top, strict=True):
         assert len(set(columns.tolist())) == 4

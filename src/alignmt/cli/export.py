@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
         from alignmt.answers.site import check_web_tokenizers
 
         check_web_tokenizers(ckpt, args.run_dir)  # before anything is written
-    manifest = export_onnx(ckpt, args.out, steer=args.web)
+    manifest = export_onnx(ckpt, args.out)
     fields = ", ".join(manifest.state)
     print(
         f"wrote {args.out}/encoder.onnx and step.onnx (decoder state: {fields}) and manifest.json"

@@ -3,6 +3,8 @@ JavaScript is answers/static/web/). The modules are the framework-free spine eve
 shares; each engine is a subpackage that imports its framework and nothing of the others.
 Nothing is imported here, so that a module of the spine loads no framework.
 
+    beams.py       beam search's step in NumPy: candidates, ended hypotheses, when a sentence
+                   stops
     constraint.py  one sentence's lexical constraints as ids, and whether an output meets them
     door.py        `open_translator`: any model folder, checkpoint or ensemble, on its engine
     engine.py      what an engine implements, and the table of what each engine can do
@@ -15,5 +17,6 @@ Nothing is imported here, so that a module of the spine loads no framework.
     sample.py      sampling over any engine's step, in NumPy: temperature, top-k and top-p draws
     torch_engine/  The torch engine: decoding a PyTorch `Seq2Seq` (or an ensemble of them).
     translator.py  `Translator`: raw text to translations over any engine
+    walk.py        the decoder step by step, and beam search as a tree, over any engine's step
     words.py       alignments, `<unk>` replacement, constraint phrases and prefixes as ids
 """

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from alignmt.config import SearchConfig
+from alignmt.decoding import walk
 from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.results import BeamTrace, DecoderStep, Hypothesis
 from alignmt.decoding.rules import Sampling
@@ -59,10 +60,28 @@ def needs(method: Method) -> Feature:
 # probabilities and attention, which all of them do), and what a user who needs more does.
 FEATURES: dict[EngineName, frozenset[Feature]] = {
     "torch": EVERY,
-    "flax": frozenset({"a GPU", "sampling", "an ensemble", "the coverage penalty"}),
-    "onnxruntime": frozenset({"int8", "sampling", "an ensemble", "the coverage penalty"}),
+    "flax": frozenset(
+        {
+            "a GPU",
+            "sampling",
+            "an ensemble",
+            "the coverage penalty",
+            "stepping through the decoder",
+        }
+    ),
+    "onnxruntime": frozenset(
+        {
+            "int8",
+            "sampling",
+            "an ensemble",
+            "the coverage penalty",
+            "stepping through the decoder",
+        }
+    ),
     "browser": frozenset({"int8", "stepping through the decoder"}),
 }
+# what an ensemble of any engine cannot do: its attention is a mean that no member computed
+INSIDE: frozenset[Feature] = frozenset({"stepping through the decoder", "teacher-forced attention"})
 INSTEAD: dict[EngineName, str] = {
     "torch": "",
     "flax": "use the torch engine (--engine torch) for it",
@@ -107,8 +126,10 @@ Searcher = Callable[[list[list[int]], Sequence[Constraint | None] | None], list[
 class Engine(ABC):
     """A model in one framework, as the translator drives it.
 
-    Subclasses set `name`, `has_attention` and `parameters`, implement `searcher`, `encode`
-    and `step`, and, where `features` says so, `step_through` and `beam_trace`.
+    Subclasses set `name`, `has_attention`, `parameters` and the special ids, and implement
+    `searcher`, `encode`, `step` and `select`. Stepping through the decoder and beam search
+    as a tree are written once over these (walk.py); an engine overrides them only with its
+    own of the same answers.
     """
 
     name: ClassVar[EngineName]
@@ -117,19 +138,31 @@ class Engine(ABC):
     # its vocabulary lacks by an extended id, and may write one (alignmt.text.copy)
     copies: bool = False
     parameters: int  # of the model, for what a server says of it
+    bos_id: int
+    eos_id: int
+
+    @property
+    def ensemble(self) -> bool:
+        """Whether it decodes several models as one."""
+        return False
 
     @property
     def features(self) -> frozenset[Feature]:
+        if self.ensemble:  # its attention is a mean no member computed
+            return FEATURES[self.name] - {
+                "stepping through the decoder",
+                "teacher-forced attention",
+            }
         return FEATURES[self.name]
 
     @property
     def label(self) -> str:
         """How a refusal names it."""
-        return f"the {self.name} engine"
+        return "an ensemble" if self.ensemble else f"the {self.name} engine"
 
     @property
     def instead(self) -> str:
-        return INSTEAD[self.name]
+        return "ask one of its members" if self.ensemble else INSTEAD[self.name]
 
     def require(self, asked: Iterable[Feature]) -> None:
         """Raise `Unavailable` for the first feature asked that this engine lacks."""
@@ -148,9 +181,23 @@ class Engine(ABC):
         """The first decoder state and the memory of the sentences, one row each."""
 
     @abstractmethod
-    def step(self, prev: np.ndarray, state: Any, memory: Any) -> tuple[np.ndarray, Any, Any]:
+    def step(
+        self, prev: np.ndarray, state: Any, memory: Any, steer: np.ndarray | None = None
+    ) -> tuple[np.ndarray, Any, Any]:
         """One decoder step over N rows: prev (N,) int64 -> log-probabilities (N, V) float32
-        in NumPy, the new state, and alpha (N, T_src) in NumPy or None."""
+        in NumPy, the new state, and alpha (N, T) in NumPy or None, T at least the longest
+        source (an engine may pad it). `steer` (N, T_src): weights that replace alpha in the
+        rows where they are not all zero (the explorer's attention override), zero-padded to
+        T by the engine; a model without attention takes none."""
+
+    @abstractmethod
+    def select(self, fields: Any, rows: np.ndarray) -> Any:
+        """A state or a memory of the rows `rows` (int64 indices, repeats allowed), in order."""
+
+    def shown(self, state: Any) -> dict[str, float | list[list[float]]]:
+        """The values the explorer shows beside attention after a step, of the state's first
+        row, by slot name (`DecoderStep.shown`); none where the engine cannot read them."""
+        return {}
 
     def step_through(
         self,
@@ -165,8 +212,19 @@ class Engine(ABC):
         check: Check | None,
     ) -> list[DecoderStep]:
         """The decoder over one sentence, step by step: a prefix forced, attention steered
-        by `override`, then greedy or beam search (the torch engine's is its trace.py)."""
-        raise Unavailable("stepping through the decoder", self.label, self.instead)
+        by `override`, then greedy or beam search (walk.py)."""
+        self.require(["stepping through the decoder"])
+        return walk.step_through(
+            self,
+            src,
+            max_len=max_len,
+            prefix=prefix,
+            override=override,
+            top_k=top_k,
+            beam_size=beam_size,
+            search=search,
+            check=check,
+        )
 
     def beam_trace(
         self,
@@ -178,9 +236,19 @@ class Engine(ABC):
         check: Check | None,
         constraint: Constraint | None,
     ) -> BeamTrace:
-        """Every candidate beam search weighs for one sentence, as a tree (the torch
-        engine's is its trace.py)."""
-        raise Unavailable("stepping through the decoder", self.label, self.instead)
+        """Every candidate beam search weighs for one sentence, as a tree (walk.py)."""
+        self.require(["stepping through the decoder"])
+        if constraint is not None:
+            self.require(["constrained search"])
+        return walk.beam_trace(
+            self,
+            src,
+            max_len=max_len,
+            beam_size=beam_size,
+            search=search,
+            check=check,
+            constraint=constraint,
+        )
 
     def relevance(self, pairs: Pairs, method: Method, *, batch_size: int = 64) -> list[np.ndarray]:
         """The analyses' teacher-forced entry point: for each (source ids, output ids) pair

@@ -48,7 +48,8 @@ class Manifest:
     memory: tuple[str, ...]  # the memory's fields that the model has, slots included
     attention: bool  # whether the step returns alpha
     # whether the step takes `steer` (N, T_src): weights that replace alpha in the rows where
-    # they are not all zero, the explorer's attention override (`alignmt export --web`)
+    # they are not all zero, the explorer's attention override (every export of a model with
+    # attention; not those of alignmt 0.x before it)
     steer: bool = False
     # each state and memory field's axes, as the model declares them (empty in a folder
     # exported before they were written down)

@@ -128,3 +128,9 @@ def summed(log_probs: list[float]) -> float:
 def stack_rows(rows: list[np.ndarray | None]) -> np.ndarray | None:
     """Per-step attention rows (T_src,) as one (steps, T_src) matrix; None for vanilla."""
     return None if not rows or rows[0] is None else np.stack(rows)
+
+
+def shown_value(value: np.ndarray, kind: str) -> float | list[list[float]]:
+    """A shown value of one row (`DecoderStep.shown`) as the answers give it: a number, or
+    weights (T_src, N) as N rows over the source."""
+    return np.asarray(value, np.float64).T.tolist() if kind == "weights" else float(value)

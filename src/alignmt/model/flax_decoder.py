@@ -49,6 +49,9 @@ class Memory(NamedTuple):
     mask: Array  # (B, T_src) bool, True at real tokens
     context: Array | None  # (B, C) vanilla's fixed context; else None
     slots: dict[str, Array]  # what the attention mechanisms made (decoder.Memory's)
+    # (B, T_src) weights that replace alpha in the rows where they are not all zero: the
+    # explorer's attention override (decoder.Memory's); None: no row is steered
+    steer: Array | None = None
 
 
 class TiedBias(nn.Module):

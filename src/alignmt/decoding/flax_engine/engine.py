@@ -3,9 +3,10 @@ torch.
 
 It searches with search.py (greedy or beam search compiled by XLA, once per padded batch
 shape, and sampling in greedy search's loop, sample.py), keeps each call's compiled search
-for the next call with the same settings, and hands back NumPy arrays. It decodes in float32
-over the whole vocabulary, on a CPU or a GPU; the engine table (decoding/engine.py) says
-what it leaves to the torch engine.
+for the next call with the same settings, and hands back NumPy arrays; it steps through one
+sentence and traces its beam over its step (decoding/walk.py). It decodes in float32 over
+the whole vocabulary, on a CPU or a GPU; the engine table (decoding/engine.py) says what it
+leaves to the torch engine.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from functools import partial
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from alignmt.checkpoint.flax_io import Params
@@ -25,7 +27,9 @@ from alignmt.decoding.engine import Call, Engine, Searcher
 from alignmt.decoding.flax_engine.batch import pad_batch
 from alignmt.decoding.flax_engine.ensemble import FlaxEnsemble
 from alignmt.decoding.flax_engine.search import FlaxSearch, apply_method
-from alignmt.decoding.results import Hypothesis
+from alignmt.decoding.results import Hypothesis, shown_value
+from alignmt.model.attention.registry import compose
+from alignmt.model.flax_decoder import Memory
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
 
 log = logging.getLogger(__name__)
@@ -41,6 +45,7 @@ class FlaxEngine(Engine):
         self.has_attention = model.has_attention
         self.copies = model.cfg.copy
         self.parameters = sum(int(np.size(leaf)) for leaf in jax.tree_util.tree_leaves(params))
+        self.bos_id, self.eos_id = model.bos_id, model.eos_id
         self._searches: dict[tuple, FlaxSearch] = {}  # a call's settings -> its search
         # compiled once per shape, not run op by op; the parameters are an argument, not
         # constants baked into the program
@@ -83,10 +88,32 @@ class FlaxEngine(Engine):
         memory, state = apply_method(self.model, self.params, "encode", src, src_len)
         return state, memory
 
-    def step(self, prev: np.ndarray, state: Any, memory: Any) -> tuple[np.ndarray, Any, Any]:
+    @property
+    def ensemble(self) -> bool:
+        return isinstance(self.model, FlaxEnsemble)
+
+    def step(
+        self, prev: np.ndarray, state: Any, memory: Any, steer: np.ndarray | None = None
+    ) -> tuple[np.ndarray, Any, Any]:
         prev = np.asarray(prev, np.int32)
+        if steer is not None:  # every member's memory, in an ensemble's tuple of them
+            members = [memory] if isinstance(memory, Memory) else list(memory)
+            width = members[0].mask.shape[1]  # the bucket the source was padded to
+            given = jnp.asarray(np.pad(steer, ((0, 0), (0, width - steer.shape[1]))), jnp.float32)
+            members = [m._replace(steer=given) for m in members]
+            memory = members[0] if isinstance(memory, Memory) else tuple(members)
         log_probs, state, alpha = self._step(self.params, prev, state, memory)
         return np.asarray(log_probs), state, None if alpha is None else np.asarray(alpha)
+
+    def select(self, fields: Any, rows: np.ndarray) -> Any:
+        index = jnp.asarray(rows)
+        return jax.tree_util.tree_map(lambda x: x[index], fields)
+
+    def shown(self, state: Any) -> dict[str, float | list[list[float]]]:
+        if self.ensemble or not self.has_attention:
+            return {}
+        declared = compose(self.model.cfg).shown
+        return {s.slot: shown_value(np.asarray(state.slots[s.slot][0]), s.kind) for s in declared}
 
 
 def _log_prob_step(

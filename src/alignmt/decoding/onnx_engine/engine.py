@@ -1,7 +1,8 @@
 """The onnxruntime engine: an exported model (model.py) as the translator drives it, with
 neither PyTorch nor JAX. It searches greedy or with a beam (search.py), or samples
-(decoding/sample.py, over its step), on the CPU, in float32 or on the int8 graphs; the
-engine table (decoding/engine.py) says what it leaves to the torch engine.
+(decoding/sample.py, over its step), on the CPU, in float32 or on the int8 graphs; it steps
+through one sentence and traces its beam over its step (decoding/walk.py). The engine table
+(decoding/engine.py) says what it leaves to the torch engine.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from alignmt.decoding.onnx_engine.ensemble import OnnxEnsemble
 from alignmt.decoding.onnx_engine.model import OnnxModel
 from alignmt.decoding.onnx_engine.rows import select
 from alignmt.decoding.onnx_engine.search import search
-from alignmt.decoding.results import Hypothesis
+from alignmt.decoding.results import Hypothesis, shown_value
 from alignmt.decoding.sample import sampler
 
 
@@ -31,6 +32,11 @@ class OnnxEngine(Engine):
         self.has_attention = model.has_attention
         self.copies = model.copies
         self.parameters = model.parameters
+        self.bos_id, self.eos_id = model.bos_id, model.eos_id
+
+    @property
+    def ensemble(self) -> bool:
+        return isinstance(self.model, OnnxEnsemble)
 
     def searcher(self, call: Call) -> Searcher:
         if call.sampling is not None:
@@ -46,5 +52,17 @@ class OnnxEngine(Engine):
     def encode(self, sentences: list[list[int]]) -> tuple[Any, Any]:
         return self.model.encode_ids(sentences)
 
-    def step(self, prev: np.ndarray, state: Any, memory: Any) -> tuple[np.ndarray, Any, Any]:
-        return self.model.step(np.asarray(prev, np.int64), state, memory)
+    def step(
+        self, prev: np.ndarray, state: Any, memory: Any, steer: np.ndarray | None = None
+    ) -> tuple[np.ndarray, Any, Any]:
+        return self.model.step(np.asarray(prev, np.int64), state, memory, steer)
+
+    def select(self, fields: Any, rows: np.ndarray) -> Any:
+        return select(fields, rows)
+
+    def shown(self, state: Any) -> dict[str, float | list[list[float]]]:
+        if self.ensemble:
+            return {}
+        return {
+            s["slot"]: shown_value(state[s["slot"]][0], s["kind"]) for s in self.model.names.shown
+        }

@@ -46,13 +46,15 @@ class OnnxEnsemble:
         return _join([s for s, _ in encoded]), _join([m for _, m in encoded])
 
     def step(
-        self, prev: np.ndarray, state: Fields, memory: Fields
+        self, prev: np.ndarray, state: Fields, memory: Fields, steer: np.ndarray | None = None
     ) -> tuple[np.ndarray, Fields, np.ndarray | None]:
-        """One step of every member: log p (N, V) of the mean of their log-probabilities
-        (a normalised geometric mean), the joined new state, and the mean alpha (N, T_src) of
-        the members that attend, or None."""
+        """One step of every member (each steered by `steer` where it attends): log p (N, V)
+        of the mean of their log-probabilities (a normalised geometric mean), the joined new
+        state, and the mean alpha (N, T_src) of the members that attend, or None."""
         parts = zip(self.members, _split(state, len(self)), _split(memory, len(self)), strict=True)
-        steps = [model.step(prev, s, m) for model, s, m in parts]
+        steps = [
+            model.step(prev, s, m, steer if model.has_attention else None) for model, s, m in parts
+        ]
         mean = np.mean([log_probs for log_probs, _, _ in steps], axis=0)  # (N, V)
         top = mean.max(axis=-1, keepdims=True)
         log_p = mean - top - np.log(np.exp(mean - top).sum(axis=-1, keepdims=True))

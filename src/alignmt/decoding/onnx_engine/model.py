@@ -20,7 +20,7 @@ class OnnxModel:
     copies that `alignmt export --int8` wrote beside them (`int8=True`)."""
 
     def __init__(self, folder: str | Path, threads: int = 0, int8: bool = False) -> None:
-        folder = Path(folder)
+        self.folder = folder = Path(folder)
         self.manifest = _read_manifest(folder / MANIFEST)
         self.header: Header = parse_header(folder / MANIFEST, self.manifest)
         self.pad_id = self.manifest["pad_id"]
@@ -82,14 +82,21 @@ class OnnxModel:
         return self.encode(src, lengths)
 
     def step(
-        self, prev: np.ndarray, state: dict, memory: dict
+        self, prev: np.ndarray, state: dict, memory: dict, steer: np.ndarray | None = None
     ) -> tuple[np.ndarray, dict, np.ndarray | None]:
         """One decoder step over N rows: log-probabilities (N, V) (a copying model's
-        (N, V + T_src)), the new state, and alpha (N, T_src) or None. The graph reads only
-        the fields it needs."""
+        (N, V + T_src)), the new state, and alpha (N, T_src) or None. `steer` (N, T_src)
+        replaces alpha in the rows where it is not all zero (the explorer's override). The
+        graph reads only the fields it needs."""
         given = {"prev": prev, **state, **memory}
-        if self.steers:  # a web export's graph: all zero, so no row is steered
-            given["steer"] = np.zeros(memory["mask"].shape, np.float32)
+        if self.steers:  # all zero where no row is steered
+            zero = np.zeros(memory["mask"].shape, np.float32)
+            given["steer"] = zero if steer is None else steer.astype(np.float32)
+        elif steer is not None:
+            raise ValueError(
+                f"{self.folder}: its step graph takes no attention override (exported "
+                "by an older alignmt, or a model without attention); export the run again"
+            )
         names = self.names
         out = self.step_graph.run(list(names.step_outputs), {n: given[n] for n in self.takes})
         alpha = out[-1] if names.attention else None

@@ -11,10 +11,11 @@ rows are overwritten in place.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
+from alignmt.decoding.beams import Rows
 from alignmt.decoding.engine import Call
 from alignmt.decoding.onnx_engine.model import OnnxModel
 from alignmt.decoding.rules import max_output_len
@@ -22,15 +23,6 @@ from alignmt.decoding.rules import max_output_len
 Fields = dict[str, np.ndarray]
 # newly taken sentences (state, memory, Rows) -> what the search keeps of them
 Start = Callable[[tuple[Fields, Fields, Any]], tuple[Fields, Fields, Any]]
-
-
-class Rows(NamedTuple):
-    """The bookkeeping of the sentences being searched, (S,) each."""
-
-    sentence: np.ndarray  # int64 its place in the group
-    position: np.ndarray  # int64 the output position its next step fills
-    limit: np.ndarray  # int64 its length limit
-    prev: np.ndarray  # int64 its last token (<s> first); (S, K) in beam search
 
 
 class Pending:

@@ -17,5 +17,6 @@ search.py       greedy, sampling and beam search behind one door
 shortlist.py    the projection over a lexical shortlist
 speed.py        int8 and the shortlist chosen, checked and put in place
 steps.py        what both searches make of a step
-trace.py        the decoder step by step, and beam search as a tree
+trace.py        the decoder step by step, and beam search as a tree, with constraints and
+                packed matmuls
 """

@@ -19,12 +19,13 @@ import torch
 
 from alignmt.config import Precision, SearchConfig
 from alignmt.decoding.constraint import Constraint
-from alignmt.decoding.engine import Call, Check, Engine, Feature, Method, Pairs, Searcher, needs
+from alignmt.decoding.engine import Call, Check, Engine, Method, Pairs, Searcher, needs
 from alignmt.decoding.results import BeamTrace, DecoderStep, Hypothesis
 from alignmt.decoding.torch_engine.constraints import Table
 from alignmt.decoding.torch_engine.ensemble import Ensemble
 from alignmt.decoding.torch_engine.packed import int8_linears
 from alignmt.decoding.torch_engine.plan import SearchPlan
+from alignmt.decoding.torch_engine.rows import select_rows
 from alignmt.decoding.torch_engine.sample import sampler
 from alignmt.decoding.torch_engine.search import search
 from alignmt.decoding.torch_engine.speed import check_speed
@@ -62,24 +63,11 @@ class TorchEngine(Engine):
         self.has_attention = model.has_attention
         self.copies = model.copies
         self.parameters = sum(p.numel() for p in model.parameters())
+        self.bos_id, self.eos_id = model.bos_id, model.eos_id
 
     @property
     def ensemble(self) -> bool:
         return isinstance(self.model, Ensemble)
-
-    @property
-    def features(self) -> frozenset[Feature]:
-        if self.ensemble:  # its attention is a mean no member computed
-            return super().features - {"stepping through the decoder", "teacher-forced attention"}
-        return super().features
-
-    @property
-    def label(self) -> str:
-        return "an ensemble" if self.ensemble else super().label
-
-    @property
-    def instead(self) -> str:
-        return "ask one of its members" if self.ensemble else super().instead
 
     @property
     def device(self) -> torch.device:
@@ -142,12 +130,20 @@ class TorchEngine(Engine):
         return state, memory
 
     @torch.no_grad()
-    def step(self, prev: np.ndarray, state: Any, memory: Any) -> tuple[np.ndarray, Any, Any]:
+    def step(
+        self, prev: np.ndarray, state: Any, memory: Any, steer: np.ndarray | None = None
+    ) -> tuple[np.ndarray, Any, Any]:
         prev = torch.as_tensor(prev, dtype=torch.int64, device=self.device)
+        if steer is not None:
+            steer = torch.as_tensor(steer, dtype=memory.states.dtype, device=self.device)
+            memory = memory._replace(steer=steer)
         dist, state, alpha = self.model.decode_step(prev, state, memory)
         log_probs = dist.float().full().cpu().numpy()
         alpha = None if alpha is None else full_precision(alpha).cpu().numpy()
         return log_probs, state, alpha
+
+    def select(self, fields: Any, rows: np.ndarray) -> Any:
+        return select_rows(fields, torch.as_tensor(rows, device=self.device))
 
     @torch.no_grad()
     def step_through(

@@ -48,10 +48,11 @@ OPSET = 17
 FREE = ("rows", "source", "extended")
 
 
-def export_onnx(ckpt: Checkpoint, out: str | Path, steer: bool = False) -> Manifest:
+def export_onnx(ckpt: Checkpoint, out: str | Path, steer: bool = True) -> Manifest:
     """Write `ckpt`'s model as `encoder.onnx` and `step.onnx` in `out`, with `manifest.json`.
     The model is put in float32 on the CPU, in eval mode, where it is. With `steer` (a model
-    with attention), the step also takes the attention override (`Manifest.steer`).
+    with attention), the step also takes the attention override (`Manifest.steer`), so that
+    every engine steps through the exported decoder as the explorer asks.
 
     Returns:
         What the graphs take and give.

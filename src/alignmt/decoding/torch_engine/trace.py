@@ -14,18 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.engine import Check
-from alignmt.decoding.results import BeamNode, BeamStatus, BeamTrace, DecoderStep
+from alignmt.decoding.results import BeamTrace, DecoderStep, shown_value
 from alignmt.decoding.torch_engine.beam import BeamStep
 from alignmt.decoding.torch_engine.constraints import Table
 from alignmt.decoding.torch_engine.packed import packed_linears
 from alignmt.decoding.torch_engine.plan import SearchPlan
 from alignmt.decoding.torch_engine.search import beam_steps
 from alignmt.decoding.torch_engine.steps import StepFn, full_precision
+from alignmt.decoding.walk import tree
 from alignmt.model.cell import DecoderState
 from alignmt.model.decoder import Memory
 from alignmt.model.distribution import LogProbs
@@ -130,10 +132,8 @@ def _walk(
 
 
 def _shown(value: Tensor, kind: str) -> float | list[list[float]]:
-    """A declared value of one row as the answers give it: a number, or weights (T_src, N)
-    as N rows over the source."""
-    value = full_precision(value)
-    return value.T.tolist() if kind == "weights" else float(value)
+    """A declared value of one row as the answers give it (`results.shown_value`)."""
+    return shown_value(full_precision(value).cpu().numpy(), kind)
 
 
 class _Steered:
@@ -241,50 +241,13 @@ def _sentence_steps(
 
 
 def _trace(history: list[BeamStep], beam_size: int) -> BeamTrace:
-    """The tree of a one-sentence search from its steps."""
-    nodes: list[BeamNode] = []
-    live: list[int | None] = [None] * beam_size  # the node in each live slot
-    for t, entry in enumerate(history):
-        slots = _step_nodes(entry, t, live, last=t == len(history) - 1)
-        live = [None] * beam_size
-        for slot, node in slots:
-            if node.status == "live":
-                live[slot] = len(nodes)
-            nodes.append(node)
-    finished = [i for i, n in enumerate(nodes) if n.status == "finished"]
-    finished.sort(key=lambda i: -nodes[i].final_score)
-    return BeamTrace(nodes, finished)
+    """The tree of a one-sentence search from its steps, moved to the CPU (walk.py's)."""
+    on_cpu = [BeamStep(*(_numpy(x) for x in entry)) for entry in history]
+    return tree(on_cpu, beam_size)
 
 
-def _step_nodes(
-    entry: BeamStep, t: int, live: list[int | None], last: bool
-) -> list[tuple[int, BeamNode]]:
-    """The candidates of one step of a one-sentence search, as (slot, node)."""
-    beam_size = len(live)
-    tokens, parents = entry.tokens[0].tolist(), entry.parents[0].tolist()
-    scores, ended = entry.scores[0].tolist(), entry.ended[0].tolist()
-    out = []
-    for slot, (token, parent, score, end) in enumerate(
-        zip(tokens, parents, scores, ended, strict=True)
-    ):
-        if score == float("-inf"):
-            continue  # an extension of a beam not yet live (only beam 0 is, at first)
-        if end > float("-inf"):
-            status: BeamStatus = "finished"
-        elif slot < beam_size:
-            status = "stopped" if last else "live"
-        else:
-            status = "pruned"
-        attention = None if entry.attention is None else entry.attention[0, parent].cpu().numpy()
-        node = BeamNode(
-            step=t,
-            slot=slot,
-            parent=live[parent] if t else None,
-            token=token,
-            score=score,
-            status=status,
-            final_score=end if status == "finished" else None,
-            attention=attention,
-        )
-        out.append((slot, node))
-    return out
+def _numpy(tensor: Tensor | None) -> np.ndarray | None:
+    """A step's record on the CPU: ids as they are, bfloat16 scores and attention in float32."""
+    if tensor is None:
+        return None
+    return (tensor if not tensor.is_floating_point() else full_precision(tensor)).cpu().numpy()

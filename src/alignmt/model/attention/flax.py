@@ -112,6 +112,8 @@ class Attention(nn.Module):
         alpha, slots = self.mapping(scores, focus.mask, slots, train)
         if focus.prior is not None:
             alpha = alpha * focus.prior
+        if memory.steer is not None:
+            alpha = jnp.where(steers(memory), memory.steer, alpha)
         context = jnp.einsum("bt,btc->bc", alpha, memory.states)
         slots = self.mapping.update(alpha, slots)
         for modifier in self._modifiers():
@@ -124,5 +126,13 @@ class Attention(nn.Module):
         queries, view = self.heads.split(query, memory, score_slots)  # (B N, d)
         weights, _ = self.mapping(self.score(queries, view, None), view.mask, {}, train)
         weights = weights.reshape(memory.mask.shape[0], self.heads.n, -1)  # (B, N, T_src)
+        if memory.steer is not None:  # every head's weights replaced
+            weights = jnp.where(steers(memory)[..., None], memory.steer[:, None], weights)
         context, alpha = self.heads.join(weights, memory)
         return context, alpha, slots | {"heads": weights.transpose(0, 2, 1)}
+
+
+def steers(memory: Any) -> Array:
+    """(B, 1) the rows the explorer's what-if steers: those where `memory.steer` (B, T_src)
+    is not all zero (torch.py's `_steers`)."""
+    return memory.steer.sum(axis=1, keepdims=True) > 0

@@ -213,8 +213,8 @@ class Attention(nn.Module):
 
 def _steers(memory: Any) -> Tensor:
     """(B, 1) the rows the explorer's what-if steers: those where `memory.steer` (B, T_src),
-    the weights that replace alpha, is not all zero. A graph that always takes a steer
-    (`alignmt export --web`) so steers only the rows asked."""
+    the weights that replace alpha, is not all zero. An exported graph, which always takes a
+    steer (`alignmt export`), so steers only the rows asked."""
     return memory.steer.sum(dim=1, keepdim=True) > 0
 
 
