@@ -128,7 +128,7 @@ def test_an_ensemble_is_not_stepped_through_on_any_engine(toy_run, toy):
     folder = toy["onnxruntime"].origin.folder
     for members, engine in (([toy_run] * 2, "flax"), ([folder] * 2, "auto")):
         ensemble = open_translator(members, engine=engine, device="cpu")
-        with pytest.raises(Unavailable, match="^stepping through the decoder is not available"):
+        with pytest.raises(Unavailable, match=r"^stepping through the decoder is not available"):
             ensemble.step_through(LINES[0])
         with pytest.raises(Unavailable, match="with an ensemble: ask one of its members"):
             ensemble.beam_trace(LINES[0], beam_size=2)
@@ -138,7 +138,7 @@ def test_an_export_without_the_override_says_to_export_again(toy_run, tmp_path):
     export_onnx(load_checkpoint(toy_run), tmp_path / "old", steer=False)
     old = open_translator(tmp_path / "old")
     assert old.step_through(LINES[1]).steps  # stepping through needs no steer
-    with pytest.raises(ValueError, match="takes no attention override.*export the run again"):
+    with pytest.raises(ValueError, match=r"takes no attention override.*export the run again"):
         old.step_through(LINES[1], override={0: 1})
 
 
