@@ -186,3 +186,43 @@ def test_the_server_steps_and_traces_on_every_engine_as_on_pytorch(toy_run, toy)
             assert status == want_status == 200, body
             named = lambda answer: {k: v for k, v in answer.items() if k != "model"}  # noqa: E731
             close(named(body), named(want))  # each names its own folder
+
+
+# --- teacher-forced attention (decoding/forced.py) ------------------------------------------
+
+
+def toy_pairs(translator) -> list[tuple[list[int], list[int]]]:
+    """Each line with its greedy output, and with another output, as ids without specials."""
+    pairs = []
+    for line in LINES:
+        src = translator.src_vocab.encode(translator.source_tokens(line))
+        (best,) = translator.translate([line])[0]
+        out = translator.tgt_vocab.encode(best.tokens[:-1])
+        pairs += [(src, out), (src, out[::-1] + out[:1])]
+    return pairs
+
+
+@pytest.mark.parametrize("engine", ["flax", "onnxruntime"])
+@pytest.mark.parametrize("method", ["attention", "shift"])
+def test_every_engine_reads_teacher_forced_attention_as_pytorch_does(toy, engine, method):
+    pairs = toy_pairs(toy["torch"])
+    want = toy["torch"].engine.relevance(pairs, method, batch_size=3)
+    got = toy[engine].engine.relevance(pairs, method, batch_size=4)
+    for (src, out), g, w in zip(pairs, got, want, strict=True):
+        assert g.shape == w.shape == (len(out) + 1, len(src) + 1)
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("engine", ["flax", "onnxruntime"])
+def test_every_engine_counts_the_what_ifs_flips_as_pytorch_does(toy, engine):
+    pairs = toy_pairs(toy["torch"])
+    want = toy["torch"].engine.flips(pairs, batch_size=3)
+    assert want[0] > 0 and want[1] > want[0]  # some steps flip, not all
+    assert toy[engine].engine.flips(pairs, batch_size=4) == want
+
+
+def test_attributions_are_refused_where_the_engine_has_no_gradients(toy):
+    pairs = toy_pairs(toy["torch"])[:1]
+    for engine in ("flax", "onnxruntime"):
+        with pytest.raises(Unavailable, match=rf"^attribution is not available with the {engine}"):
+            toy[engine].engine.relevance(pairs, "gradient")

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from alignmt.config import SearchConfig
-from alignmt.decoding import walk
+from alignmt.decoding import forced, walk
 from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.results import BeamTrace, DecoderStep, Hypothesis
 from alignmt.decoding.rules import Sampling
@@ -67,6 +67,7 @@ FEATURES: dict[EngineName, frozenset[Feature]] = {
             "an ensemble",
             "the coverage penalty",
             "stepping through the decoder",
+            "teacher-forced attention",
         }
     ),
     "onnxruntime": frozenset(
@@ -76,6 +77,7 @@ FEATURES: dict[EngineName, frozenset[Feature]] = {
             "an ensemble",
             "the coverage penalty",
             "stepping through the decoder",
+            "teacher-forced attention",
         }
     ),
     "browser": frozenset({"int8", "stepping through the decoder"}),
@@ -149,10 +151,7 @@ class Engine(ABC):
     @property
     def features(self) -> frozenset[Feature]:
         if self.ensemble:  # its attention is a mean no member computed
-            return FEATURES[self.name] - {
-                "stepping through the decoder",
-                "teacher-forced attention",
-            }
+            return FEATURES[self.name] - INSIDE
         return FEATURES[self.name]
 
     @property
@@ -253,12 +252,18 @@ class Engine(ABC):
     def relevance(self, pairs: Pairs, method: Method, *, batch_size: int = 64) -> list[np.ndarray]:
         """The analyses' teacher-forced entry point: for each (source ids, output ids) pair
         (without specials), how much each source token moved each output token by `method`,
-        (len(output) + 1, len(source) + 1), </s> last on both sides (the torch engine's is
-        its relevance.py). Pairs go through `batch_size` at a time."""
-        raise Unavailable(needs(method), self.label, self.instead)
+        (len(output) + 1, len(source) + 1), </s> last on both sides. Pairs go through
+        `batch_size` at a time. Attention, as it is or shifted, is read over the engine's
+        step (forced.py); the attributions need the framework (the torch engine's
+        relevance.py)."""
+        self.require([needs(method)])
+        if method not in ("attention", "shift"):
+            raise Unavailable(needs(method), self.label, self.instead)
+        return forced.pair_attention(self, pairs, shift=method == "shift", batch_size=batch_size)
 
     def flips(self, pairs: Pairs, *, batch_size: int = 64) -> tuple[int, int]:
         """The explorer's what-if over teacher-forced pairs: how many output steps write
         another token once their attention is moved to the source word it ranks second, of
-        how many steps tried (the torch engine's relevance.py)."""
-        raise Unavailable("teacher-forced attention", self.label, self.instead)
+        how many steps tried (forced.py)."""
+        self.require(["teacher-forced attention"])
+        return forced.pair_flips(self, pairs, batch_size=batch_size)
