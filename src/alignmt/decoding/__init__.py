@@ -10,6 +10,7 @@ Nothing is imported here, so that a module of the spine loads no framework.
     engine.py      what an engine implements, and the table of what each engine can do
     exported.py    what an exported folder holds, and its graphs' names
     flax_engine/   The flax engine: decoding a `FlaxSeq2Seq` with JAX, no torch.
+    forced.py      teacher-forced attention and the what-if over any engine's step
     onnx_engine/   The onnxruntime engine: decoding a folder `alignmt export` wrote, with ONNX
                    Runtime and NumPy, neither torch nor JAX.
     results.py     `Hypothesis`, `Translation`, the step-by-step and beam-tree records
