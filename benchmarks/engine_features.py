@@ -8,7 +8,10 @@ beside the same engine's greedy search, on one run, in one sitting.
 The first 320 lines of test_2016_flickr, tokenised, decoded 64 at a time after a warm-up
 call of the same kind (which compiles Flax's programs), one engine at a time in this process,
 with nothing else using the CPU. A feature an engine does not offer (`FEATURES`) is a dash.
-Results are in docs/benchmarks.md.
+A second table times what the explorer asks of one sentence at a time (`/v1/step` and
+`/v1/beam`: stepping through the decoder, steered, with a beam, and the beam tree), in
+milliseconds per output step over the first 40 of those sentences. Results are in
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -35,6 +38,18 @@ KINDS: dict[str, tuple[str | None, Callable]] = {
 }
 
 
+INSIDE_SENTENCES = 40
+# each column of the second table: one sentence's call, and the output steps it took
+INSIDE: dict[str, Callable] = {
+    "step through": lambda t, line: len(t.step_through(line).steps),
+    "steered at step 1": lambda t, line: len(t.step_through(line, override={1: 0}).steps),
+    "step through, beam 5": lambda t, line: len(t.step_through(line, beam_size=5).steps),
+    "beam tree, beam 5": lambda t, line: (
+        1 + max(n.step for n in t.beam_trace(line, beam_size=5)[1].nodes)
+    ),
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", help="a run folder (torch and flax engines)")
@@ -51,13 +66,41 @@ def main() -> None:
     print("| --- |" + " ---: |" * len(KINDS))
     for engine in ("torch", "flax", "onnxruntime"):
         print(f"| {engine} | " + " | ".join(_row(engine, args, lines)) + " |", flush=True)
+    print(
+        f"\nOne sentence at a time, the first {INSIDE_SENTENCES}: milliseconds per output step "
+        "(mean over the sentences; the slowest sentence's in brackets)\n"
+    )
+    print("| engine | " + " | ".join(INSIDE) + " |")
+    print("| --- |" + " ---: |" * len(INSIDE))
+    for engine in ("torch", "flax", "onnxruntime"):
+        cells = _inside(engine, args, lines[:INSIDE_SENTENCES])
+        print(f"| {engine} | " + " | ".join(cells) + " |", flush=True)
+
+
+def _opened(engine: str, args: argparse.Namespace):
+    from alignmt.decoding.door import open_translator
+
+    return open_translator(args.exported if engine == "onnxruntime" else args.run, engine=engine)
+
+
+def _inside(engine: str, args: argparse.Namespace, lines: list[str]) -> list[str]:
+    """Each INSIDE call's milliseconds per output step: mean (slowest sentence's)."""
+    translator = _opened(engine, args)
+    cells = []
+    for call in INSIDE.values():
+        for line in lines:  # warm-up: Flax compiles its step for each source bucket here
+            call(translator, line)
+        per_step = []
+        for line in lines:
+            start = time.perf_counter()
+            steps = call(translator, line)
+            per_step.append(1000 * (time.perf_counter() - start) / steps)
+        cells.append(f"{sum(per_step) / len(per_step):.1f} ({max(per_step):.1f})")
+    return cells
 
 
 def _row(engine: str, args: argparse.Namespace, lines: list[str]) -> list[str]:
-    from alignmt.decoding.door import open_translator
-
-    folder = args.exported if engine == "onnxruntime" else args.run
-    translator = open_translator(folder, engine=engine)
+    translator = _opened(engine, args)
     tokens = [translator.source_tokens(line) for line in lines]
     cells, greedy = [], None
     for needs, call in KINDS.values():

@@ -184,6 +184,10 @@ def snapshots(
     what it would have output itself."""
     if not served.translator.has_attention:
         raise invalid("model", f"model {served.name!r} has no attention to follow")
+    engine = served.translator.engine
+    if engine.name != "torch" or engine.ensemble:  # snapshots reopen one run on PyTorch
+        message = f"model {served.name!r}: its run's snapshots are not available with "
+        raise invalid("model", f"{message}{engine.label}: {engine.instead}")
     if not served.info.snapshots:
         raise invalid("model", f"run {served.name!r} kept no snapshots (train.snapshot_every)")
     _one_source(served.translator, request.sentence, limits)

@@ -153,6 +153,10 @@ def constraint_of(
     if phrases is None or not (phrases.include or phrases.exclude):
         return None
     try:
+        translator.engine.require(["constrained search"])
+    except Unavailable as refusal:
+        raise invalid(field, str(refusal), phrases.model_dump()) from None
+    try:
         return translator.constraint(phrases.include, phrases.exclude)
     except ValueError as error:
         raise invalid(field, str(error), phrases.model_dump()) from None
