@@ -69,11 +69,7 @@ def test_models_say_what_runs_each(clients, toy_run):
 @pytest.mark.parametrize(
     ("path", "body", "field"),
     [
-        ("/v1/translate", {"sentences": ["a cat"], "constraints": [{"include": ["cat"]}]},
-         "constraints"),
         ("/v1/step", {"sentence": "a cat", "attribution": "gradient"}, "attribution"),
-        ("/v1/beam", {"sentence": "a cat", "constraints": {"include": ["katze"]}},
-         "constraints"),
         ("/v1/snapshots", {"sentence": "a cat"}, "model"),
     ],
 )  # fmt: skip

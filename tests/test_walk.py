@@ -102,26 +102,25 @@ def test_the_values_shown_beside_attention_are_pytorchs_on_every_engine(twin, en
     assert_same_steps(twin[engine].step_through(LINES[2], override={1: 0}).steps, want.steps)
 
 
+def assert_same_trees(got, want) -> None:
+    assert got.finished == want.finished
+    assert len(got.nodes) == len(want.nodes)
+    for g, w in zip(got.nodes, want.nodes, strict=True):
+        where = (g.step, g.slot, g.parent, g.token, g.status)
+        assert where == (w.step, w.slot, w.parent, w.token, w.status)
+        assert g.score == pytest.approx(w.score, abs=1e-4)
+        assert (g.final_score is None) == (w.final_score is None)
+        if w.final_score is not None:
+            assert g.final_score == pytest.approx(w.final_score, abs=1e-4)
+        np.testing.assert_allclose(g.attention, w.attention, rtol=0, atol=1e-4)
+
+
 @pytest.mark.parametrize("engine", ["flax", "onnxruntime"])
 def test_every_engine_draws_pytorchs_beam_tree(toy, engine):
     for line in LINES:
         _, want = toy["torch"].beam_trace(line, beam_size=3)
         _, got = toy[engine].beam_trace(line, beam_size=3)
-        assert got.finished == want.finished
-        assert len(got.nodes) == len(want.nodes)
-        for g, w in zip(got.nodes, want.nodes, strict=True):
-            assert (g.step, g.slot, g.parent, g.token, g.status) == (
-                w.step,
-                w.slot,
-                w.parent,
-                w.token,
-                w.status,
-            )
-            assert g.score == pytest.approx(w.score, abs=1e-4)
-            assert (g.final_score is None) == (w.final_score is None)
-            if w.final_score is not None:
-                assert g.final_score == pytest.approx(w.final_score, abs=1e-4)
-            np.testing.assert_allclose(g.attention, w.attention, rtol=0, atol=1e-4)
+        assert_same_trees(got, want)
 
 
 def test_an_ensemble_is_not_stepped_through_on_any_engine(toy_run, toy):

@@ -3,6 +3,7 @@ JavaScript is answers/static/web/). The modules are the framework-free spine eve
 shares; each engine is a subpackage that imports its framework and nothing of the others.
 Nothing is imported here, so that a module of the spine loads no framework.
 
+    banks.py       constrained beam search's candidates in NumPy, by dynamic beam allocation
     beams.py       beam search's step in NumPy: candidates, ended hypotheses, when a sentence
                    stops
     constraint.py  one sentence's lexical constraints as ids, and whether an output meets them

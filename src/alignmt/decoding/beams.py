@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from alignmt.decoding.banks import MISSING, Table
 from alignmt.decoding.rules import cannot_improve, length_penalty
 
 
@@ -46,12 +47,15 @@ class Beams(NamedTuple):
     scores: np.ndarray  # (S, K) the live beams' summed log-probabilities, best first
     ended: np.ndarray  # (S,) how many hypotheses have ended
     best: np.ndarray  # (S, nbest) the best ended ones' score / lp, best first
+    progress: np.ndarray  # (S, K, F) int64 the live beams' way through their lexical
+    # constraints (banks.Table); F = 0 without
 
 
-def first_beams(rows: Rows, K: int, nbest: int) -> Beams:
+def first_beams(rows: Rows, K: int, nbest: int, table: Table | None = None) -> Beams:
     """The beams of sentences just taken: only beam 0 is live at first (score 0, the others
-    -inf), or all K would extend <s> alike."""
+    -inf), or all K would extend <s> alike; with `table`, none has met a constraint yet."""
     count = len(rows.sentence)
+    progress = np.zeros((count, K, 0), np.int64) if table is None else table.start(count, K)
     scores = np.full((count, K), -np.inf, np.float32)
     scores[:, 0] = 0.0
     return Beams(
@@ -59,6 +63,7 @@ def first_beams(rows: Rows, K: int, nbest: int) -> Beams:
         scores,
         np.zeros(count, np.int64),
         np.full((count, nbest), -np.inf, np.float32),
+        progress,
     )
 
 
@@ -69,13 +74,23 @@ def beam_step(
     eos_id: int,
     alpha: float,
     cp: np.ndarray | None = None,
+    table: Table | None = None,
 ) -> tuple[Step, Beams, np.ndarray]:
     """One step of every sentence's beams: its record, the beams after it, and which
     sentences stop. `cp` (S, K): each beam's coverage penalty after this step, added to the
-    rank of the hypotheses its candidates end."""
+    rank of the hypotheses its candidates end. `table`: the sentences' lexical constraints,
+    whose banks choose the candidates (banks.py); a hypothesis the length limit ends before
+    it met them ranks `MISSING` lower per token missing."""
     S, K = beams.scores.shape
     log_probs = log_probs.reshape(S, K, -1)
-    cand, parents, tokens, rank, own = candidates(beams.scores, log_probs, eos_id)
+    progress = beams.progress
+    if table is None:
+        cand, parents, tokens, rank, own = candidates(beams.scores, log_probs, eos_id)
+    else:
+        sentences = beams.rows.sentence
+        found = table.candidates(beams.scores, log_probs, progress, sentences, eos_id)
+        cand, parents, tokens, rank, progress = found
+        own = log_probs[np.arange(S)[:, None], parents, tokens]
     length = beams.rows.position + 1  # (S,) the candidates' length
     at_limit = length >= beams.rows.limit
     # Of the K best, </s> ends a hypothesis (at the limit all do); -inf ones are not live yet
@@ -84,6 +99,8 @@ def beam_step(
     ranked = cand / length_penalty(lengths, alpha).astype(np.float32)[:, None]
     if cp is not None:
         ranked = ranked + np.take_along_axis(cp, parents, axis=1).astype(np.float32)
+    if table is not None:
+        ranked = ranked - MISSING * table.missing(beams.rows.sentence, progress)
     ended = np.where(ends, ranked, -np.inf).astype(np.float32)
     attention = None if weights is None else weights.reshape(S, K, -1)
     rows = beams.rows
@@ -91,7 +108,7 @@ def beam_step(
     best = -np.sort(-np.concatenate([beams.best, ended], axis=1), axis=1)[:, : beams.best.shape[1]]
     count = beams.ended + ends.sum(axis=1)
     rows = rows._replace(position=length, prev=tokens[:, :K])
-    after = Beams(rows, cand[:, :K], count, best)
+    after = Beams(rows, cand[:, :K], count, best, progress[:, :K])
     live = cand[:, :K].max(axis=1).astype(np.float64)
     nth = best[:, -1].astype(np.float64)
     hopeless = cannot_improve(nth, live, lengths, rows.limit.astype(np.float64), alpha)

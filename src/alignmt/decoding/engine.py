@@ -68,6 +68,7 @@ FEATURES: dict[EngineName, frozenset[Feature]] = {
             "the coverage penalty",
             "stepping through the decoder",
             "teacher-forced attention",
+            "constrained search",
         }
     ),
     "onnxruntime": frozenset(
@@ -78,6 +79,7 @@ FEATURES: dict[EngineName, frozenset[Feature]] = {
             "the coverage penalty",
             "stepping through the decoder",
             "teacher-forced attention",
+            "constrained search",
         }
     ),
     "browser": frozenset({"int8", "stepping through the decoder"}),

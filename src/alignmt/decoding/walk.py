@@ -21,14 +21,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from alignmt.decoding.banks import Table
 from alignmt.decoding.beams import Rows, Step, beam_step, first_beams
 from alignmt.decoding.constraint import Constraint
-from alignmt.decoding.results import BeamNode, BeamStatus, BeamTrace, DecoderStep
-from alignmt.decoding.rules import coverage_penalty
+from alignmt.decoding.results import BeamNode, BeamStatus, BeamTrace, DecoderStep, Hypothesis
+from alignmt.decoding.rules import coverage_penalty, sentence_limit
 
 if TYPE_CHECKING:
     from alignmt.config import SearchConfig
-    from alignmt.decoding.engine import Check, Engine
+    from alignmt.decoding.engine import Call, Check, Engine
 
 
 def step_through(
@@ -179,17 +180,19 @@ def _sentence_beam(
     prefix: Sequence[int] = (),
     constraint: Constraint | None = None,
 ) -> list[Step]:
-    """Beam search's steps over one sentence, its K beams as K rows. At the positions of
-    `prefix` every other token is ruled out, so the beams grow from the prefix (their
-    scores then leave out its log-probabilities, the same for every beam); `override`
-    steers every row's attention at the positions it names."""
+    """Beam search's steps over one sentence, its K beams as K rows, round the banks of
+    `constraint` where given. At the positions of `prefix` every other token is ruled out,
+    so the beams grow from the prefix (their scores then leave out its log-probabilities,
+    the same for every beam); `override` steers every row's attention at the positions it
+    names."""
     alpha, beta = search.length_penalty, search.coverage_penalty
     state, memory = engine.encode([src])
     first = np.zeros(K, np.int64)
     state, memory = engine.select(state, first), engine.select(memory, first)
     one = np.zeros(1, np.int64)
     rows = Rows(one, one, np.array([max_len]), np.full(1, engine.bos_id, np.int64))
-    beams = first_beams(rows, K, nbest)
+    table = None if constraint is None else Table.of([constraint])
+    beams = first_beams(rows, K, nbest, table)
     covered = np.zeros((K, len(src)), np.float32)  # each row's attention summed so far
     history: list[Step] = []
     while True:
@@ -207,12 +210,34 @@ def _sentence_beam(
                 raise ValueError("search.coverage_penalty sums attention, and this model has none")
             covered = covered + weights
             cp = coverage_penalty(covered, beta).reshape(1, K)
-        step, beams, done = beam_step(beams, log_probs, weights, engine.eos_id, alpha, cp)
+        step, beams, done = beam_step(beams, log_probs, weights, engine.eos_id, alpha, cp, table)
         history.append(step)
         if done[0]:
             return history
         parents = step.parents[0, :K]  # each live beam's parent row
         state, covered = engine.select(state, parents), covered[parents]
+
+
+def sentence_search(
+    engine: Engine,
+    sentences: list[list[int]],
+    constraints: Sequence[Constraint | None],
+    call: Call,
+) -> list[list[Hypothesis]]:
+    """Constrained beam search over an engine's step, one sentence at a time (an engine
+    whose own search is compiled for plain beam search runs its constraints here): each
+    sentence's `call.nbest` best hypotheses, as the engines' beam search ranks them."""
+    search = call.search
+    found = []
+    for src, constraint in zip(sentences, constraints, strict=True):
+        limit = sentence_limit(len(src) - 1, search)
+        history = _sentence_beam(
+            engine, src, limit, search.beam_size, call.nbest, search, call.check,
+            constraint=constraint,
+        )  # fmt: skip
+        trace = tree(history, search.beam_size)
+        found.append([trace.hypothesis(node) for node in trace.finished[: call.nbest]])
+    return found
 
 
 def _forced(log_probs: np.ndarray, token: int) -> np.ndarray:

@@ -28,6 +28,7 @@ from alignmt.decoding.flax_engine.batch import pad_batch
 from alignmt.decoding.flax_engine.ensemble import FlaxEnsemble
 from alignmt.decoding.flax_engine.search import FlaxSearch, apply_method
 from alignmt.decoding.results import Hypothesis, shown_value
+from alignmt.decoding.walk import sentence_search
 from alignmt.model.attention.registry import compose
 from alignmt.model.flax_decoder import Memory
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
@@ -76,6 +77,8 @@ class FlaxEngine(Engine):
         def searched(
             sentences: list[list[int]], constraints: Sequence[Constraint | None] | None
         ) -> list[list[Hypothesis]]:
+            if constraints is not None:  # beam search over the jitted step, from Python
+                return sentence_search(self, sentences, constraints, call)
             before = search.compilations
             found = search(sentences, check=call.check, rng=rng)
             log.info("flax search: %d jit compilations", search.compilations - before)

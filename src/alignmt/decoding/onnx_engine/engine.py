@@ -45,7 +45,7 @@ class OnnxEngine(Engine):
         def searched(
             sentences: list[list[int]], constraints: Sequence[Constraint | None] | None
         ) -> list[list[Hypothesis]]:
-            return search(self.model, sentences, call)
+            return search(self.model, sentences, call, constraints)
 
         return searched
 

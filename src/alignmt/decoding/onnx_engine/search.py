@@ -14,11 +14,14 @@ rides in the state as one more field, `covered`, which the step graph does not r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 
 import numpy as np
 
+from alignmt.decoding.banks import Table
 from alignmt.decoding.beams import Beams, Step, beam_step, first_beams
+from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.engine import Call
 from alignmt.decoding.onnx_engine.model import OnnxModel
 from alignmt.decoding.onnx_engine.rows import Fields, Pending, pad_dim1, refill, select
@@ -28,14 +31,21 @@ from alignmt.decoding.rules import coverage_penalty
 COVERED = "covered"  # the state's field of each row's attention summed so far
 
 
-def search(model: OnnxModel, sentences: list[list[int]], how: Call) -> list[list[Hypothesis]]:
+def search(
+    model: OnnxModel,
+    sentences: list[list[int]],
+    how: Call,
+    constraints: Sequence[Constraint | None] | None = None,
+) -> list[list[Hypothesis]]:
     """Greedy search (a beam of one, one hypothesis) or beam search over a group of
-    sentences (source ids ending in </s>); see `Engine.searcher`."""
+    sentences (source ids ending in </s>), under their lexical constraints where given
+    (beam search, even with a beam of one); see `Engine.searcher`."""
     src_lens = [len(ids) for ids in sentences]
     pending = Pending(model, sentences, how)
-    if how.search.beam_size == 1 and how.nbest == 1:
+    if how.search.beam_size == 1 and how.nbest == 1 and constraints is None:
         return _greedy(model, pending, how, src_lens)
-    return _beam(model, pending, how, src_lens)
+    table = None if constraints is None else Table.of(constraints)
+    return _beam(model, pending, how, src_lens, table)
 
 
 # --- greedy search ---------------------------------------------------------------------------
@@ -85,15 +95,16 @@ def _greedy_outputs(history: list, src_lens: list[int]) -> list[Hypothesis]:
 
 
 def _beam(
-    model: OnnxModel, pending: Pending, how: Call, src_lens: list[int]
+    model: OnnxModel, pending: Pending, how: Call, src_lens: list[int], table: Table | None
 ) -> list[list[Hypothesis]]:
     """Keep the K best partial outputs of each sentence (see `torch_engine.search.beam_search`
-    for the rule): a sentence's K beams run as K rows, sentence-major (row s * K + k)."""
+    for the rule), round the banks of `table`'s constraints where given: a sentence's K
+    beams run as K rows, sentence-major (row s * K + k)."""
     K, alpha, beta = how.search.beam_size, how.search.length_penalty, how.search.coverage_penalty
     start = pending.take(how.width)
     if start is None:
         return []
-    begin = partial(_started, K=K, nbest=how.nbest, covering=bool(beta))
+    begin = partial(_started, K=K, nbest=how.nbest, covering=bool(beta), table=table)
     state, memory, beams = begin(start)
     history: list[Step] = []
     while len(beams.rows.sentence):
@@ -108,7 +119,7 @@ def _beam(
                 raise ValueError("search.coverage_penalty sums attention, and this model has none")
             state[COVERED] = pad_dim1(covered, weights.shape[1]) + weights
             cp = coverage_penalty(state[COVERED], beta).reshape(len(beams.scores), K)
-        step, beams, done = beam_step(beams, log_probs, weights, model.eos_id, alpha, cp)
+        step, beams, done = beam_step(beams, log_probs, weights, model.eos_id, alpha, cp, table)
         history.append(step)
         sentences = np.arange(len(step.parents))[:, None]  # (S, 1)
         parents = (sentences * K + step.parents[:, :K]).reshape(-1)  # (S * K,) their rows
@@ -117,7 +128,9 @@ def _beam(
     return _backtrack(history, len(src_lens), how.nbest, src_lens)
 
 
-def _started(taken: tuple, K: int, nbest: int, covering: bool) -> tuple[Fields, Fields, Beams]:
+def _started(
+    taken: tuple, K: int, nbest: int, covering: bool, table: Table | None
+) -> tuple[Fields, Fields, Beams]:
     """Newly taken sentences' states and memories repeated per beam, and their beams
     (`first_beams`). `covering`: their rows' attention summed so far (none yet) joins the
     state."""
@@ -125,7 +138,7 @@ def _started(taken: tuple, K: int, nbest: int, covering: bool) -> tuple[Fields, 
     if covering:
         state = state | {COVERED: np.zeros((len(rows.sentence), 0), np.float32)}
     repeat = np.repeat(np.arange(len(rows.sentence)), K)
-    beams = first_beams(rows, K, nbest)
+    beams = first_beams(rows, K, nbest, table)
     return select(state, repeat), select(memory, repeat), beams
 
 
