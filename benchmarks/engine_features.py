@@ -8,10 +8,11 @@ beside the same engine's greedy search, on one run, in one sitting.
 The first 320 lines of test_2016_flickr, tokenised, decoded 64 at a time after a warm-up
 call of the same kind (which compiles Flax's programs), one engine at a time in this process,
 with nothing else using the CPU. A feature an engine does not offer (`FEATURES`) is a dash.
-A second table times what the explorer asks of one sentence at a time (`/v1/step` and
-`/v1/beam`: stepping through the decoder, steered, with a beam, and the beam tree), in
-milliseconds per output step over the first 40 of those sentences. Results are in
-docs/benchmarks.md.
+The constrained column asks each output to contain its reference's longest word that the
+model can write. A second table times what the explorer asks of one sentence at a time
+(`/v1/step` and `/v1/beam`: stepping through the decoder, steered, with a beam, and the beam
+tree), in milliseconds per output step over the first 40 of those sentences. Results are
+in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -28,12 +29,19 @@ from alignmt.text.corpora import data_root
 SENTENCES = 320
 BATCH = 64  # translate_tokens' default batch size
 # each column: the feature it needs (None: every engine searches), and the translate call
+# (translator, source tokens, each sentence's constraint)
 KINDS: dict[str, tuple[str | None, Callable]] = {
-    "greedy": (None, lambda t, tokens: t.translate_tokens(tokens, beam_size=1, warn=False)),
-    "beam 5": (None, lambda t, tokens: t.translate_tokens(tokens, beam_size=5, warn=False)),
+    "greedy": (None, lambda t, tokens, _: t.translate_tokens(tokens, beam_size=1, warn=False)),
+    "beam 5": (None, lambda t, tokens, _: t.translate_tokens(tokens, beam_size=5, warn=False)),
     "sampling": (
         "sampling",
-        lambda t, tokens: t.translate_tokens(tokens, sampling=Sampling(seed=1), warn=False),
+        lambda t, tokens, _: t.translate_tokens(tokens, sampling=Sampling(seed=1), warn=False),
+    ),
+    "constrained, beam 5": (
+        "constrained search",
+        lambda t, tokens, wanted: t.translate_tokens(
+            tokens, beam_size=5, warn=False, constraints=wanted[: len(tokens)]
+        ),
     ),
 }
 
@@ -55,8 +63,11 @@ def main() -> None:
     parser.add_argument("run", help="a run folder (torch and flax engines)")
     parser.add_argument("exported", help="its export (the onnxruntime engine)")
     args = parser.parse_args()
-    with gzip.open(data_root() / "multi30k" / "test_2016_flickr.en.gz", "rt") as f:
+    folder = data_root() / "multi30k"
+    with gzip.open(folder / "test_2016_flickr.en.gz", "rt") as f:
         lines = [line.rstrip("\n") for line in f][:SENTENCES]
+    with gzip.open(folder / "test_2016_flickr.de.gz", "rt") as f:
+        references = [line.rstrip("\n") for line in f][:SENTENCES]
     print(f"# {args.run} and {args.exported}, {time.strftime('%Y-%m-%d %H:%M UTC')}")
     print(
         f"\n{SENTENCES} sentences, {BATCH} at a time: sentences/s and output tokens/s, each "
@@ -65,7 +76,8 @@ def main() -> None:
     print("| engine | " + " | ".join(KINDS) + " |")
     print("| --- |" + " ---: |" * len(KINDS))
     for engine in ("torch", "flax", "onnxruntime"):
-        print(f"| {engine} | " + " | ".join(_row(engine, args, lines)) + " |", flush=True)
+        cells = _row(engine, args, lines, references)
+        print(f"| {engine} | " + " | ".join(cells) + " |", flush=True)
     print(
         f"\nOne sentence at a time, the first {INSIDE_SENTENCES}: milliseconds per output step "
         "(mean over the sentences; the slowest sentence's in brackets)\n"
@@ -75,6 +87,17 @@ def main() -> None:
     for engine in ("torch", "flax", "onnxruntime"):
         cells = _inside(engine, args, lines[:INSIDE_SENTENCES])
         print(f"| {engine} | " + " | ".join(cells) + " |", flush=True)
+
+
+def _include(translator, reference: str):
+    """The constraint that the output contain the reference's longest word that the model
+    can write (a content word the model may or may not choose), or None."""
+    for word in sorted(reference.split(), key=len, reverse=True):
+        try:
+            return translator.constraint([word])
+        except ValueError:  # not a word of the target vocabulary
+            continue
+    return None
 
 
 def _opened(engine: str, args: argparse.Namespace):
@@ -99,17 +122,20 @@ def _inside(engine: str, args: argparse.Namespace, lines: list[str]) -> list[str
     return cells
 
 
-def _row(engine: str, args: argparse.Namespace, lines: list[str]) -> list[str]:
+def _row(
+    engine: str, args: argparse.Namespace, lines: list[str], references: list[str]
+) -> list[str]:
     translator = _opened(engine, args)
     tokens = [translator.source_tokens(line) for line in lines]
+    wanted = [_include(translator, reference) for reference in references]
     cells, greedy = [], None
     for needs, call in KINDS.values():
         if needs is not None and needs not in FEATURES[engine]:
             cells.append("—")
             continue
-        call(translator, tokens[:BATCH])  # warm-up: Flax compiles its programs here
+        call(translator, tokens[:BATCH], wanted)  # warm-up: Flax compiles its programs here
         start = time.perf_counter()
-        found = call(translator, tokens)
+        found = call(translator, tokens, wanted)
         seconds = time.perf_counter() - start
         written = sum(len(hyps[0].tokens) for hyps in found)
         speed = (len(tokens) / seconds, written / seconds)

@@ -408,10 +408,7 @@ def test_translate_constraints_place_phrases_and_name_a_bad_line(
     monkeypatch.setattr("sys.stdin", stdin(text))
     assert main(["translate", str(toy_run), "--constraints", str(given)]) == 2
     assert "c.jsonl:1: not UTF-8" in capsys.readouterr().err
-    for flags, said in (
-        (["--sample"], "cannot be sampled"),
-        (["--backend", "flax"], "constrained search is not available with the flax"),
-    ):
+    for flags, said in ((["--sample"], "cannot be sampled"),):
         monkeypatch.setattr("sys.stdin", stdin(text))
         assert main(["translate", str(toy_run), "--constraints", str(given), *flags]) == 2
         assert said in capsys.readouterr().err
