@@ -13,7 +13,7 @@ from alignmt.decoding.engine import Call
 
 pytest.importorskip("onnxruntime")
 
-from alignmt.decoding.beams import row_tops
+from alignmt.decoding.banks import row_tops
 
 LINES = [
     "the big dog sleeps now", "a cat", "the small red cat runs", "dog", "", "a big dog runs now",

@@ -51,6 +51,8 @@ class FlaxEngine(Engine):
         # compiled once per shape, not run op by op; the parameters are an argument, not
         # constants baked into the program
         self._step = jax.jit(partial(_log_prob_step, model))
+        self._encode = jax.jit(partial(_encode, model))
+        self._select = jax.jit(_rows_of)
 
     def searcher(self, call: Call) -> Searcher:
         s = call.search
@@ -88,7 +90,7 @@ class FlaxEngine(Engine):
 
     def encode(self, sentences: list[list[int]]) -> tuple[Any, Any]:
         src, src_len = pad_batch(sentences, len(sentences), self.model)
-        memory, state = apply_method(self.model, self.params, "encode", src, src_len)
+        memory, state = self._encode(self.params, src, src_len)
         return state, memory
 
     @property
@@ -109,8 +111,7 @@ class FlaxEngine(Engine):
         return np.asarray(log_probs), state, None if alpha is None else np.asarray(alpha)
 
     def select(self, fields: Any, rows: np.ndarray) -> Any:
-        index = jnp.asarray(rows)
-        return jax.tree_util.tree_map(lambda x: x[index], fields)
+        return self._select(fields, jnp.asarray(rows))
 
     def shown(self, state: Any) -> dict[str, float | list[list[float]]]:
         if self.ensemble or not self.has_attention:
@@ -127,3 +128,13 @@ def _log_prob_step(
     with jax.default_matmul_precision("highest"):
         log_probs, state, alpha = apply_method(model, params, "decode_step", prev, state, memory)
     return log_probs.full(), state, alpha
+
+
+def _rows_of(fields: Any, rows: Any) -> Any:
+    """`Engine.select`'s program: every array of `fields` at the rows `rows`."""
+    return jax.tree_util.tree_map(lambda x: x[rows], fields)
+
+
+def _encode(model: FlaxSeq2Seq, params: Params, src: Any, src_len: Any) -> tuple[Any, Any]:
+    """`Engine.encode`'s program: (B, T_src) padded ids and (B,) lengths -> (memory, state)."""
+    return apply_method(model, params, "encode", src, src_len)
