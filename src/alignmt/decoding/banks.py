@@ -262,5 +262,15 @@ def row_tops(log_probs: np.ndarray, width: int) -> np.ndarray:
     at_or_above = np.flatnonzero(log_probs >= threshold)  # flat: 15x faster than 2-D nonzero
     if len(at_or_above) == N * width:
         return (at_or_above % V).reshape(N, width)
-    # the lowest columns among those tied, as the reference search breaks ties
-    return np.sort(np.argsort(-log_probs, axis=1, kind="stable")[:, :width], axis=1)
+    # the lowest columns among those tied, as the reference search breaks ties; a row all
+    # -inf (a beam not yet live) ties everywhere, and its lowest columns need no sort
+    above = log_probs >= threshold  # (N, V)
+    fine = above.sum(axis=1) == width
+    tied = np.flatnonzero(~fine & (log_probs.max(axis=1) > -np.inf))
+    fine = np.flatnonzero(fine)
+    out = np.tile(np.arange(width), (N, 1))
+    out[fine] = np.nonzero(above[fine])[1].reshape(len(fine), width)
+    if len(tied):
+        order = np.argsort(-log_probs[tied], axis=1, kind="stable")[:, :width]
+        out[tied] = np.sort(order, axis=1)
+    return out
