@@ -196,9 +196,8 @@ def test_opening_asks_the_table_first(toy_run, exported):
     refusals = [
         (lambda: open_translator(toy_run, engine="flax", weights="int8"), "int8", "flax"),
         (lambda: open_translator(toy_run, engine="flax", precision="bfloat16"), "bfloat16", "flax"),
-        (lambda: open_translator(toy_run, engine="flax", shortlist=5), "a shortlist", "flax"),
         (lambda: open_translator(exported, device="cuda"), "a GPU", "onnxruntime"),
-        (lambda: open_translator(exported, shortlist=5), "a shortlist", "onnxruntime"),
+        (lambda: open_translator(exported, precision="bfloat16"), "bfloat16", "onnxruntime"),
     ]
     for opened, feature, engine in refusals:
         with pytest.raises(Unavailable, match=rf"^{feature} is not available with the {engine}"):
@@ -216,15 +215,17 @@ def test_opening_asks_the_table_first(toy_run, exported):
 def test_a_stored_search_the_engine_cannot_run_is_turned_off_with_a_warning(
     toy_run, tmp_path, caplog
 ):
-    """A run that searched with a shortlist, or with int8 weights, exported without them: the
-    onnxruntime engine decodes without and says so, where asking outright is refused; the
-    coverage penalty it keeps."""
+    """A run that searched with int8 weights, exported without them: the onnxruntime engine
+    decodes without and says so, where asking outright is refused; the coverage penalty it
+    keeps, and a stored shortlist the export carries."""
     ckpt = load_checkpoint(toy_run)
     ckpt.config.search = replace(ckpt.config.search, shortlist=5, coverage_penalty=0.3)
     export_onnx(ckpt, tmp_path / "onnx")
-    translator = open_translator(tmp_path / "onnx")
-    assert translator.search.shortlist == 0 and translator.search.coverage_penalty == 0.3
-    assert "search.shortlist=5, which the onnxruntime engine does not do" in caplog.text
+    translator = open_translator(tmp_path / "onnx")  # the export carries the run's shortlist
+    assert translator.search.shortlist == 5 and translator.search.coverage_penalty == 0.3
+    (tmp_path / "onnx" / "shortlist.safetensors").unlink()
+    with pytest.raises(ValueError, match=r"search.shortlist=5: this run folder has no shortlist"):
+        open_translator(tmp_path / "onnx")  # as on PyTorch
     ckpt.config.search = replace(ckpt.config.search, shortlist=0, coverage_penalty=0.0)
     ckpt.config.search = replace(ckpt.config.search, weights="int8")
     export_onnx(ckpt, tmp_path / "int8")  # without --int8: no int8 graphs

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from alignmt.checkpoint.format import parse_header
+from alignmt.checkpoint.shortlist_io import SHORTLIST
 from alignmt.checkpoint.torch_io import load_checkpoint
 from alignmt.decoding.exported import ENCODER, FORMAT, MANIFEST, STEP
 from alignmt.decoding.torch_engine.export import export_onnx
@@ -158,7 +159,10 @@ def test_the_command_writes_the_folder_and_names_a_missing_run(toy_run, tmp_path
 
     assert main(["export", str(toy_run), "--out", str(tmp_path / "onnx")]) == 0
     assert "decoder state: hidden" in capsys.readouterr().out
-    assert {p.name for p in (tmp_path / "onnx").iterdir()} == {MANIFEST, ENCODER, STEP}
+    # the toy run built its shortlist when it trained, and the folder carries it
+    assert (toy_run / SHORTLIST).is_file()
+    written = {p.name for p in (tmp_path / "onnx").iterdir()}
+    assert written == {MANIFEST, ENCODER, STEP, SHORTLIST}
     assert main(["export", str(tmp_path / "nowhere"), "--out", str(tmp_path / "x")]) == 2
     assert "nowhere" in capsys.readouterr().err
 
@@ -249,9 +253,9 @@ def test_a_broken_exported_folder_is_named_not_traced(toy_run, tmp_path, capsys)
     (folder / MANIFEST).write_text(json.dumps({**body, "tgt_vocab": short}))
     refused(f"{folder / STEP}: scores {words} target tokens, but the vocabulary of {folder}")
     (folder / MANIFEST).write_text(json.dumps(body))
-    assert main(["translate", str(folder), "--shortlist", "5"]) == 2
+    assert main(["translate", str(folder), "--precision", "bfloat16"]) == 2
     said = capsys.readouterr().err
-    assert "a shortlist is not available with the onnxruntime engine" in said
+    assert "bfloat16 is not available with the onnxruntime engine" in said
     (folder / STEP).write_bytes(b"not a graph")
     refused(f"{folder / STEP}: not a readable ONNX graph")
     (folder / STEP).unlink()

@@ -196,11 +196,3 @@ def test_flax_decoding_imports_no_torch():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-
-
-def test_the_flax_engine_refuses_a_shortlist_and_names_the_engine_that_has_it(toy_run):
-    from alignmt.decoding.door import open_translator
-
-    refused = "a shortlist is not available with the flax engine: use the torch engine"
-    with pytest.raises(ValueError, match=refused):
-        open_translator(toy_run, engine="flax", device="cpu", shortlist=5)

@@ -249,6 +249,7 @@ def _flax(
         import jax
 
         from alignmt.checkpoint.flax_io import load_flax
+        from alignmt.checkpoint.shortlist_io import load_shortlist
         from alignmt.decoding.flax_engine.engine import FlaxEngine
         from alignmt.decoding.flax_engine.ensemble import FlaxEnsemble
         from alignmt.model.flax_device import jax_device
@@ -264,8 +265,9 @@ def _flax(
         check_shared(ckpts, [_named(p, i) for i, p in enumerate(paths)])
         model = FlaxEnsemble(tuple(c.model for c in ckpts))
         params = {f"members_{i}": c.params for i, c in enumerate(ckpts)}
-    engine = FlaxEngine(model, jax.device_put(params, where))
     header = Header(**{f.name: getattr(ckpt, f.name) for f in fields(Header)})  # no weights
+    listed = _shortlist(search, load_shortlist(_folder(paths[0])), header)
+    engine = FlaxEngine(model, jax.device_put(params, where), listed)
     return _translator(engine, search, Origin(_folder(paths[0]), header))
 
 
@@ -274,6 +276,7 @@ def _onnx(
 ) -> Translator:
     """A folder `alignmt export` wrote, on ONNX Runtime and NumPy: float32, or its int8
     graphs where the search asks for int8 weights; several as one ensemble."""
+    from alignmt.checkpoint.shortlist_io import load_shortlist
     from alignmt.decoding.onnx_engine.engine import OnnxEngine
     from alignmt.decoding.onnx_engine.ensemble import OnnxEnsemble
     from alignmt.decoding.onnx_engine.model import OnnxModel
@@ -292,14 +295,26 @@ def _onnx(
         )
         search = replace(search, weights="float32")
     int8 = search.weights == "int8"
+    listed = _shortlist(search, load_shortlist(path), header)
     if len(paths) > 1:
         names = [_named(p, i) for i, p in enumerate(paths)]
         check_shared([OnnxModel.read_header(p) for p in paths], names)
         models = [OnnxModel(p, threads=threads, int8=int8) for p in paths]
-        engine = OnnxEngine(OnnxEnsemble(models, names))
+        engine = OnnxEngine(OnnxEnsemble(models, names), listed)
     else:
-        engine = OnnxEngine(OnnxModel(path, threads=threads, int8=int8))
+        engine = OnnxEngine(OnnxModel(path, threads=threads, int8=int8), listed)
     return _translator(engine, search, Origin(Path(path), header))
+
+
+def _shortlist(search: SearchConfig, shortlist: Any, header: Header) -> Any:
+    """The words each sentence may output, as `search.shortlist` asks of the model's
+    shortlist (the first member's, for an ensemble: they share vocabularies); None: all."""
+    from alignmt.decoding.shortlisted import fitting
+
+    if not search.shortlist:
+        return None
+    vocabs = (header.src_vocab, header.tgt_vocab)
+    return fitting(search.shortlist, shortlist, vocabs, header.config.model)
 
 
 def _translator(engine: Any, search: SearchConfig, origin: Origin) -> Translator:

@@ -69,6 +69,7 @@ FEATURES: dict[EngineName, frozenset[Feature]] = {
             "stepping through the decoder",
             "teacher-forced attention",
             "constrained search",
+            "a shortlist",
         }
     ),
     "onnxruntime": frozenset(
@@ -80,6 +81,7 @@ FEATURES: dict[EngineName, frozenset[Feature]] = {
             "stepping through the decoder",
             "teacher-forced attention",
             "constrained search",
+            "a shortlist",
         }
     ),
     "browser": frozenset({"int8", "stepping through the decoder"}),

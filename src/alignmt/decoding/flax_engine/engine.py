@@ -27,11 +27,13 @@ from alignmt.decoding.engine import Call, Engine, Searcher
 from alignmt.decoding.flax_engine.batch import pad_batch
 from alignmt.decoding.flax_engine.ensemble import FlaxEnsemble
 from alignmt.decoding.flax_engine.search import FlaxSearch, apply_method
+from alignmt.decoding.flax_engine.shortlisted import FlaxShortlisted, Listed
 from alignmt.decoding.results import Hypothesis, shown_value
 from alignmt.decoding.walk import sentence_search
 from alignmt.model.attention.registry import compose
 from alignmt.model.flax_decoder import Memory
 from alignmt.model.flax_seq2seq import FlaxSeq2Seq
+from alignmt.text.shortlist import Shortlist
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,14 @@ class FlaxEngine(Engine):
 
     name = "flax"
 
-    def __init__(self, model: FlaxSeq2Seq | FlaxEnsemble, params: Params) -> None:
+    def __init__(
+        self, model: FlaxSeq2Seq | FlaxEnsemble, params: Params, shortlist: Shortlist | None = None
+    ) -> None:
+        """`shortlist`: the words each sentence may output (already cut to search.shortlist)."""
+        self._ensemble = isinstance(model, FlaxEnsemble)
+        if shortlist is not None:
+            model = FlaxShortlisted(model, shortlist.table, shortlist.frequent)
+            params = {"inner": params}
         self.model, self.params = model, params
         self.has_attention = model.has_attention
         self.copies = model.cfg.copy
@@ -95,18 +104,14 @@ class FlaxEngine(Engine):
 
     @property
     def ensemble(self) -> bool:
-        return isinstance(self.model, FlaxEnsemble)
+        return self._ensemble
 
     def step(
         self, prev: np.ndarray, state: Any, memory: Any, steer: np.ndarray | None = None
     ) -> tuple[np.ndarray, Any, Any]:
         prev = np.asarray(prev, np.int32)
-        if steer is not None:  # every member's memory, in an ensemble's tuple of them
-            members = [memory] if isinstance(memory, Memory) else list(memory)
-            width = members[0].mask.shape[1]  # the bucket the source was padded to
-            given = jnp.asarray(np.pad(steer, ((0, 0), (0, width - steer.shape[1]))), jnp.float32)
-            members = [m._replace(steer=given) for m in members]
-            memory = members[0] if isinstance(memory, Memory) else tuple(members)
+        if steer is not None:
+            memory = _steered(memory, steer)
         log_probs, state, alpha = self._step(self.params, prev, state, memory)
         return np.asarray(log_probs), state, None if alpha is None else np.asarray(alpha)
 
@@ -138,3 +143,15 @@ def _rows_of(fields: Any, rows: Any) -> Any:
 def _encode(model: FlaxSeq2Seq, params: Params, src: Any, src_len: Any) -> tuple[Any, Any]:
     """`Engine.encode`'s program: (B, T_src) padded ids and (B,) lengths -> (memory, state)."""
     return apply_method(model, params, "encode", src, src_len)
+
+
+def _steered(memory: Any, steer: np.ndarray) -> Any:
+    """The memory with `steer` (N, T_src), zero-padded to the bucket the source was padded to,
+    in every model's: a model's own, an ensemble's tuple of its members', a shortlist's."""
+    if isinstance(memory, Listed):
+        return memory._replace(inner=_steered(memory.inner, steer))
+    if not isinstance(memory, Memory):  # an ensemble's
+        return tuple(_steered(member, steer) for member in memory)
+    width = memory.mask.shape[1]
+    padded = np.pad(steer, ((0, 0), (0, width - steer.shape[1])))
+    return memory._replace(steer=jnp.asarray(padded, jnp.float32))

@@ -18,8 +18,10 @@ from alignmt.decoding.onnx_engine.ensemble import OnnxEnsemble
 from alignmt.decoding.onnx_engine.model import OnnxModel
 from alignmt.decoding.onnx_engine.rows import select
 from alignmt.decoding.onnx_engine.search import search
+from alignmt.decoding.onnx_engine.shortlisted import OnnxShortlisted
 from alignmt.decoding.results import Hypothesis, shown_value
 from alignmt.decoding.sample import sampler
+from alignmt.text.shortlist import Shortlist
 
 
 class OnnxEngine(Engine):
@@ -27,8 +29,10 @@ class OnnxEngine(Engine):
 
     name = "onnxruntime"
 
-    def __init__(self, model: OnnxModel | OnnxEnsemble) -> None:
-        self.model = model
+    def __init__(self, model: OnnxModel | OnnxEnsemble, shortlist: Shortlist | None = None) -> None:
+        """`shortlist`: the words each sentence may output (already cut to search.shortlist)."""
+        self._ensemble = isinstance(model, OnnxEnsemble)
+        self.model = model if shortlist is None else OnnxShortlisted(model, shortlist)
         self.has_attention = model.has_attention
         self.copies = model.copies
         self.parameters = model.parameters
@@ -36,7 +40,7 @@ class OnnxEngine(Engine):
 
     @property
     def ensemble(self) -> bool:
-        return isinstance(self.model, OnnxEnsemble)
+        return self._ensemble
 
     def searcher(self, call: Call) -> Searcher:
         if call.sampling is not None:

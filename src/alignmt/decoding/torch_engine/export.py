@@ -37,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from alignmt.checkpoint.format import header_metadata
+from alignmt.checkpoint.shortlist_io import save_shortlist
 from alignmt.checkpoint.torch_io import Checkpoint
 from alignmt.decoding.exported import ENCODER, FORMAT, MANIFEST, STEP, Manifest
 from alignmt.model.cell import DecoderState
@@ -49,7 +50,8 @@ FREE = ("rows", "source", "extended")
 
 
 def export_onnx(ckpt: Checkpoint, out: str | Path, steer: bool = True) -> Manifest:
-    """Write `ckpt`'s model as `encoder.onnx` and `step.onnx` in `out`, with `manifest.json`.
+    """Write `ckpt`'s model as `encoder.onnx` and `step.onnx` in `out`, with `manifest.json`
+    (and the run's shortlist.safetensors, where it has one).
     The model is put in float32 on the CPU, in eval mode, where it is. With `steer` (a model
     with attention), the step also takes the attention override (`Manifest.steer`), so that
     every engine steps through the exported decoder as the explorer asks.
@@ -88,6 +90,8 @@ def export_onnx(ckpt: Checkpoint, out: str | Path, steer: bool = True) -> Manife
     graph = manifest.step_inputs, manifest.step_outputs
     _export(step, (prev, *fields), *graph, manifest, out / STEP)
     _write_manifest(ckpt, manifest, out / MANIFEST)
+    if ckpt.shortlist is not None:  # the folder decodes with it as the run does
+        save_shortlist(out, ckpt.shortlist)
     return manifest
 
 

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from alignmt.config import Precision, SearchConfig
+from alignmt.decoding.shortlisted import fitting
 from alignmt.decoding.torch_engine.packed import int8_linears, packed_linears
 from alignmt.decoding.torch_engine.shortlist import Shortlisted
 from alignmt.decoding.torch_engine.steps import StepFn
@@ -74,19 +75,7 @@ def check_speed(
     k = search.shortlist
     if not k:
         return Speed(int8=int8)
-    if shortlist is None:
-        raise ValueError(
-            f"search.shortlist={k}: this run folder has no shortlist.safetensors; "
-            "build it with `alignmt shortlist RUN_DIR`"
-        )
-    src_vocab, tgt_vocab = vocabs
-    table = shortlist.table
-    if table.shape[0] != len(src_vocab) or table.max() >= len(tgt_vocab):
-        raise ValueError(
-            f"the run's shortlist.safetensors ({table.shape[0]} source tokens) does not fit "
-            f"its vocabularies ({len(src_vocab)} / {len(tgt_vocab)}); build it again"
-        )
-    return Speed(int8=int8, shortlist=shortlist.top(k))
+    return Speed(int8=int8, shortlist=fitting(k, shortlist, vocabs, None))
 
 
 @contextmanager
