@@ -195,7 +195,6 @@ def test_what_an_engine_cannot_do_is_refused_by_the_table_in_one_message_shape(
 def test_opening_asks_the_table_first(toy_run, exported):
     refusals = [
         (lambda: open_translator(toy_run, engine="flax", weights="int8"), "int8", "flax"),
-        (lambda: open_translator(toy_run, engine="flax", precision="bfloat16"), "bfloat16", "flax"),
         (lambda: open_translator(exported, device="cuda"), "a GPU", "onnxruntime"),
         (lambda: open_translator(exported, precision="bfloat16"), "bfloat16", "onnxruntime"),
     ]

@@ -185,8 +185,8 @@ def test_translate_backend_flax_prints_what_backend_torch_prints(
     assert len(warned) == 4 and len(set(warned)) == 1  # both backends name the unknown word
     assert "line 4: 'zebra'" in warned[0]
     monkeypatch.setattr("sys.stdin", stdin("a dog\n"))
-    assert main(["translate", str(toy_run), "--backend", "flax", "--precision", "bfloat16"]) == 2
-    assert "bfloat16 is not available with the flax engine" in capsys.readouterr().err
+    assert main(["translate", str(toy_run), "--backend", "flax", "--weights", "int8"]) == 2
+    assert "int8 is not available with the flax engine" in capsys.readouterr().err
 
 
 def test_flax_decoding_imports_no_torch():
@@ -196,3 +196,31 @@ def test_flax_decoding_imports_no_torch():
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_a_bfloat16_flax_engine_decodes_much_as_float32_in_float32_results(toy_run):
+    """Weights in bfloat16, every matmul in it, each step's scores read in float32: the
+    outputs mostly those of float32, the numbers moved by bfloat16's rounding only."""
+    import jax
+    import jax.numpy as jnp
+
+    from alignmt.decoding.door import open_translator
+    from tests.conftest import LEXICON
+
+    words = sorted(LEXICON)
+    lines = [" ".join(words[i % 10 : i % 10 + 1 + i % 4]) for i in range(20)]
+    full = open_translator(toy_run, engine="flax", device="cpu")
+    half = open_translator(toy_run, engine="flax", device="cpu", precision="bfloat16")
+    leaves = jax.tree_util.tree_leaves(half.engine.params)
+    assert {leaf.dtype for leaf in leaves} == {jnp.dtype(jnp.bfloat16)}
+    for beam in (1, 3):
+        want = [h[0] for h in full.translate(lines, beam_size=beam)]
+        got = [h[0] for h in half.translate(lines, beam_size=beam)]
+        assert sum(w.text == g.text for w, g in zip(want, got, strict=True)) >= 0.8 * len(lines)
+        assert all(g.attention.dtype == np.float32 for g in got)
+        moved = [abs(w.score - g.score) for w, g in zip(want, got, strict=True)]
+        assert 1e-5 < max(moved) < 0.1  # rounded as bfloat16 rounds, no further
+    stepped = half.step_through(lines[3], top_k=3, beam_size=3)
+    assert stepped.translation.text and stepped.steps[0].attention.dtype == np.float32
+    _, trace = half.beam_trace(lines[3], beam_size=3)
+    assert trace.finished and trace.nodes[0].attention.dtype == np.float32

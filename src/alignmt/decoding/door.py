@@ -4,9 +4,9 @@ whichever engine runs it (decoding/engine.py). The command line, the server, the
 evaluation and the benchmarks all open models here.
 
 What the model must do is checked against its engine's table before anything is loaded:
-an exported folder runs on ONNX Runtime, on the CPU; every engine ensembles (run folders on
-PyTorch or Flax, exported ones on ONNX Runtime), and bfloat16 and a shortlist are the torch
-engine's. Each engine's framework is imported only
+an exported folder runs on ONNX Runtime, on the CPU, in float32 or int8; every engine
+ensembles (run folders on PyTorch or Flax, exported ones on ONNX Runtime) and decodes over a
+shortlist, and bfloat16 is PyTorch's and Flax's. Each engine's framework is imported only
 when a model needs it, so that opening an exported folder loads neither torch nor JAX.
 """
 
@@ -53,7 +53,7 @@ def open_translator(
             "flax" runs a run folder on JAX/Flax.
         device: "auto", "cpu", "cuda" or "cuda:N" (auto: a GPU when the framework sees one;
             ONNX Runtime runs on the CPU).
-        precision: "float32", or "bfloat16" under autocast (the torch engine's).
+        precision: "float32", or "bfloat16" (PyTorch's autocast; Flax's weights in it).
         search: the search to use instead of the model's stored one.
         needs: what the caller will ask of the translator (sampling, constrained search,
             ...), refused with the rest before anything is loaded.
@@ -64,8 +64,8 @@ def open_translator(
             coverage_penalty, replace_unk, ...); None leaves a field as stored.
 
     Raises:
-        Unavailable: the engine cannot do what is asked (an ensemble on Flax, int8 weights on
-            Flax, a GPU for ONNX Runtime, ...).
+        Unavailable: the engine cannot do what is asked (int8 weights on Flax, a GPU or
+            bfloat16 for ONNX Runtime, ...).
         ValueError, FileNotFoundError: naming the folder that holds no model, or a broken one.
     """
     paths = list(path) if isinstance(path, list | tuple) else [path]
@@ -79,13 +79,13 @@ def open_translator(
         raise ValueError(f"threads must be 0 (the framework's default) or more, got {threads}")
     if name == "onnxruntime":  # on the CPU, in float32 or int8: the checks said so
         return _onnx(paths, search, changes, threads)
-    if name == "flax":  # in float32: the checks said so
+    if name == "flax":
         if threads:
             raise ValueError(
                 f"threads={threads}: JAX fixes its CPU threads when it starts, and the flax "
                 "engine cannot change them: leave threads at 0"
             )
-        return _flax(paths, device, search, changes)
+        return _flax(paths, device, precision, search, changes)
     if threads:
         import torch
 
@@ -242,9 +242,14 @@ def _existing_snapshot(folder: Path, step: int, path: Path) -> Path:
 
 
 def _flax(
-    paths: list[str | Path], device: str, search: SearchConfig | None, changes: dict
+    paths: list[str | Path],
+    device: str,
+    precision: Precision,
+    search: SearchConfig | None,
+    changes: dict,
 ) -> Translator:
-    """A run folder or checkpoint on JAX/Flax, in float32; several as one ensemble."""
+    """A run folder or checkpoint on JAX/Flax, in float32 or bfloat16; several as one
+    ensemble."""
     try:
         import jax
 
@@ -267,7 +272,7 @@ def _flax(
         params = {f"members_{i}": c.params for i, c in enumerate(ckpts)}
     header = Header(**{f.name: getattr(ckpt, f.name) for f in fields(Header)})  # no weights
     listed = _shortlist(search, load_shortlist(_folder(paths[0])), header)
-    engine = FlaxEngine(model, jax.device_put(params, where), listed)
+    engine = FlaxEngine(model, jax.device_put(params, where), listed, precision)
     return _translator(engine, search, Origin(_folder(paths[0]), header))
 
 

@@ -70,6 +70,7 @@ FEATURES: dict[EngineName, frozenset[Feature]] = {
             "teacher-forced attention",
             "constrained search",
             "a shortlist",
+            "bfloat16",
         }
     ),
     "onnxruntime": frozenset(

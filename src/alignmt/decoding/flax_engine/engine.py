@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from alignmt.checkpoint.flax_io import Params
+from alignmt.config import Precision
 from alignmt.decoding.constraint import Constraint
 from alignmt.decoding.engine import Call, Engine, Searcher
 from alignmt.decoding.flax_engine.batch import pad_batch
@@ -44,10 +45,20 @@ class FlaxEngine(Engine):
     name = "flax"
 
     def __init__(
-        self, model: FlaxSeq2Seq | FlaxEnsemble, params: Params, shortlist: Shortlist | None = None
+        self,
+        model: FlaxSeq2Seq | FlaxEnsemble,
+        params: Params,
+        shortlist: Shortlist | None = None,
+        precision: Precision = "float32",
     ) -> None:
-        """`shortlist`: the words each sentence may output (already cut to search.shortlist)."""
+        """`shortlist`: the words each sentence may output (already cut to search.shortlist).
+        `precision`: "bfloat16" holds the weights in bfloat16, so that every matmul runs in
+        it, and reads each step's scores in float32 (flax_distribution.py), as PyTorch's
+        autocast does."""
         self._ensemble = isinstance(model, FlaxEnsemble)
+        self.precision = precision
+        if precision == "bfloat16":
+            params = jax.tree_util.tree_map(lambda w: w.astype(jnp.bfloat16), params)
         if shortlist is not None:
             model = FlaxShortlisted(model, shortlist.table, shortlist.frequent)
             params = {"inner": params}
@@ -113,7 +124,8 @@ class FlaxEngine(Engine):
         if steer is not None:
             memory = _steered(memory, steer)
         log_probs, state, alpha = self._step(self.params, prev, state, memory)
-        return np.asarray(log_probs), state, None if alpha is None else np.asarray(alpha)
+        alpha = None if alpha is None else np.asarray(alpha, np.float32)
+        return np.asarray(log_probs, np.float32), state, alpha
 
     def select(self, fields: Any, rows: np.ndarray) -> Any:
         return self._select(fields, jnp.asarray(rows))
