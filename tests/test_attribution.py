@@ -135,18 +135,38 @@ def test_evaluate_scores_each_attribution_against_gold_links(toy_run, tmp_path, 
     assert "--alignment-from chooses the links" in capsys.readouterr().err
 
 
-def test_the_flax_engine_refuses_attribution(toy_run):
+@pytest.mark.parametrize("method", ATTRIBUTIONS)
+def test_the_flax_engine_attributes_with_jax_grad_as_pytorch_does_with_captum(toy_run, method):
+    """Gradient x input and integrated gradients (`jax.grad`, the same Gauss-Legendre points
+    as Captum's) and erasure on the Flax twin of the toy run: PyTorch's numbers, on pairs of
+    the model's own outputs and of others, batched differently; ONNX Runtime, which has no
+    gradients, refuses them by the table."""
     pytest.importorskip("jax")
-    from alignmt.analysis.align import word_links
+    from alignmt.decoding.door import open_translator
+
+    torch_side = open_translator(toy_run, device="cpu")
+    flax_side = open_translator(toy_run, engine="flax", device="cpu")
+    pairs = []
+    for line in ["the big dog sleeps now", "a cat", "the small red cat runs"]:
+        src = torch_side.src_vocab.encode(torch_side.source_tokens(line))
+        (best,) = torch_side.translate([line])[0]
+        out = torch_side.tgt_vocab.encode(best.tokens[:-1])
+        pairs += [(src, out), (src, out[::-1])]
+    want = torch_side.engine.relevance(pairs, method, batch_size=4)
+    got = flax_side.engine.relevance(pairs, method, batch_size=3)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-4)
+    assert max(float(np.abs(w).max()) for w in want) > 0.01  # they explain something
+
+
+def test_attribution_is_refused_where_the_engine_has_no_gradients(toy_exported):
     from alignmt.decoding.door import open_translator
     from alignmt.decoding.engine import Unavailable
-    from alignmt.text.links import sentence_words
 
-    translator = open_translator(toy_run, engine="flax", device="cpu")
-    words = [sentence_words(translator.src_tokenizer, "a red dog")]
-    refs = [sentence_words(translator.tgt_tokenizer, "ein roter hund")]
-    with pytest.raises(Unavailable, match="attribution is not available with the flax engine"):
-        word_links(translator, words, refs, method="gradient")
+    exported = open_translator(toy_exported)
+    with pytest.raises(Unavailable, match="attribution is not available with the onnxruntime"):
+        exported.engine.relevance([([5, 6], [7])], "gradient")
 
 
 def test_the_step_answer_gives_each_output_tokens_attribution(client, toy_run):

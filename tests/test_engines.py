@@ -237,6 +237,20 @@ def test_a_stored_search_the_engine_cannot_run_is_turned_off_with_a_warning(
 # --- the door's engine options, and one word for the idea ---------------------------------
 
 
+def test_the_table_says_why_flax_and_onnxruntime_lack_what_they_lack():
+    """Flax does 10 of the 11 features and ONNX Runtime 8; each gap has its reason, which
+    the refusal says."""
+    from alignmt.decoding.engine import EVERY, WHY
+
+    assert len(FEATURES["flax"]) == 10 and len(FEATURES["onnxruntime"]) == 8
+    for engine in ("flax", "onnxruntime"):
+        lacking = EVERY - FEATURES[engine]
+        assert {f for e, f in WHY if e == engine} == lacking
+        for feature in lacking:
+            said = str(Unavailable.of(feature, engine))
+            assert said.endswith(WHY[engine, feature]) and "; " in said
+
+
 def test_the_door_sets_an_engines_threads_or_says_why_it_cannot(toy_run, exported):
     import torch
 

@@ -71,6 +71,7 @@ FEATURES: dict[EngineName, frozenset[Feature]] = {
             "constrained search",
             "a shortlist",
             "bfloat16",
+            "attribution",
         }
     ),
     "onnxruntime": frozenset(
@@ -87,6 +88,17 @@ FEATURES: dict[EngineName, frozenset[Feature]] = {
     ),
     "browser": frozenset({"int8", "stepping through the decoder"}),
 }
+# Why the flax and onnxruntime engines lack what they lack, one line each
+WHY: dict[tuple[EngineName, Feature], str] = {
+    ("flax", "int8"): "JAX has no dynamic int8 quantisation of a trained model's matmuls, "
+    "which PyTorch and ONNX Runtime have",
+    ("onnxruntime", "a GPU"): "alignmt installs ONNX Runtime's CPU build (onnxruntime), and "
+    "its GPU build is another package",
+    ("onnxruntime", "bfloat16"): "the exported graphs are float32 (or int8), and ONNX "
+    "Runtime's CPU recurrent operators have no bfloat16 kernels",
+    ("onnxruntime", "attribution"): "ONNX Runtime runs the graphs forward only, without the "
+    "gradients that attribution takes",
+}
 # what an ensemble of any engine cannot do: its attention is a mean that no member computed
 INSIDE: frozenset[Feature] = frozenset({"stepping through the decoder", "teacher-forced attention"})
 INSTEAD: dict[EngineName, str] = {
@@ -101,16 +113,17 @@ Check = Callable[[], None]
 
 
 class Unavailable(ValueError):
-    """What an engine cannot do, asked of it: "X is not available with the Y engine: Z"."""
+    """What an engine cannot do, asked of it: "X is not available with the Y engine: Z",
+    and why, where the table says (`WHY`)."""
 
-    def __init__(self, feature: Feature, label: str, instead: str) -> None:
-        super().__init__(f"{feature} is not available with {label}: {instead}")
+    def __init__(self, feature: Feature, label: str, instead: str, why: str = "") -> None:
+        super().__init__(f"{feature} is not available with {label}: {instead}{why and '; '}{why}")
         self.feature = feature
 
     @classmethod
     def of(cls, feature: Feature, engine: EngineName) -> Unavailable:
         """The refusal of `feature` by an engine of the table."""
-        return cls(feature, f"the {engine} engine", INSTEAD[engine])
+        return cls(feature, f"the {engine} engine", INSTEAD[engine], WHY.get((engine, feature), ""))
 
 
 @dataclass(frozen=True)
@@ -172,7 +185,8 @@ class Engine(ABC):
         """Raise `Unavailable` for the first feature asked that this engine lacks."""
         for feature in asked:
             if feature not in self.features:
-                raise Unavailable(feature, self.label, self.instead)
+                why = "" if self.ensemble else WHY.get((self.name, feature), "")
+                raise Unavailable(feature, self.label, self.instead, why)
 
     @abstractmethod
     def searcher(self, call: Call) -> Searcher:

@@ -40,14 +40,19 @@ class Encoder(nn.Module):
     pad_id: int
 
     @nn.compact
-    def __call__(self, src: Array, src_len: Array, train: bool) -> tuple[Array, Array]:
+    def __call__(
+        self, src: Array, src_len: Array, train: bool, embedded: Array | None = None
+    ) -> tuple[Array, Array]:
         """src (B, T_src) ids, src_len (B,) -> states (B, T_src, C), 0 at padding, and the
-        top layer's final state (B, C) = [h_fwd(last real token); h_bwd(first)]."""
+        top layer's final state (B, C) = [h_fwd(last real token); h_bwd(first)].
+        `embedded` (B, T_src, E): read in place of the ids' embeddings (attribution's
+        inputs, flax_engine/relevance.py)."""
         embed = nn.Embed(
             self.vocab_size, self.emb_dim, embedding_init=embedding_init(self.pad_id), name="embed"
         )
         drop = nn.Dropout(self.dropout)
-        inputs = drop(embed(src), deterministic=not train)  # (B, T_src, E)
+        inputs = embed(src) if embedded is None else embedded
+        inputs = drop(inputs, deterministic=not train)  # (B, T_src, E)
         for layer in range(self.layers):
             if layer:  # nn.GRU's dropout: between stacked layers only
                 inputs = drop(inputs, deterministic=not train)
@@ -121,18 +126,24 @@ class FlaxSeq2Seq(nn.Module):
     def has_attention(self) -> bool:
         return self.cfg.attention != "none"
 
-    def encode(self, src: Array, src_len: Array, train: bool = False):
+    def encode(
+        self, src: Array, src_len: Array, train: bool = False, embedded: Array | None = None
+    ):
         """src (B, T_src) ids ending in </s>, src_len (B,) -> (Memory, initial DecoderState).
         A copying model reads a word its vocabulary lacks (V_src + its first position) as
-        <unk>, and copies it by that id."""
-        known = jnp.where(src >= self.src_vocab, self.unk_id, src) if self.cfg.copy else src
-        states, final = self.encoder(known, src_len, train)
+        <unk>, and copies it by that id. `embedded`: the encoder's inputs in place of the
+        ids' embeddings."""
+        states, final = self.encoder(self.known_source(src), src_len, train, embedded)
         mask = src != self.pad_id  # (B, T_src)
         memory = self.decoder.prepare(states, mask, final)
         if self.cfg.copy:
             ids = self.decoder.pointer.prepare(src, jnp.asarray(self.copy_table))  # (B, T_src)
             memory = memory._replace(slots=memory.slots | {"copy_ids": ids})
         return memory, self.decoder.init_state(final, memory)
+
+    def known_source(self, src: Array) -> Array:
+        """Source ids as the embeddings read them: a copied word's extended id as <unk>."""
+        return jnp.where(src >= self.src_vocab, self.unk_id, src) if self.cfg.copy else src
 
     def __call__(
         self,
@@ -142,11 +153,13 @@ class FlaxSeq2Seq(nn.Module):
         train: bool = False,
         teacher: Array | None = None,
         pick: str = "sample",
+        embedded: Array | None = None,
     ):
         """Teacher forcing: log p (B, T_tgt, V) and attention (B, T_tgt, T_src) or None.
         With `teacher`, scheduled sampling: each position reads the true y_{i-1} with that
-        probability, else the model's own `pick` (needs a "sampling" rng)."""
-        memory, state = self.encode(src, src_len, train)
+        probability, else the model's own `pick` (needs a "sampling" rng). `embedded`: the
+        encoder's inputs in place of the source ids' embeddings (see `encode`)."""
+        memory, state = self.encode(src, src_len, train, embedded)
         if teacher is None:
             log_probs, attention, _ = self.decoder(tgt_in, state, memory, train)
             return log_probs, attention

@@ -24,9 +24,10 @@ import numpy as np
 from alignmt.checkpoint.flax_io import Params
 from alignmt.config import Precision
 from alignmt.decoding.constraint import Constraint
-from alignmt.decoding.engine import Call, Engine, Searcher
+from alignmt.decoding.engine import Call, Engine, Method, Pairs, Searcher, Unavailable, needs
 from alignmt.decoding.flax_engine.batch import pad_batch
 from alignmt.decoding.flax_engine.ensemble import FlaxEnsemble
+from alignmt.decoding.flax_engine.relevance import pair_relevance
 from alignmt.decoding.flax_engine.search import FlaxSearch, apply_method
 from alignmt.decoding.flax_engine.shortlisted import FlaxShortlisted, Listed
 from alignmt.decoding.results import Hypothesis, shown_value
@@ -126,6 +127,17 @@ class FlaxEngine(Engine):
         log_probs, state, alpha = self._step(self.params, prev, state, memory)
         alpha = None if alpha is None else np.asarray(alpha, np.float32)
         return np.asarray(log_probs, np.float32), state, alpha
+
+    def relevance(self, pairs: Pairs, method: Method, *, batch_size: int = 64) -> list[np.ndarray]:
+        if method in ("attention", "shift"):  # read over the step, as every engine does
+            return super().relevance(pairs, method, batch_size=batch_size)
+        self.require([needs(method)])
+        if self.ensemble:
+            raise Unavailable(needs(method), self.label, self.instead)
+        model, params = self.model, self.params
+        if isinstance(model, FlaxShortlisted):  # attribution reads the whole vocabulary
+            model, params = model.inner, params["inner"]
+        return pair_relevance(model, params, pairs, method, batch_size=batch_size)
 
     def select(self, fields: Any, rows: np.ndarray) -> Any:
         return self._select(fields, jnp.asarray(rows))
