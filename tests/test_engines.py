@@ -284,10 +284,9 @@ def test_a_server_opens_a_run_on_flax_and_names_its_engine(toy_run, exported):
         assert status == 200 and body["translations"][0]["hypotheses"][0]["text"]
         expected = open_translator(toy_run, device="cpu").translate(["a red dog"])[0][0]
         assert body["translations"][0]["hypotheses"][0]["tokens"] == expected.tokens
-        asked = {"sentence": "a red dog", "attribution": "gradient"}
-        status, refused = post(client, "/v1/step", asked)
+        status, refused = post(client, "/v1/snapshots", {"sentence": "a red dog"})
         assert status == 422
-        said = "attribution is not available with the flax engine"
+        said = "its run's snapshots are not available with the flax engine"
         assert said in refused["error"]["message"]
 
 

@@ -8,6 +8,9 @@ shows (a local window's centre, each head's weights). The server answers /v1/ste
 
 from __future__ import annotations
 
+import json
+import re
+
 import numpy as np
 import pytest
 
@@ -220,8 +223,35 @@ def test_every_engine_counts_the_what_ifs_flips_as_pytorch_does(toy, engine):
     assert toy[engine].engine.flips(pairs, batch_size=4) == want
 
 
-def test_attributions_are_refused_where_the_engine_has_no_gradients(toy):
-    pairs = toy_pairs(toy["torch"])[:1]
-    for engine in ("flax", "onnxruntime"):
-        with pytest.raises(Unavailable, match=rf"^attribution is not available with the {engine}"):
-            toy[engine].engine.relevance(pairs, "gradient")
+def test_the_offline_page_and_the_notebook_explore_a_flax_run_as_a_pytorch_one(
+    toy_run, tmp_path, capsys
+):
+    from alignmt.answers.limits import Limits
+    from alignmt.answers.page import answer
+    from alignmt.cli import main
+    from alignmt.notebook.run import load
+
+    sentences = tmp_path / "in.txt"
+    sentences.write_text(f"{LINES[0]}\n{LINES[2]}\n")
+    pages = {}
+    for engine in ("torch", "flax"):
+        out = tmp_path / f"{engine}.html"
+        flags = ["--input", str(sentences), "--out", str(out), "--beam", "3", "--engine", engine]
+        assert main(["explore", str(toy_run), *flags]) == 0
+        blob = re.search(r'type="application/json">(.*?)</script>', out.read_text(), re.S)
+        pages[engine] = json.loads(blob.group(1))
+    assert "2 sentences" in capsys.readouterr().out
+    want, got = pages["torch"]["sentences"], pages["flax"]["sentences"]
+    for g, w in zip(got, want, strict=True):
+        ((name, mine),), ((_, theirs),) = g["results"].items(), w["results"].items()
+        assert name == toy_run.name
+        for answer_kind in ("step", "beam"):
+            close(mine[answer_kind], theirs[answer_kind])
+    notebook = {engine: load(toy_run, engine=engine) for engine in ("auto", "flax")}
+    assert notebook["flax"].translator.engine.name == "flax"
+    asked = {"sentence": LINES[1], "override": {"1": 0}}
+    stepped = {
+        engine: answer({"toy": run.served("toy")}, Limits(), "step", asked)
+        for engine, run in notebook.items()
+    }
+    close(stepped["flax"], stepped["auto"])

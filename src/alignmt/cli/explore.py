@@ -17,7 +17,9 @@ from alignmt.text.corpus import read_lines
 def run(args: argparse.Namespace) -> int:
     pick_device(args.device)  # a bad --device is said before any file is read
     sentences = _sentences(args.input)
-    models = load_models(args.run_dirs, device=args.device, precision=args.precision)
+    models = load_models(
+        args.run_dirs, engine=args.engine, device=args.device, precision=args.precision
+    )
     beam = args.beam or next(iter(models.values())).translator.search.beam_size
     with tqdm(total=len(sentences), unit="sentence", disable=None, file=sys.stderr) as bar:
         data = precompute(

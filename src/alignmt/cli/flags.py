@@ -53,9 +53,9 @@ def add_engine_option(parser: argparse.ArgumentParser) -> None:
         dest="engine",
         choices=["torch", "flax"],
         default="torch",
-        help="decode a run folder with PyTorch, or with JAX/Flax (the [flax] extra; float32, "
-        "compiled once per padded batch shape); an exported folder runs on ONNX Runtime "
-        "whatever this says (default torch)",
+        help="decode a run folder with PyTorch, or with JAX/Flax (the [flax] extra; compiled "
+        "once per padded batch shape); an exported folder runs on ONNX Runtime whatever this "
+        "says (default torch)",
     )
 
 

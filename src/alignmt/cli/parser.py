@@ -372,6 +372,7 @@ def _explore(commands: Commands) -> None:
     explore.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="several: side by side")
     explore.add_argument("--input", required=True, metavar="FILE", help="one sentence per line")
     explore.add_argument("--out", required=True, metavar="PAGE.html", help="the page to write")
+    add_engine_option(explore)
     explore.add_argument(
         "--beam", type=positive, help="beam size of the beam tree (default: run's)"
     )

@@ -46,10 +46,12 @@ class Run:
 
     run_dir: Path
     trained: training.TrainResult | None = None  # set where this process trained it
+    # what it decodes on: "auto" (PyTorch; an exported folder on ONNX Runtime) or "flax"
+    engine: str = "auto"
 
     @cached_property
     def translator(self) -> Translator:
-        return open_translator(self.run_dir)
+        return open_translator(self.run_dir, engine=self.engine)
 
     @property
     def header(self) -> Header:
@@ -296,9 +298,12 @@ def train(
     return run
 
 
-def load(run_dir: str | Path) -> Run:
-    """A trained run folder (`model.safetensors`, or `last.safetensors` mid-training)."""
-    run = Run(Path(run_dir))
+def load(run_dir: str | Path, engine: str = "auto") -> Run:
+    """A trained run folder (`model.safetensors`, or `last.safetensors` mid-training), or
+    an exported folder, decoded on `engine` ("auto": PyTorch, or ONNX Runtime for an
+    exported folder; "flax": JAX/Flax), whose translations, attention, explorer and
+    attribution it gives alike."""
+    run = Run(Path(run_dir), engine=engine)
     run.translator  # noqa: B018 (loaded now, so that a bad folder is said here)
     _inline_figures()
     return run
