@@ -172,6 +172,7 @@ def test_the_server_steps_and_traces_on_every_engine_as_on_pytorch(toy_run, toy)
         ("/v1/step", {"sentence": LINES[0], "prefix": ["ein"], "override": {"1": 2}}),
         ("/v1/step", {"sentence": LINES[2], "beam_size": 3}),
         ("/v1/beam", {"sentence": LINES[0], "beam_size": 3}),
+        ("/v1/step", {"sentence": LINES[1], "attribution": "erasure"}),
     ]
     answers = {}
     for name, runs, engine in (
@@ -255,3 +256,19 @@ def test_the_offline_page_and_the_notebook_explore_a_flax_run_as_a_pytorch_one(
         for engine, run in notebook.items()
     }
     close(stepped["flax"], stepped["auto"])
+
+
+def test_onnxruntime_erases_source_words_as_pytorch_does(toy, toy_run):
+    """Erasure needs forward passes only: the exported encoder reads a keep weight per
+    source embedding, and the log-probabilities lost are PyTorch's; the gradients it lacks
+    are refused with the reason."""
+    pairs = toy_pairs(toy["torch"])
+    want = toy["torch"].engine.relevance(pairs, "erasure", batch_size=3)
+    got = toy["onnxruntime"].engine.relevance(pairs, "erasure", batch_size=4)
+    for (src, out), g, w in zip(pairs, got, want, strict=True):
+        assert g.shape == w.shape == (len(out) + 1, len(src) + 1)
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-4)
+    assert max(float(np.abs(w).max()) for w in want) > 0.1
+    for method in ("gradient", "integrated"):
+        with pytest.raises(Unavailable, match="without the gradients that gradient x input"):
+            toy["onnxruntime"].engine.relevance(pairs, method)

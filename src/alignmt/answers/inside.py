@@ -99,12 +99,11 @@ def _attribution(
         return None
     if method == "shift" and not translator.has_attention:
         raise invalid("attribution", "shift reads attention, and this model has none", method)
-    feature = "teacher-forced attention" if method == "shift" else "attribution"
     try:
-        translator.engine.require([feature])
+        translator.engine.check_method(method)
     except Unavailable as refused:
         raise invalid("attribution", str(refused), method) from None
-    # imported here: attribution needs PyTorch and Captum, which a torch-free server lacks
+    # imported here: the analyses load SciPy, which a server that is not asked for them spares
     from alignmt.analysis.attribution import translation_relevance
 
     src = translator.source_ids(src_tokens)

@@ -97,7 +97,7 @@ WHY: dict[tuple[EngineName, Feature], str] = {
     ("onnxruntime", "bfloat16"): "the exported graphs are float32 (or int8), and ONNX "
     "Runtime's CPU recurrent operators have no bfloat16 kernels",
     ("onnxruntime", "attribution"): "ONNX Runtime runs the graphs forward only, without the "
-    "gradients that attribution takes",
+    "gradients that gradient x input and integrated gradients take (erasure it does)",
 }
 # what an ensemble of any engine cannot do: its attention is a mean that no member computed
 INSIDE: frozenset[Feature] = frozenset({"stepping through the decoder", "teacher-forced attention"})
@@ -208,6 +208,15 @@ class Engine(ABC):
         rows where they are not all zero (the explorer's attention override), zero-padded to
         T by the engine; a model without attention takes none."""
 
+    def encode_erased(self, sentences: list[list[int]], erased: int) -> tuple[Any, Any]:
+        """`encode` with every sentence's source position `erased` read as a zero embedding:
+        erasure's attribution where the engine has no way of its own (forced.py)."""
+        raise Unavailable.of("attribution", self.name)
+
+    def check_method(self, method: Method) -> None:
+        """Raise `Unavailable` unless the engine answers `relevance` by `method`."""
+        self.require([needs(method)])
+
     @abstractmethod
     def select(self, fields: Any, rows: np.ndarray) -> Any:
         """A state or a memory of the rows `rows` (int64 indices, repeats allowed), in order."""
@@ -273,9 +282,11 @@ class Engine(ABC):
         (without specials), how much each source token moved each output token by `method`,
         (len(output) + 1, len(source) + 1), </s> last on both sides. Pairs go through
         `batch_size` at a time. Attention, as it is or shifted, is read over the engine's
-        step (forced.py); the attributions need the framework (the torch engine's
-        relevance.py)."""
-        self.require([needs(method)])
+        step (forced.py), and so is erasure where the engine erases (`encode_erased`); the
+        gradients need the framework (the torch and flax engines' relevance.py)."""
+        self.check_method(method)
+        if method == "erasure":
+            return forced.pair_erasure(self, pairs, batch_size=batch_size)
         if method not in ("attention", "shift"):
             raise Unavailable(needs(method), self.label, self.instead)
         return forced.pair_attention(self, pairs, shift=method == "shift", batch_size=batch_size)

@@ -37,6 +37,7 @@ GRAPH_AXES: dict[str, tuple[str, ...]] = {
     "log_probs": ("rows", "units"),  # a copying model's: ("rows", "extended")
     "alpha": ("rows", "source"),
     "steer": ("rows", "source"),
+    "keep": ("rows", "source"),
 }
 
 
@@ -49,8 +50,12 @@ class Manifest:
     attention: bool  # whether the step returns alpha
     # whether the step takes `steer` (N, T_src): weights that replace alpha in the rows where
     # they are not all zero, the explorer's attention override (every export of a model with
-    # attention; not those of alignmt 0.x before it)
+    # attention; not those written before alignmt stepped through exports)
     steer: bool = False
+    # whether the encoder takes `keep` (B, T_src): 1 where a source token's embedding is
+    # read, 0 where it is erased, for erasure's attribution (every export; not those written
+    # before alignmt attributed on ONNX Runtime)
+    keep: bool = False
     # each state and memory field's axes, as the model declares them (empty in a folder
     # exported before they were written down)
     axes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -73,6 +78,10 @@ class Manifest:
     def encoder_outputs(self) -> tuple[str, ...]:
         """The memory's fields, then the first state's (`first_hidden`, ...)."""
         return (*self.memory, *(f"first_{n}" for n in self.state))
+
+    @property
+    def encoder_inputs(self) -> tuple[str, ...]:
+        return ("src", "src_len", *self.keep * ("keep",))
 
     @property
     def step_inputs(self) -> tuple[str, ...]:

@@ -1,10 +1,12 @@
-"""Teacher-forced attention on any engine: for sentence pairs (source ids, output ids), the
-attention each output token's step gave the source while the decoder read the given output,
-and the explorer's what-if over them. Written once, in NumPy, over an engine's `encode` and
-`step` (which takes the what-if's move as `steer`), so that the flax and onnxruntime engines
-answer `Engine.relevance`'s "attention" and "shift" and `Engine.flips` as the torch engine
-does in its own relevance.py (whose docstring says what each is, after Chen et al. 2020 and
-Jain & Wallace 2019). Nothing here imports a framework.
+"""Teacher-forced attention and erasure on any engine: for sentence pairs (source ids, output
+ids), the attention each output token's step gave the source while the decoder read the
+given output, the explorer's what-if over them, and the log-probability each output token
+loses when one source word's embedding is erased. Written once, in NumPy, over an engine's
+`encode` and `step` (which takes the what-if's move as `steer`), so that the flax and
+onnxruntime engines answer `Engine.relevance`'s "attention" and "shift" and `Engine.flips`
+(and ONNX Runtime, which has no gradients, "erasure") as the torch engine does in its own
+relevance.py (whose docstring says what each is, after Chen et al. 2020, Jain & Wallace 2019
+and Li, Monroe & Jurafsky 2016). Nothing here imports a framework.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ def pair_attention(
         raise ValueError("the model has no attention to read (model.attention=none)")
     found: list[np.ndarray] = [np.zeros(0)] * len(pairs)
     for rows, srcs, outs in _batches(engine, pairs, batch_size):
+        encoded = engine.encode(srcs)
         attention = np.stack(
-            [alpha for _, alpha in _forced_steps(engine, srcs, outs)], axis=1
+            [alpha for _, alpha in _forced_steps(engine, encoded, outs)], axis=1
         )  # (B, T_out, T)
         for b, k in enumerate(rows):
             own = attention[b, : len(outs[b]), : len(srcs[b])]
@@ -50,7 +53,7 @@ def pair_flips(engine: Engine, pairs: Pairs, *, batch_size: int = 64) -> tuple[i
         width = max(len(s) for s in srcs)
         real = np.arange(width) < words[:, None]  # (B, T_src)
         for t, (log_probs, alpha, prev, state, memory) in enumerate(
-            _forced_steps(engine, srcs, outs, keep=True)
+            _forced_steps(engine, engine.encode(srcs), outs, keep=True)
         ):
             weights = np.where(real, alpha[:, :width], -np.inf)
             second = np.argsort(-weights, axis=1, kind="stable")[:, 1]  # (B,)
@@ -75,12 +78,43 @@ def _batches(
         yield rows, srcs, outs
 
 
-def _forced_steps(engine: Engine, srcs: list[list[int]], outs: list[list[int]], keep=False):
-    """The decoder over the sources, reading <s> and then each output's tokens: at each step,
-    (log-probabilities (B, V), alpha (B, T)); with `keep`, also the step's input, state and
-    memory, (log_probs, alpha, prev, state, memory). A finished output reads </s> on."""
-    state, memory = engine.encode(srcs)
-    prev = np.full(len(srcs), engine.bos_id, np.int64)
+def pair_erasure(engine: Engine, pairs: Pairs, *, batch_size: int = 64) -> list[np.ndarray]:
+    """Each pair's erasure, in input order: f_i(x) - f_i(x with x_j = 0), the teacher-forced
+    log-probability of output token i lost when source token j's embedding is erased (Li,
+    Monroe & Jurafsky 2016), (len(output) + 1, len(source) + 1) float32; one teacher-forced
+    pass per source position, over the engine's `encode_erased` and `step`."""
+    found: list[np.ndarray] = [np.zeros(0)] * len(pairs)
+    for rows, srcs, outs in _batches(engine, pairs, batch_size):
+        full = _forced_log_probs(engine, engine.encode(srcs), outs)  # (B, T_out)
+        width = max(len(s) for s in srcs)
+        columns = [
+            full - _forced_log_probs(engine, engine.encode_erased(srcs, j), outs)
+            for j in range(width)
+        ]
+        scores = np.stack(columns, axis=-1)  # (B, T_out, T_src)
+        for b, k in enumerate(rows):
+            found[k] = scores[b, : len(outs[b]), : len(srcs[b])].astype(np.float32)
+    return found
+
+
+def _forced_log_probs(engine: Engine, encoded: tuple, outs: list[list[int]]) -> np.ndarray:
+    """(B, T_out) the teacher-forced log-probability of each output token (</s> after a
+    finished output, ignored)."""
+    tokens = np.array([[*o, *[engine.eos_id] * (len(max(outs, key=len)) - len(o))] for o in outs])
+    steps = [log_probs for log_probs, _ in _forced_steps(engine, encoded, outs)]
+    return np.stack(
+        [np.take_along_axis(lp, tokens[:, t, None], axis=1)[:, 0] for t, lp in enumerate(steps)],
+        axis=1,
+    )
+
+
+def _forced_steps(engine: Engine, encoded: tuple, outs: list[list[int]], keep: bool = False):
+    """The decoder from the sources' `encoded` first state and memory, reading <s> and then
+    each output's tokens: at each step, (log-probabilities (B, V), alpha (B, T)); with
+    `keep`, also the step's input, state and memory, (log_probs, alpha, prev, state,
+    memory). A finished output reads </s> on."""
+    state, memory = encoded
+    prev = np.full(len(outs), engine.bos_id, np.int64)
     for t in range(max(len(o) for o in outs)):
         log_probs, after, alpha = engine.step(prev, state, memory)
         yield (log_probs, alpha, prev, state, memory) if keep else (log_probs, alpha)

@@ -131,7 +131,7 @@ class FlaxEngine(Engine):
     def relevance(self, pairs: Pairs, method: Method, *, batch_size: int = 64) -> list[np.ndarray]:
         if method in ("attention", "shift"):  # read over the step, as every engine does
             return super().relevance(pairs, method, batch_size=batch_size)
-        self.require([needs(method)])
+        self.check_method(method)
         if self.ensemble:
             raise Unavailable(needs(method), self.label, self.instead)
         model, params = self.model, self.params

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from alignmt.decoding.constraint import Constraint
-from alignmt.decoding.engine import Call, Engine, Searcher
+from alignmt.decoding.engine import Call, Engine, Method, Searcher
 from alignmt.decoding.onnx_engine.ensemble import OnnxEnsemble
 from alignmt.decoding.onnx_engine.model import OnnxModel
 from alignmt.decoding.onnx_engine.rows import select
@@ -60,6 +60,14 @@ class OnnxEngine(Engine):
         self, prev: np.ndarray, state: Any, memory: Any, steer: np.ndarray | None = None
     ) -> tuple[np.ndarray, Any, Any]:
         return self.model.step(np.asarray(prev, np.int64), state, memory, steer)
+
+    def encode_erased(self, sentences: list[list[int]], erased: int) -> tuple[Any, Any]:
+        return self.model.encode_ids(sentences, erased)
+
+    def check_method(self, method: Method) -> None:
+        if method == "erasure" and not self.ensemble:  # forward passes only: it does that one
+            return
+        super().check_method(method)
 
     def select(self, fields: Any, rows: np.ndarray) -> Any:
         return select(fields, rows)

@@ -40,9 +40,11 @@ class OnnxEnsemble:
         self.has_attention = any(model.has_attention for model in members)
         self.parameters = sum(model.parameters for model in members)
 
-    def encode_ids(self, sentences: list[list[int]]) -> tuple[Fields, Fields]:
+    def encode_ids(
+        self, sentences: list[list[int]], erased: int | None = None
+    ) -> tuple[Fields, Fields]:
         """Every member's first state and memory, joined under the members' numbers."""
-        encoded = [model.encode_ids(sentences) for model in self.members]
+        encoded = [model.encode_ids(sentences, erased) for model in self.members]
         return _join([s for s, _ in encoded]), _join([m for _, m in encoded])
 
     def step(

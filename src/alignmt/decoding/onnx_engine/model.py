@@ -51,6 +51,7 @@ class OnnxModel:
         )
         self.takes = [i.name for i in self.step_graph.get_inputs()]
         self.steers = "steer" in self.takes
+        self.erases = "keep" in [i.name for i in self.encoder.get_inputs()]
 
     @staticmethod
     def read_header(folder: str | Path) -> Header:
@@ -63,23 +64,36 @@ class OnnxModel:
     def has_attention(self) -> bool:
         return self.names.attention
 
-    def encode(self, src: np.ndarray, src_len: np.ndarray) -> tuple[dict, dict]:
+    def encode(
+        self, src: np.ndarray, src_len: np.ndarray, erased: int | None = None
+    ) -> tuple[dict, dict]:
         """(B, T_src) ids ending in </s>, (B,) lengths -> the first state and the memory,
-        each a dict of (B, ...) arrays by field name."""
-        outputs = self.encoder.run(
-            list(self.names.encoder_outputs), {"src": src, "src_len": src_len}
-        )
+        each a dict of (B, ...) arrays by field name. `erased`: a source position whose
+        embedding every sentence reads as zero (erasure's attribution)."""
+        given = {"src": src, "src_len": src_len}
+        if self.erases:
+            given["keep"] = np.ones(src.shape, np.float32)
+            if erased is not None:
+                given["keep"][:, erased] = 0.0
+        elif erased is not None:
+            raise ValueError(
+                f"{self.folder}: its encoder graph cannot erase a source word (exported by "
+                "an older alignmt); export the run again"
+            )
+        outputs = self.encoder.run(list(self.names.encoder_outputs), given)
         memory = dict(zip(self.names.memory, outputs, strict=False))
         state = dict(zip(self.names.state, outputs[len(self.names.memory) :], strict=True))
         return state, memory
 
-    def encode_ids(self, sentences: list[list[int]]) -> tuple[dict, dict]:
+    def encode_ids(
+        self, sentences: list[list[int]], erased: int | None = None
+    ) -> tuple[dict, dict]:
         """`encode` of source ids (each ending in </s>), padded into one batch."""
         lengths = np.array([len(ids) for ids in sentences], np.int64)
         src = np.full((len(sentences), int(lengths.max())), self.pad_id, np.int64)
         for b, ids in enumerate(sentences):
             src[b, : len(ids)] = ids
-        return self.encode(src, lengths)
+        return self.encode(src, lengths, erased)
 
     def step(
         self, prev: np.ndarray, state: dict, memory: dict, steer: np.ndarray | None = None

@@ -30,8 +30,10 @@ class OnnxShortlisted:
     def __getattr__(self, name: str) -> Any:  # everything else is the model's
         return getattr(self.model, name)
 
-    def encode_ids(self, sentences: list[list[int]]) -> tuple[Fields, Fields]:
-        state, memory = self.model.encode_ids(sentences)
+    def encode_ids(
+        self, sentences: list[list[int]], erased: int | None = None
+    ) -> tuple[Fields, Fields]:
+        state, memory = self.model.encode_ids(sentences, erased)
         return state, memory | {ALLOWED: allowed_words(self.shortlist, sentences, self.vocab)}
 
     def step(

@@ -19,7 +19,7 @@ import torch
 
 from alignmt.config import Precision, SearchConfig
 from alignmt.decoding.constraint import Constraint
-from alignmt.decoding.engine import Call, Check, Engine, Method, Pairs, Searcher, needs
+from alignmt.decoding.engine import Call, Check, Engine, Method, Pairs, Searcher
 from alignmt.decoding.results import BeamTrace, DecoderStep, Hypothesis
 from alignmt.decoding.torch_engine.constraints import Table
 from alignmt.decoding.torch_engine.ensemble import Ensemble
@@ -173,7 +173,7 @@ class TorchEngine(Engine):
             )
 
     def relevance(self, pairs: Pairs, method: Method, *, batch_size: int = 64) -> list[np.ndarray]:
-        self.require([needs(method)])
+        self.check_method(method)
         from alignmt.decoding.torch_engine.relevance import pair_relevance  # loads Captum
 
         with self.numerics():

@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -73,13 +74,15 @@ def export_onnx(ckpt: Checkpoint, out: str | Path, steer: bool = True) -> Manife
         memory=tuple(memory_fields),
         attention=model.has_attention,
         steer=steer and model.has_attention,
+        keep=True,
         axes={name: axes[name] for name in (*state_fields, *memory_fields)},
         shown=tuple(asdict(shown) for shown in composition.shown) if composition else (),
         copies=model.copies,
     )
     encoder = _Encoder(model, manifest)
-    graph = ("src", "src_len"), manifest.encoder_outputs
-    _export(encoder, (src, src_len), *graph, manifest, out / ENCODER)
+    graph = manifest.encoder_inputs, manifest.encoder_outputs
+    keep = torch.ones(src.shape)  # (B, T_src) every embedding read
+    _export(encoder, (src, src_len, keep), *graph, manifest, out / ENCODER)
     prev = torch.full((len(src_len),), model.bos_id)
     fields = [*state_fields.values(), *memory_fields.values()]
     if manifest.steer:  # row 0 steered onto its </s>, the others not
@@ -116,6 +119,7 @@ def _write_manifest(ckpt: Checkpoint, manifest: Manifest, path: Path) -> None:
         **fields,
         "attention": manifest.attention,
         "steer": manifest.steer,
+        "keep": manifest.keep,
         "copies": manifest.copies,
         "parameters": parameters,
     }
@@ -129,8 +133,18 @@ class _Encoder(nn.Module):
         super().__init__()
         self.model, self.manifest = model, manifest
 
-    def forward(self, src: Tensor, src_len: Tensor) -> tuple[Tensor, ...]:
-        memory, state = self.model.encode(src, src_len)
+    def forward(self, src: Tensor, src_len: Tensor, keep: Tensor) -> tuple[Tensor, ...]:
+        """src (B, T_src), src_len (B,), keep (B, T_src): each source embedding is read times
+        its keep (0: erased, for erasure's attribution)."""
+
+        def scaled(module: nn.Module, inputs: Any, embedded: Tensor) -> Tensor:
+            return embedded * keep.unsqueeze(-1)  # (B, T_src, E)
+
+        handle = self.model.encoder.embed.register_forward_hook(scaled)
+        try:
+            memory, state = self.model.encode(src, src_len)
+        finally:
+            handle.remove()
         memory, state = flat_fields(memory), flat_fields(state)
         return (
             *(memory[n] for n in self.manifest.memory),

@@ -88,10 +88,15 @@ class Model {
     const src = new BigInt64Array(sentences.length * T).fill(BigInt(this.pad));
     sentences.forEach((ids, b) => src.set(ids.map(BigInt), b * T));
     const lengths = BigInt64Array.from(sentences, (ids) => BigInt(ids.length));
-    const out = await this.encoder.run({
+    const given = {
       src: new ort.Tensor("int64", src, [sentences.length, T]),
       src_len: new ort.Tensor("int64", lengths, [sentences.length]),
-    });
+    };
+    if (this.encoder.inputNames.includes("keep")) {  // every source embedding read
+      given.keep = new ort.Tensor("float32", new Float32Array(sentences.length * T).fill(1),
+        [sentences.length, T]);
+    }
+    const out = await this.encoder.run(given);
     const memory = Object.fromEntries(this.memoryNames.map((n) => [n, out[n]]));
     const state = Object.fromEntries(this.stateNames.map((n) => [n, out[`first_${n}`]]));
     return { state, memory };
