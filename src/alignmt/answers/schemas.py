@@ -422,8 +422,8 @@ class ModelInfo(BaseModel):
     engine: Literal["torch", "flax", "onnxruntime"] = Field(
         "torch",
         description="what runs it: torch or flax (a run folder), or onnxruntime (a folder "
-        "`alignmt export` wrote); an engine that cannot step through the decoder translates "
-        "only (/v1/translate), greedy or with a beam",
+        "`alignmt export` wrote); an ensemble, which cannot step through the decoder, "
+        "translates only (/v1/translate)",
     )
 
 
