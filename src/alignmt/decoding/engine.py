@@ -56,36 +56,25 @@ def needs(method: Method) -> Feature:
     return "teacher-forced attention" if method in ("attention", "shift") else "attribution"
 
 
+# What every engine does through the code written once over its step (walk.py, forced.py,
+# banks.py, shortlisted.py, sample.py, and the searches' ensembles and coverage penalty)
+OVER_THE_STEP: frozenset[Feature] = frozenset(
+    {
+        "sampling",
+        "an ensemble",
+        "the coverage penalty",
+        "constrained search",
+        "a shortlist",
+        "stepping through the decoder",
+        "teacher-forced attention",
+    }
+)
 # What each engine can do beyond greedy and beam search (n-best, the length penalty, token
 # probabilities and attention, which all of them do), and what a user who needs more does.
 FEATURES: dict[EngineName, frozenset[Feature]] = {
     "torch": EVERY,
-    "flax": frozenset(
-        {
-            "a GPU",
-            "sampling",
-            "an ensemble",
-            "the coverage penalty",
-            "stepping through the decoder",
-            "teacher-forced attention",
-            "constrained search",
-            "a shortlist",
-            "bfloat16",
-            "attribution",
-        }
-    ),
-    "onnxruntime": frozenset(
-        {
-            "int8",
-            "sampling",
-            "an ensemble",
-            "the coverage penalty",
-            "stepping through the decoder",
-            "teacher-forced attention",
-            "constrained search",
-            "a shortlist",
-        }
-    ),
+    "flax": OVER_THE_STEP | {"a GPU", "bfloat16", "attribution"},
+    "onnxruntime": OVER_THE_STEP | {"int8"},
     "browser": frozenset({"int8", "stepping through the decoder"}),
 }
 # Why the flax and onnxruntime engines lack what they lack, one line each
