@@ -71,3 +71,22 @@ def test_a_table_lays_out_each_sentences_phrases():
     assert table.exclude.tolist() == [[[7, 8, 9]], [[-1, -1, -1]]]
     assert table.most == 3 and table.width == 2 + 2 + 2
     assert table.start(1, 2).tolist() == [[[0, 0, -1, 0, -1, -1]] * 2]
+
+
+def test_each_rows_top_columns_are_a_stable_sorts_whatever_ties_and_minus_infinities():
+    """`row_tops` against the stable sort it stands for, on rows with many ties, many -inf
+    (a shortlist's, a beam not yet live) and rows all -inf."""
+    import numpy as np
+
+    from alignmt.decoding.banks import row_tops
+
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        rows, vocab = int(rng.integers(1, 6)), int(rng.integers(3, 40))
+        width = int(rng.integers(1, vocab + 1))
+        scores = rng.integers(-3, 3, (rows, vocab)).astype(np.float32)
+        scores[rng.random(scores.shape) < 0.4] = -np.inf
+        if trial % 7 == 0:
+            scores[0] = -np.inf
+        want = np.sort(np.argsort(-scores, axis=1, kind="stable")[:, :width], axis=1)
+        assert (row_tops(scores, width) == want).all()
