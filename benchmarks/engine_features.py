@@ -11,8 +11,9 @@ with nothing else using the CPU. A feature an engine does not offer (`FEATURES`)
 The constrained column asks each output to contain its reference's longest word that the
 model can write. A second table times what the explorer asks of one sentence at a time
 (`/v1/step` and `/v1/beam`: stepping through the decoder, steered, with a beam, and the beam
-tree), in milliseconds per output step over the first 40 of those sentences. Results are
-in docs/benchmarks.md.
+tree), in milliseconds per output step over the first 40 of those sentences; a third, beam 5
+over the run's shortlist against the whole vocabulary (the run needs its
+shortlist.safetensors, which the export carries). Results are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ KINDS: dict[str, tuple[str | None, Callable]] = {
 
 
 INSIDE_SENTENCES = 40
+SHORTLIST = 50  # words a source token, for the third table
 # each column of the second table: one sentence's call, and the output steps it took
 INSIDE: dict[str, Callable] = {
     "step through": lambda t, line: len(t.step_through(line).steps),
@@ -87,6 +89,34 @@ def main() -> None:
     for engine in ("torch", "flax", "onnxruntime"):
         cells = _inside(engine, args, lines[:INSIDE_SENTENCES])
         print(f"| {engine} | " + " | ".join(cells) + " |", flush=True)
+    print(
+        f"\nBeam 5 over the whole vocabulary and over the run's shortlist of {SHORTLIST} words "
+        "a source token: sentences/s, and outputs the same as the whole vocabulary's\n"
+    )
+    print("| engine | whole vocabulary | shortlist | same outputs |")
+    print("| --- | ---: | ---: | ---: |")
+    for engine in ("torch", "flax", "onnxruntime"):
+        print(f"| {engine} | " + " | ".join(_listed(engine, args, lines)) + " |", flush=True)
+
+
+def _listed(engine: str, args: argparse.Namespace, lines: list[str]) -> list[str]:
+    """Beam 5's sentences/s over the whole vocabulary and over the shortlist, and how many
+    outputs the two share."""
+    from alignmt.decoding.door import open_translator
+
+    folder = args.exported if engine == "onnxruntime" else args.run
+    speeds, texts = [], []
+    for k in (0, SHORTLIST):
+        translator = open_translator(folder, engine=engine, shortlist=k)
+        tokens = [translator.source_tokens(line) for line in lines]
+        translator.translate_tokens(tokens[:BATCH], beam_size=5, warn=False)  # warm-up
+        start = time.perf_counter()
+        found = translator.translate_tokens(tokens, beam_size=5, warn=False)
+        speeds.append(len(lines) / (time.perf_counter() - start))
+        texts.append([hyps[0].text for hyps in found])
+    same = sum(a == b for a, b in zip(*texts, strict=True))
+    ratio = speeds[1] / speeds[0]
+    return [f"{speeds[0]:.1f}", f"{speeds[1]:.1f} ({ratio:.2f}×)", f"{same} of {len(lines)}"]
 
 
 def _include(translator, reference: str):
