@@ -75,28 +75,26 @@ def main() -> None:
         f"\n{SENTENCES} sentences, {BATCH} at a time: sentences/s and output tokens/s, each "
         "× the engine's greedy\n"
     )
-    print("| engine | " + " | ".join(KINDS) + " |")
-    print("| --- |" + " ---: |" * len(KINDS))
-    for engine in ("torch", "flax", "onnxruntime"):
-        cells = _row(engine, args, lines, references)
-        print(f"| {engine} | " + " | ".join(cells) + " |", flush=True)
+    _table(list(KINDS), lambda engine: _row(engine, args, lines, references))
     print(
         f"\nOne sentence at a time, the first {INSIDE_SENTENCES}: milliseconds per output step "
         "(mean over the sentences; the slowest sentence's in brackets)\n"
     )
-    print("| engine | " + " | ".join(INSIDE) + " |")
-    print("| --- |" + " ---: |" * len(INSIDE))
-    for engine in ("torch", "flax", "onnxruntime"):
-        cells = _inside(engine, args, lines[:INSIDE_SENTENCES])
-        print(f"| {engine} | " + " | ".join(cells) + " |", flush=True)
+    _table(list(INSIDE), lambda engine: _inside(engine, args, lines[:INSIDE_SENTENCES]))
     print(
         f"\nBeam 5 over the whole vocabulary and over the run's shortlist of {SHORTLIST} words "
         "a source token: sentences/s, and outputs the same as the whole vocabulary's\n"
     )
-    print("| engine | whole vocabulary | shortlist | same outputs |")
-    print("| --- | ---: | ---: | ---: |")
+    columns = ["whole vocabulary", "shortlist", "same outputs"]
+    _table(columns, lambda engine: _listed(engine, args, lines))
+
+
+def _table(columns: list[str], cells: Callable[[str], list[str]]) -> None:
+    """A Markdown table of each engine's `cells`, printed row by row as they are measured."""
+    print("| engine | " + " | ".join(columns) + " |")
+    print("| --- |" + " ---: |" * len(columns))
     for engine in ("torch", "flax", "onnxruntime"):
-        print(f"| {engine} | " + " | ".join(_listed(engine, args, lines)) + " |", flush=True)
+        print(f"| {engine} | " + " | ".join(cells(engine)) + " |", flush=True)
 
 
 def _listed(engine: str, args: argparse.Namespace, lines: list[str]) -> list[str]:

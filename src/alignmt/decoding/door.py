@@ -26,6 +26,7 @@ from alignmt.decoding.translator import Origin, Translator
 
 if TYPE_CHECKING:
     from alignmt.checkpoint.torch_io import Checkpoint
+    from alignmt.text.shortlist import Shortlist
 
 log = logging.getLogger(__name__)
 Asked = Literal["auto", "torch", "flax", "onnxruntime"]
@@ -311,7 +312,9 @@ def _onnx(
     return _translator(engine, search, Origin(Path(path), header))
 
 
-def _shortlist(search: SearchConfig, shortlist: Any, header: Header) -> Any:
+def _shortlist(
+    search: SearchConfig, shortlist: Shortlist | None, header: Header
+) -> Shortlist | None:
     """The words each sentence may output, as `search.shortlist` asks of the model's
     shortlist (the first member's, for an ensemble: they share vocabularies); None: all."""
     from alignmt.decoding.shortlisted import fitting

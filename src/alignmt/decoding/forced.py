@@ -100,12 +100,11 @@ def pair_erasure(engine: Engine, pairs: Pairs, *, batch_size: int = 64) -> list[
 def _forced_log_probs(engine: Engine, encoded: tuple, outs: list[list[int]]) -> np.ndarray:
     """(B, T_out) the teacher-forced log-probability of each output token (</s> after a
     finished output, ignored)."""
-    tokens = np.array([[*o, *[engine.eos_id] * (len(max(outs, key=len)) - len(o))] for o in outs])
-    steps = [log_probs for log_probs, _ in _forced_steps(engine, encoded, outs)]
-    return np.stack(
-        [np.take_along_axis(lp, tokens[:, t, None], axis=1)[:, 0] for t, lp in enumerate(steps)],
-        axis=1,
-    )
+    columns = []
+    for t, (log_probs, _) in enumerate(_forced_steps(engine, encoded, outs)):
+        wanted = [o[t] if t < len(o) else engine.eos_id for o in outs]  # (B,)
+        columns.append(log_probs[np.arange(len(outs)), wanted])
+    return np.stack(columns, axis=1)
 
 
 def _forced_steps(engine: Engine, encoded: tuple, outs: list[list[int]], keep: bool = False):
