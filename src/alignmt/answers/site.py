@@ -6,7 +6,8 @@ refuses (the engine table's row of the browser, `decoding.engine.FEATURES`). Any
 file host serves DIR; the page fetches nothing from outside it.
 
 Only the tokenizers that have a twin in static/web/tokenize.js run in the browser: a model
-cut with Moses' rules or SentencePiece is refused before anything is written."""
+cut with SentencePiece, or with Moses' rules for a language static/web/moses.js lacks, is
+refused before anything is written."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ STATIC = Path(__file__).parent / "static"
 SITE = "site.json"
 INDEX = "index.html"
 # static/web/tokenize.js's twins of alignmt.text.tokenize
-WEB_TOKENIZERS = ("char", "space", "d2l")
+WEB_TOKENIZERS = ("char", "space", "d2l", "moses")
+# the languages static/web/moses_tables.js carries Moses' nonbreaking prefixes of
+MOSES_LANGS = ("en", "de", "fr")
 # what the worker's searches read of the run's SearchConfig
 _SEARCH = (
     "max_len_ratio",
@@ -51,11 +54,17 @@ def check_web_tokenizers(header: Header, run_dir: str | Path) -> None:
     """Raise a ValueError naming the run and the tokenizer unless both sides' tokenizers run
     in the browser."""
     for side, tok in (("source", header.src_tokenizer), ("target", header.tgt_tokenizer)):
+        serve = "export it without --web and serve it with `alignmt serve DIR`"
         if tok.kind not in WEB_TOKENIZERS:
             raise ValueError(
                 f"{run_dir}: its {side} tokenizer is {tok.kind}, which does not run in the "
-                f"browser (--web runs {', '.join(WEB_TOKENIZERS)}); export it without --web "
-                "and serve it with `alignmt serve DIR`"
+                f"browser (--web runs {', '.join(WEB_TOKENIZERS)}); {serve}"
+            )
+        lang = getattr(tok, "lang", None)
+        if tok.kind == "moses" and lang not in MOSES_LANGS:
+            raise ValueError(
+                f"{run_dir}: its {side} tokenizer is Moses' rules for {lang}, which the "
+                f"browser has only for {', '.join(MOSES_LANGS)}; {serve}"
             )
 
 

@@ -1,8 +1,10 @@
 /* The tokenizers and vocabularies of an exported model, in the browser: each one the same
    function as its Python twin in alignmt.text (tokenize.py, escape.py, vocab.py), so that a
    sentence typed into the page reaches the graphs as the same ids that `alignmt translate`
-   gives them. Moses' rules and SentencePiece have no twin here: `alignmt export --web`
-   refuses a model cut with them rather than approximate it. */
+   gives them. SentencePiece has no twin here: `alignmt export --web` refuses a model cut with
+   it rather than approximate it. Moses' rules are moses.js, for the languages it has. */
+
+import { MosesDetokenizer, MosesTokenizer } from "./moses.js";
 
 export const SPECIALS = { pad: "<pad>", bos: "<s>", eos: "</s>", unk: "<unk>" };
 const SPACE = "\u2581"; // "▁", the visible space of the character tokenizer
@@ -26,6 +28,14 @@ const spaceSplit = (text) => text.split(" ").filter((token) => token);
 
 /* Each tokenizer: encode(raw sentence) -> tokens, decode(tokens) -> text. */
 const KINDS = {
+  // Moses' rules (sacremoses in Python), without escaping, lowercased first where asked
+  moses: ({ lang, lowercase }) => {
+    const [cut, join] = [new MosesTokenizer(lang), new MosesDetokenizer(lang)];
+    return {
+      encode: (text) => cut.tokenize(lowercase ? text.toLowerCase() : text),
+      decode: (tokens) => join.detokenize(tokens),
+    };
+  },
   char: ({ lowercase }) => ({
     encode: (text) => Array.from((lowercase ? text.toLowerCase() : text).replaceAll(" ", SPACE)),
     decode: (tokens) => tokens.join("").replaceAll(SPACE, " "),
