@@ -13,6 +13,7 @@ import functools
 import http.server
 import shutil
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,16 +26,23 @@ OFFLINE = {"offline": True, "latency": 0, "downloadThroughput": -1, "uploadThrou
 
 class StaticHost:
     """A folder served on 127.0.0.1 by Python's http.server in a thread, as
-    `python -m http.server` or any static host serves it: `with StaticHost(folder) as url`.
-    `asked` lists the paths the browser fetched, in order."""
+    `python -m http.server` or any static host serves it: `with StaticHost(folder) as url`;
+    `isolating`: with the COOP/COEP headers that make a page cross-origin isolated. `asked`
+    lists the paths the browser fetched, in order."""
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(self, folder: str | Path, *, isolating: bool = False) -> None:
         self.asked: list[str] = []
         asked = self.asked
 
         class Handler(http.server.SimpleHTTPRequestHandler):
             def log_message(self, *args: Any) -> None:  # quiet: the tests print their own
                 return None
+
+            def end_headers(self) -> None:
+                if isolating:  # as a host configured for SharedArrayBuffer sends them
+                    self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+                    self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+                super().end_headers()
 
             def do_GET(self) -> None:
                 asked.append(self.path)
@@ -94,6 +102,26 @@ def start_chromium(width: int = 1400, height: int = 1100, flags: Sequence[str] =
         raise BrowserUnavailable(f"chromium would not start: {error}") from error
 
 
+def settle(driver: Any, tries: int = 5) -> bool:
+    """Wait while an exported site's page makes itself cross-origin isolated (it may reload
+    once, under its service worker); whether it is. A page that is no such site is settled."""
+    from selenium.common.exceptions import JavascriptException, WebDriverException
+
+    driver.set_script_timeout(60)
+    for _ in range(tries):
+        try:
+            started = driver.execute_async_script(
+                "const done = arguments[0];"
+                "(window.alignmtIsolated ?? Promise.resolve(true)).then(done);"
+            )
+        except (JavascriptException, WebDriverException):  # unloaded by the reload
+            started = False
+        if started:
+            return driver.execute_script("return window.crossOriginIsolated")
+        time.sleep(0.2)
+    raise AssertionError(f"the page did not settle after {tries} loads")
+
+
 @dataclass
 class Explorer:
     """One explorer page in `driver`, its first panel unless told otherwise."""
@@ -107,6 +135,7 @@ class Explorer:
             self.driver.execute_cdp_cmd("Network.enable", {})
             self.driver.execute_cdp_cmd("Network.emulateNetworkConditions", OFFLINE)
         self.driver.get(url)
+        settle(self.driver)
 
     def js(self, script: str, *args: Any) -> Any:
         return self.driver.execute_script(script, *args)

@@ -403,11 +403,12 @@ def browser():
 @pytest.fixture
 def host():
     """A static host for exported sites: folder -> URL on localhost, as `python -m
-    http.server` serves it; the paths the browser asked for are on its `.asked`."""
+    http.server` serves it (`isolating`: with COOP/COEP headers); the paths the browser asked
+    for are on its `.asked`."""
     with contextlib.ExitStack() as hosts:
 
-        def serve(folder: Path) -> str:
-            host = StaticHost(folder)
+        def serve(folder: Path, isolating: bool = False) -> str:
+            host = StaticHost(folder, isolating=isolating)
             serve.asked = host.asked
             return hosts.enter_context(host)
 

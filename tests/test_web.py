@@ -13,6 +13,7 @@ import pytest
 
 from alignmt.cli import main
 from alignmt.decoding.engine import Unavailable
+from benchmarks.browser import settle
 from tests.conftest import chromium
 
 SENTENCES = 50
@@ -22,6 +23,7 @@ def ask_worker(browser, url: str, requests: list[dict]) -> list[dict]:
     """Open `url` (a site's index.html) and put each {what, body} to a Web Worker of its own,
     as the explorer does; its answers ({answer} or {error, needsServer}), in order."""
     browser.get(url)
+    settle(browser)
     browser.set_script_timeout(300)
     return browser.execute_async_script(
         """

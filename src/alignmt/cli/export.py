@@ -21,7 +21,8 @@ def run(args: argparse.Namespace) -> int:
         from alignmt.decoding.onnx_engine.int8 import write_int8
     if args.float32 and not args.web:
         raise ValueError(
-            "--float32: only with --web, whose graphs are otherwise int8 where they can be"
+            "--float32: only with --web, whose graphs otherwise store their weights in int8 "
+            "where the site would be too big"
         )
     ckpt = load_checkpoint(args.run_dir)
     if args.web:
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"wrote {args.out}/encoder.onnx and step.onnx (decoder state: {fields}) and manifest.json"
     )
-    if args.int8 or (args.web and not args.float32):
+    if args.int8:
         print(f"wrote {', '.join(p.name for p in write_int8(args.out))}")
     if args.web:
         _web(Path(args.out), Path(args.run_dir).resolve().name, float32=args.float32)
@@ -41,25 +42,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _web(out: Path, name: str, float32: bool) -> None:
-    """Keep one set of graphs (int8 where they stay within INT8_TOLERANCE of float32), then
-    write the site around them."""
-    from alignmt.answers.site import write_site
-    from alignmt.decoding.exported import ENCODER, STEP, int8_name
-    from alignmt.decoding.onnx_engine.int8 import INT8_TOLERANCE, int8_drift
+    """Write the site around the float32 graphs; where it weighs over SITE_BUDGET, store
+    their weights in int8 if that stays within INT8_TOLERANCE of float32."""
+    from alignmt.answers.site import SITE_BUDGET, write_site
+    from alignmt.checkpoint.shortlist_io import SHORTLIST
+    from alignmt.decoding.onnx_engine.int8 import INT8_TOLERANCE
+    from alignmt.decoding.onnx_engine.stored_int8 import write_stored_int8
 
-    if not float32:
-        drift = int8_drift(out)
-        int8 = drift <= INT8_TOLERANCE
-        kept = "int8" if int8 else "float32"
-        print(
-            f"int8 moves the next-token probabilities by at most {drift:.4f} "
-            f"(tolerance {INT8_TOLERANCE}): the site runs the {kept} graphs"
-        )
-        for graph in (ENCODER, STEP):
-            (out / (graph if int8 else int8_name(graph))).unlink()
+    shortlist = out / SHORTLIST
+    if shortlist.exists():  # the page's search reads none; a site is sent whole
+        shortlist.unlink()
+        print(f"left out {SHORTLIST}: the page searches the whole vocabulary")
     written = write_site(out, name)
-    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    if _megabytes(out) > SITE_BUDGET and not float32:
+        moved = write_stored_int8(out, INT8_TOLERANCE)
+        kept = "int8, computing in float32" if moved <= INT8_TOLERANCE else "float32"
+        print(
+            f"the site weighs over {SITE_BUDGET} MB with float32 weights; int8 weights move "
+            f"the next-token probabilities by at most {moved:.4f} (tolerance "
+            f"{INT8_TOLERANCE}): its graphs keep their weights in {kept}"
+        )
     print(
-        f"wrote {', '.join(p.name for p in written)}: a static site of {size / 2**20:.1f} MiB; "
-        f"open it with `python -m http.server -d {out}` and http://localhost:8000"
+        f"wrote {', '.join(p.name for p in written)}: a static site of "
+        f"{_megabytes(out):.1f} MB; open it with `python -m http.server -d {out}` and "
+        "http://localhost:8000"
     )
+
+
+def _megabytes(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6

@@ -307,13 +307,15 @@ def _export(commands: Commands) -> None:
         action="store_true",
         help="make OUT a static site: OUT/index.html runs the explorer on the model in the "
         "browser (ONNX Runtime Web), with nothing installed; any static file host serves it. "
-        "Its graphs are int8 where that keeps every probability within 0.02 of float32's, "
-        "float32 otherwise; the tokenizer must be char, space or d2l",
+        "Its graphs compute in float32 (the faster arithmetic in the browser); where the "
+        "site would weigh over 30 MB, they store their weights in int8 if that keeps every "
+        "probability within 0.02 of float32's. The tokenizers must be char, space, d2l or "
+        "Moses' rules for en, de or fr",
     )
     export.add_argument(
         "--float32",
         action="store_true",
-        help="with --web: keep the float32 graphs even where int8 would do",
+        help="with --web: keep the weights in float32 whatever the site weighs",
     )
 
 

@@ -848,6 +848,8 @@ export class Explorer {
       event.preventDefault();
       this.timed("translate", () => this.translate());
     });
+    // where the page runs the model itself: how (ONNX Runtime Web, its threads)
+    if (models[0]?.runtime) this.q(".query").after(el("p", { class: "runtime" }, models[0].runtime));
     const stored = this.source.stored;
     if (stored) this.offerStored(stored);
     else this.offer(sentences, sentence ?? sentences[0] ?? "");
@@ -1006,15 +1008,20 @@ if (pageRoot) {
   const stored = data ? JSON.parse(data.textContent) : null;
   // a page `alignmt export --web` wrote names its model folders and runs them itself
   const folders = pageRoot.dataset.models;
-  const source = stored ? pageSource(stored)
-    : folders ? workerSource(new URL("web/worker.js", import.meta.url),
-      folders.split(" ").map((folder) => new URL(folder, location.href).href))
-    : serverSource();
   const params = new URLSearchParams(location.search);
-  const explorer = new Explorer(pageRoot, source, { keys: document });
-  explorer.start({
-    model: params.get("model"),
-    other: params.get("other") ?? stored?.beside,
-    sentence: params.get("sentence"),
-  }).catch((error) => explorer.notice(error.message, true));
+  // the exported site's page may reload once, cross-origin isolated (site.py): start after
+  const isolated = window.alignmtIsolated ?? Promise.resolve(true);
+  isolated.then((go) => {
+    if (!go) return;
+    const source = stored ? pageSource(stored)
+      : folders ? workerSource(new URL("web/worker.js", import.meta.url),
+        folders.split(" ").map((folder) => new URL(folder, location.href).href))
+      : serverSource();
+    const explorer = new Explorer(pageRoot, source, { keys: document });
+    explorer.start({
+      model: params.get("model"),
+      other: params.get("other") ?? stored?.beside,
+      sentence: params.get("sentence"),
+    }).catch((error) => explorer.notice(error.message, true));
+  });
 }

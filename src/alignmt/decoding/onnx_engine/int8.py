@@ -83,15 +83,21 @@ def _without_preprocessing_advice() -> Iterator[None]:
         root.removeFilter(advice)
 
 
-def int8_drift(folder: str | Path, sentences: int = 32, seed: int = 0) -> float:
+def int8_drift(folder: str | Path) -> float:
     """The most the int8 copies move any next-token probability from the float32 graphs'
-    over greedy decoding of random sources (1 to 20 ids each), both fed float32's choices:
-    an exported folder holds no data, and random ids reach every row of the embeddings.
+    (`drift`)."""
+    return drift(OnnxModel(folder), OnnxModel(folder, int8=True))
+
+
+def drift(plain: OnnxModel, int8: OnnxModel, sentences: int = 32, seed: int = 0) -> float:
+    """The most `int8` moves any next-token probability from `plain`, the same model's
+    float32 graphs, over greedy decoding of random sources (1 to 20 ids each), both fed
+    float32's choices: an exported folder holds no data, and random ids reach every row of
+    the embeddings.
 
     Returns:
         max |p_float32 - p_int8| over the steps before each source's float32 output ends.
     """
-    plain, int8 = OnnxModel(folder), OnnxModel(folder, int8=True)
     rng = np.random.default_rng(seed)
     first, words = 4, len(plain.header.src_vocab)  # past the specials <pad> <s> </s> <unk>
     sources = [
@@ -99,18 +105,18 @@ def int8_drift(folder: str | Path, sentences: int = 32, seed: int = 0) -> float:
     ]
     (state, memory), (state8, memory8) = plain.encode_ids(sources), int8.encode_ids(sources)
     prev = np.full(sentences, plain.bos_id, np.int64)
-    alive, drift = np.ones(sentences, bool), 0.0
+    alive, most = np.ones(sentences, bool), 0.0
     for _ in range(2 * max(map(len, sources)) + 10):
         (want, state, _), (got, state8, _) = (
             plain.step(prev, state, memory),
             int8.step(prev, state8, memory8),
         )
-        drift = max(drift, float(np.abs(np.exp(want) - np.exp(got))[alive].max()))
+        most = max(most, float(np.abs(np.exp(want) - np.exp(got))[alive].max()))
         prev = want.argmax(axis=1)
         alive &= prev != plain.eos_id
         if not alive.any():
             break
-    return drift
+    return most
 
 
 def gemm_as_matmul(model: onnx.ModelProto) -> int:

@@ -13,6 +13,7 @@ import onnxruntime as ort
 
 from alignmt.checkpoint.format import Header, parse_header
 from alignmt.decoding.exported import ENCODER, FORMAT, MANIFEST, STEP, Manifest, int8_name
+from alignmt.decoding.onnx_engine.stored_int8 import FOLD_STORED_INT8
 
 
 class OnnxModel:
@@ -27,6 +28,7 @@ class OnnxModel:
         self.eos_id, self.bos_id = self.manifest["eos_id"], self.manifest["bos_id"]
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
+        options.add_session_config_entry(*FOLD_STORED_INT8)  # a web export's int8-stored weights
         encoder, step = (int8_name(ENCODER), int8_name(STEP)) if int8 else (ENCODER, STEP)
         if int8 and not (folder / step).is_file():
             raise ValueError(f"{folder / step}: not found; export with --int8 to write it")

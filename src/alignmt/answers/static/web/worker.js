@@ -18,8 +18,17 @@ import { beam as beamSearch, greedy as greedySearch, row, topK } from "./search.
 import { SPECIALS, Vocab, tokenizer } from "./tokenize.js";
 
 ort.env.wasm.wasmPaths = new URL("./ort/", import.meta.url).href;
-// Threads need a cross-origin-isolated page (SharedArrayBuffer); a plain static host gives one.
-ort.env.wasm.numThreads = self.crossOriginIsolated ? Math.min(4, navigator.hardwareConcurrency) : 1;
+
+/** How the page runs the graphs, said beside the model: threads need a cross-origin isolated
+    page (SharedArrayBuffer), which the site's coi-serviceworker.js makes where the host sends
+    no COOP/COEP headers itself; without it ONNX Runtime Web runs one thread. */
+function runtime() {
+  const threads = ort.env.wasm.numThreads; // ONNX Runtime's pick once a session is open
+  const count = `${threads} thread${threads === 1 ? "" : "s"}`;
+  const why = self.crossOriginIsolated ? `of ${navigator.hardwareConcurrency} cores`
+    : "(the page is not cross-origin isolated)";
+  return `runs in this browser: ONNX Runtime Web ${ort.env.versions.common}, ${count} ${why}`;
+}
 
 const DECIMALS = 1e5; // of probabilities and attention weights, as the server rounds them
 const round = (x) => Math.round(x * DECIMALS) / DECIMALS;
@@ -38,7 +47,9 @@ class Model {
       return response.json();
     };
     const [manifest, site] = await Promise.all([json("manifest.json"), json("site.json")]);
-    const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
+    // int8-stored weights (alignmt's onnx_engine/stored_int8.py) folded into float32 at load
+    const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all",
+      extra: { session: { disable_quant_qdq: "1" } } };
     const [encoder, step] = await Promise.all([site.graphs.encoder, site.graphs.step].map(
       async (name) => ort.InferenceSession.create(
         new Uint8Array(await (await fetch(new URL(name, base))).arrayBuffer()), options)));
@@ -319,9 +330,13 @@ async function translate(model, { sentences, beam_size: size = null, nbest = 1, 
 let models = null; // name -> Model, once opened
 
 const ANSWERS = {
-  open: async ({ folders }) => {
+  // `threads`: as many as asked (a benchmark's), else as many as ONNX Runtime picks: half the
+  // cores, at most 4, where the page is cross-origin isolated
+  open: async ({ folders, threads }) => {
+    if (threads) ort.env.wasm.numThreads = threads;
     const opened = await Promise.all(folders.map((f) => Model.open(f)));
     models = new Map(opened.map((m) => [m.info.name, m]));
+    for (const model of opened) model.info.runtime = runtime();
     return [...models.keys()];
   },
   models: async () => [...models.values()].map((m) => m.info),
