@@ -103,26 +103,36 @@ def tatoeba_run(_shared_corpora, tmp_path_factory) -> tuple[Path, list[str]]:
     return run, [pair.split("\t")[0] for pair in pairs[1000 : 1000 + SENTENCES]]
 
 
-@pytest.fixture(scope="module")
-def multi30k_run(_shared_corpora, tmp_path_factory) -> tuple[Path, list[str]]:
-    """The shipped Multi30k recipe (Moses' rules, English -> German), smaller and briefly
+def short_multi30k(corpora: Path, root: Path, tokenizer: str) -> tuple[Path, list[str]]:
+    """The shipped Multi30k recipe (English -> German) cut by `tokenizer`, smaller and briefly
     trained, and the first test_2016_flickr captions."""
     from alignmt.config import config_path, load_config
     from alignmt.text.corpus import read_lines
     from alignmt.training.run import train
 
-    root = tmp_path_factory.mktemp("multi30k")
     small = ["model.emb_dim=64", "model.enc_hidden=64", "model.dec_hidden=64", "model.attn_dim=64"]
     brief = ["model.readout_dim=64", "train.steps=300", "train.eval_every=0"]
+    cut = [f"data.tokenizer={tokenizer}", "data.spm_vocab_size=4000"]
+    where = [f"out_dir={root / 'run'}", f"data.cache_dir={root}"]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ALIGNMT_DATA", str(_shared_corpora))
-        cfg = load_config(
-            config_path("multi30k_en_de"),
-            [*small, *brief, f"out_dir={root / 'run'}", f"data.cache_dir={root}"],
-        )
+        patch.setenv("ALIGNMT_DATA", str(corpora))
+        cfg = load_config(config_path("multi30k_en_de"), [*small, *brief, *cut, *where])
         run = train(cfg, progress=False).run_dir
-    test = read_lines(_shared_corpora / "multi30k" / "test_2016_flickr.en.gz")
+    test = read_lines(corpora / "multi30k" / "test_2016_flickr.en.gz")
     return run, test[:SENTENCES]
+
+
+@pytest.fixture(scope="module")
+def multi30k_run(_shared_corpora, tmp_path_factory) -> tuple[Path, list[str]]:
+    """The recipe as shipped: Moses' rules."""
+    return short_multi30k(_shared_corpora, tmp_path_factory.mktemp("multi30k"), "moses")
+
+
+@pytest.fixture(scope="module")
+def multi30k_sentencepiece_run(_shared_corpora, tmp_path_factory) -> tuple[Path, list[str]]:
+    """The recipe on SentencePiece subwords (BPE)."""
+    root = tmp_path_factory.mktemp("multi30k_sentencepiece")
+    return short_multi30k(_shared_corpora, root, "sentencepiece")
 
 
 @pytest.fixture(scope="module")
@@ -168,12 +178,16 @@ def server_answers(run: Path, requests: list[dict]) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", ["reversal", "tatoeba", "multi30k"])
-def test_the_page_translates_as_pytorch_greedy_and_beam(task, request, browser, host, tmp_path):
+@pytest.mark.parametrize("task", ["reversal", "tatoeba", "multi30k", "multi30k_sentencepiece"])
+def test_the_page_translates_as_pytorch_greedy_and_beam(
+    task, request, browser, host, tmp_path, monkeypatch
+):
     if task == "reversal":
         run, sentences = request.getfixturevalue("reverse_run"), reversal_sentences()
-    else:  # the d2l tokenizer's Tatoeba; Moses' rules on Multi30k, both ways through them
+    else:  # d2l's words on Tatoeba; Moses' rules and SentencePiece, both ways, on Multi30k
         run, sentences = request.getfixturevalue(f"{task}_run")
+        # the export checks SentencePiece on the corpus it learnt from
+        monkeypatch.setenv("ALIGNMT_DATA", str(request.getfixturevalue("_shared_corpora")))
     site = export_web(run, tmp_path / "site", "--float32")
     requests = [{"what": "step", "body": {"sentence": s}} for s in sentences]
     requests += [{"what": "beam", "body": {"sentence": s, "beam_size": 5}} for s in sentences]
@@ -308,35 +322,25 @@ def server_refusals(run: Path, requests: list[dict]) -> list[str]:
     return said
 
 
-@pytest.mark.parametrize(
-    ("kind", "said"),
-    [
-        ("sentencepiece", "source tokenizer is sentencepiece, which does not run in the browser"),
-        ("moses-cs", "source tokenizer is Moses' rules for cs, which the browser has only for en"),
-    ],
-)
 def test_the_export_refuses_a_tokenizer_the_browser_lacks_before_writing(
-    kind, said, toy_run, tmp_path, capsys, monkeypatch
+    toy_run, tmp_path, capsys, monkeypatch
 ):
     from dataclasses import replace
 
-    from alignmt.answers import site
-    from alignmt.text.tokenize import MosesTokenizer, SentencePieceTokenizer
+    from alignmt.answers import web_tokenizers
+    from alignmt.text.tokenize import MosesTokenizer
 
-    lacking = (
-        SentencePieceTokenizer.train(["a b c"] * 20, vocab_size=8)
-        if kind == "sentencepiece"
-        else MosesTokenizer(lang="cs")
-    )
-    check = site.check_web_tokenizers
-    monkeypatch.setattr(  # the toy run, as if its source side were cut so
-        site,
+    check = web_tokenizers.check_web_tokenizers
+    monkeypatch.setattr(  # the toy run, as if its source side were Czech
+        web_tokenizers,
         "check_web_tokenizers",
-        lambda header, run: check(replace(header, src_tokenizer=lacking), run),
+        lambda header, run: check(replace(header, src_tokenizer=MosesTokenizer(lang="cs")), run),
     )
     out = tmp_path / "site"
     assert main(["export", str(toy_run), "--out", str(out), "--web"]) == 2
-    assert said in capsys.readouterr().err and not out.exists()
+    said = capsys.readouterr().err
+    assert "source tokenizer is Moses' rules for cs, which the browser has only for en" in said
+    assert not out.exists()
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from alignmt.answers.site import MOSES_LANGS, STATIC
+from alignmt.answers.site import STATIC
+from alignmt.answers.web_tokenizers import MOSES_LANGS
 from alignmt.text.corpus import read_lines
 from alignmt.text.tokenize import MosesTokenizer
 

@@ -7,9 +7,8 @@ worker what the server's /v1/models would say of the model, how it searches and 
 refuses (the engine table's row of the browser, `decoding.engine.FEATURES`). Any static
 file host serves DIR; the page fetches nothing from outside it.
 
-Only the tokenizers that have a twin in static/web/tokenize.js run in the browser: a model
-cut with SentencePiece, or with Moses' rules for a language static/web/moses.js lacks, is
-refused before anything is written."""
+Only the tokenizers that have a twin in the page run there (`web_tokenizers`): the export
+refuses others before anything is written."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from alignmt.answers.registry import model_info
 from alignmt.answers.schemas import BeamRequest, StepRequest, TranslateRequest
-from alignmt.checkpoint.format import Header
+from alignmt.answers.web_tokenizers import write_tokenizer_files
 from alignmt.decoding.door import open_translator
 from alignmt.decoding.engine import EVERY, FEATURES, Unavailable
 from alignmt.decoding.exported import ENCODER, STEP
@@ -56,10 +55,6 @@ window.alignmtIsolated = (async () => {{
 </script>"""
 SITE = "site.json"
 INDEX = "index.html"
-# static/web/tokenize.js's twins of alignmt.text.tokenize
-WEB_TOKENIZERS = ("char", "space", "d2l", "moses")
-# the languages static/web/moses_tables.js carries Moses' nonbreaking prefixes of
-MOSES_LANGS = ("en", "de", "fr")
 # what the worker's searches read of the run's SearchConfig
 _SEARCH = (
     "max_len_ratio",
@@ -81,24 +76,6 @@ _OVER_HTTP = (
 )
 
 
-def check_web_tokenizers(header: Header, run_dir: str | Path) -> None:
-    """Raise a ValueError naming the run and the tokenizer unless both sides' tokenizers run
-    in the browser."""
-    for side, tok in (("source", header.src_tokenizer), ("target", header.tgt_tokenizer)):
-        serve = "export it without --web and serve it with `alignmt serve DIR`"
-        if tok.kind not in WEB_TOKENIZERS:
-            raise ValueError(
-                f"{run_dir}: its {side} tokenizer is {tok.kind}, which does not run in the "
-                f"browser (--web runs {', '.join(WEB_TOKENIZERS)}); {serve}"
-            )
-        lang = getattr(tok, "lang", None)
-        if tok.kind == "moses" and lang not in MOSES_LANGS:
-            raise ValueError(
-                f"{run_dir}: its {side} tokenizer is Moses' rules for {lang}, which the "
-                f"browser has only for {', '.join(MOSES_LANGS)}; {serve}"
-            )
-
-
 def write_site(folder: str | Path, name: str | None = None) -> list[Path]:
     """Make the exported `folder` a static site around its float32 graphs (their weights
     stored in float32 or int8, `onnx_engine/stored_int8.py`). `name` is the model's in the
@@ -117,7 +94,9 @@ def write_site(folder: str | Path, name: str | None = None) -> list[Path]:
     # the worker checks a request against its route's schema, the server's own
     routes = {"translate": TranslateRequest, "step": StepRequest, "beam": BeamRequest}
     requests = {what: schema.model_json_schema() for what, schema in routes.items()}
+    cutters = write_tokenizer_files(translator.origin.header, folder)
     site = {"info": info.model_dump(), "search": search, "graphs": graphs}
+    site["tokenizers"] = {path.name.split(".")[1]: path.name for path in cutters}
     site |= {"refusals": refusals, "requests": requests}
     (folder / SITE).write_text(json.dumps(site, indent=1, ensure_ascii=False) + "\n")
     static = folder / "static"
@@ -137,4 +116,4 @@ def write_site(folder: str | Path, name: str | None = None) -> list[Path]:
         "</title>", f'</title>\n<link rel="icon" href="data:,">{_ISOLATED}'
     )  # no favicon.ico 404
     (folder / INDEX).write_text(page, encoding="utf-8")
-    return [folder / INDEX, folder / ISOLATE, folder / SITE, static]
+    return [folder / INDEX, folder / ISOLATE, folder / SITE, *cutters, static]

@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
         )
     ckpt = load_checkpoint(args.run_dir)
     if args.web:
-        from alignmt.answers.site import check_web_tokenizers
+        from alignmt.answers.web_tokenizers import check_web_tokenizers
 
         check_web_tokenizers(ckpt, args.run_dir)  # before anything is written
     manifest = export_onnx(ckpt, args.out)

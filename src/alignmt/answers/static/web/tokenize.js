@@ -1,8 +1,9 @@
 /* The tokenizers and vocabularies of an exported model, in the browser: each one the same
    function as its Python twin in alignmt.text (tokenize.py, escape.py, vocab.py), so that a
    sentence typed into the page reaches the graphs as the same ids that `alignmt translate`
-   gives them. SentencePiece has no twin here: `alignmt export --web` refuses a model cut with
-   it rather than approximate it. Moses' rules are moses.js, for the languages it has. */
+   gives them. Moses' rules are moses.js (for the languages it has); SentencePiece is
+   @huggingface/tokenizers, reading the model as `alignmt export --web` converted it
+   (alignmt.text.tokenizer_json), loaded only by a page that needs it. */
 
 import { MosesDetokenizer, MosesTokenizer } from "./moses.js";
 
@@ -57,8 +58,39 @@ const KINDS = {
   }),
 };
 
-/** The tokenizer a model's manifest describes (its `to_json`), or an Error naming it. */
-export function tokenizer(spec) {
+const UNKNOWN = " \u2047 "; // " ⁇ ": what SentencePiece writes for a piece it lacks
+
+/** SentencePiece's pieces by @huggingface/tokenizers from `file` (a parsed tokenizer.json),
+    and SentencePiece's decoding of them: a piece it lacks as " ⁇ ", "▁" as a space, and the
+    first "▁" of the text dropped (its dummy prefix). */
+async function sentencepiece({ lowercase }, file) {
+  const { Tokenizer } = await import("./tokenizers/tokenizers.min.mjs");
+  const cut = new Tokenizer(file, {});
+  const { vocab, unk_id: unkId, unk_token: unkToken } = file.model;
+  const pieces = new Set(Array.isArray(vocab) ? vocab.map(([piece]) => piece) : Object.keys(vocab));
+  const unknown = unkToken ?? vocab[unkId][0];
+  return {
+    encode: (text) => cut.encode(lowercase ? text.toLowerCase() : text,
+      { add_special_tokens: false }).tokens,
+    decode: (tokens) => {
+      let [text, first] = ["", true];
+      for (const token of tokens) {
+        let surface = UNKNOWN;
+        if (token !== unknown && pieces.has(token)) {
+          surface = (first && token.startsWith(SPACE) ? token.slice(1) : token).replaceAll(SPACE, " ");
+        }
+        text += surface;
+        first &&= !surface;
+      }
+      return text;
+    },
+  };
+}
+
+/** The tokenizer a model's manifest describes (its `to_json`), or an Error naming it;
+    `file`: a SentencePiece model's tokenizer.json, parsed. */
+export async function tokenizer(spec, file = null) {
+  if (spec.kind === "sentencepiece") return sentencepiece(spec, file);
   const make = KINDS[spec.kind];
   if (!make) throw new Error(`the ${spec.kind} tokenizer does not run in the browser`);
   return make(spec);

@@ -53,18 +53,22 @@ class Model {
     const [encoder, step] = await Promise.all([site.graphs.encoder, site.graphs.step].map(
       async (name) => ort.InferenceSession.create(
         new Uint8Array(await (await fetch(new URL(name, base))).arrayBuffer()), options)));
-    return new Model(manifest, site, encoder, step);
+    // each side's tokenizer, with its tokenizer.json where SentencePiece cuts it
+    const cutters = await Promise.all(["source", "target"].map(async (side, i) => {
+      const spec = JSON.parse([manifest.src_tokenizer, manifest.tgt_tokenizer][i]);
+      const file = site.tokenizers?.[side];
+      return tokenizer(spec, file ? await json(file) : null);
+    }));
+    return new Model(manifest, site, encoder, step, cutters);
   }
 
-  constructor(manifest, site, encoder, step) {
+  constructor(manifest, site, encoder, step, [srcTokenizer, tgtTokenizer]) {
     this.info = site.info;
     this.search = site.search;
     this.refusals = site.refusals; // feature -> why the browser cannot (decoding.engine.FEATURES)
     this.requests = site.requests; // each route's JSON Schema, the server's
-    this.src = { vocab: new Vocab(JSON.parse(manifest.src_vocab).itos),
-      tokenizer: tokenizer(JSON.parse(manifest.src_tokenizer)) };
-    this.tgt = { vocab: new Vocab(JSON.parse(manifest.tgt_vocab).itos),
-      tokenizer: tokenizer(JSON.parse(manifest.tgt_tokenizer)) };
+    this.src = { vocab: new Vocab(JSON.parse(manifest.src_vocab).itos), tokenizer: srcTokenizer };
+    this.tgt = { vocab: new Vocab(JSON.parse(manifest.tgt_vocab).itos), tokenizer: tgtTokenizer };
     this.bos = manifest.bos_id;
     this.pad = manifest.pad_id;
     this.eos = manifest.eos_id;
