@@ -1,10 +1,11 @@
 """Which tokenizers run in an exported site's page, checked before `alignmt export --web`
 writes anything, and the files the page reads for them.
 
-Every kind alignmt has has a twin in static/web/tokenize.js that gives the Python side's tokens exactly:
-characters, spaces, d2l's words, Moses' rules (moses.js, for the languages whose
-nonbreaking prefixes it carries) and SentencePiece, which `@huggingface/tokenizers` runs from
-the model converted to a tokenizer.json (`text.tokenizer_json`). That conversion is checked
+Every kind of tokenizer alignmt has has a twin in static/web/tokenize.js that gives the
+Python side's tokens exactly: characters, spaces, d2l's words, Moses' rules (moses.js, for
+the languages whose nonbreaking prefixes it carries) and SentencePiece, which
+`@huggingface/tokenizers` runs from the model converted to a tokenizer.json
+(`text.tokenizer_json`). That conversion is checked
 on the sentences the run's SentencePiece models learnt from, its training corpus: where the
 `tokenizers` library, which reads the same file, cuts a sentence differently (unigram's ties
 between equally likely cuts can), the export names the sentences and refuses."""

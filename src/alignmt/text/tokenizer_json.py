@@ -13,6 +13,7 @@ measured, not assumed (`differences`)."""
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Sequence
 
 from sentencepiece import SentencePieceProcessor
@@ -92,8 +93,6 @@ def differences(model: bytes, sentences: Sequence[str], lowercase: bool) -> list
     """The indices of `sentences` that the tokenizer.json of `model`, run by the `tokenizers`
     library, cuts into other pieces than SentencePiece does."""
     from tokenizers import Tokenizer
-
-    import json
 
     converted = Tokenizer.from_str(json.dumps(tokenizer_json(model)))
     processor = SentencePieceProcessor(model_proto=model)
