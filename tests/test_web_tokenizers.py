@@ -130,3 +130,23 @@ def test_without_the_corpus_it_learnt_from_the_check_refuses(
     tok = SentencePieceTokenizer.train(["a b c"] * 30, vocab_size=8)
     with pytest.raises(ValueError, match="checked for the browser on the corpus they learnt from"):
         check_web_tokenizers(replace(multi30k_header, src_tokenizer=tok), "runs/x")
+
+
+def test_the_export_refuses_a_tokenizer_the_browser_lacks_before_writing(
+    toy_run, tmp_path, capsys, monkeypatch
+):
+    from alignmt.answers import web_tokenizers
+    from alignmt.cli import main
+    from alignmt.text.tokenize import MosesTokenizer
+
+    check = web_tokenizers.check_web_tokenizers
+    monkeypatch.setattr(  # the toy run, as if its source side were Czech
+        web_tokenizers,
+        "check_web_tokenizers",
+        lambda header, run: check(replace(header, src_tokenizer=MosesTokenizer(lang="cs")), run),
+    )
+    out = tmp_path / "site"
+    assert main(["export", str(toy_run), "--out", str(out), "--web"]) == 2
+    said = capsys.readouterr().err
+    assert "source tokenizer is Moses' rules for cs, which the browser has only for en" in said
+    assert not out.exists()

@@ -11,6 +11,10 @@ from pathlib import Path
 
 FORMAT = 1  # of the exported folder; a reader refuses another
 MANIFEST, ENCODER, STEP = "manifest.json", "encoder.onnx", "step.onnx"
+# The session setting under which ONNX Runtime folds a DequantizeLinear of a constant into a
+# float32 constant: the weights `onnx_engine/stored_int8.py` stores in int8 (by default it
+# keeps the node, for int8 kernels to fuse with, and dequantizes at every call)
+FOLD_STORED_INT8 = ("session.disable_quant_qdq", "1")
 
 
 def int8_name(graph: str) -> str:

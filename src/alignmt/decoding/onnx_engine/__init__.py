@@ -8,4 +8,5 @@ NumPy, neither torch nor JAX.
     rows.py         the rows of a continuously refilled batch, in NumPy
     search.py       greedy and beam search, their candidates and back-trace, in NumPy
     shortlisted.py  an exported model decoding over a lexical shortlist
+    stored_int8.py  weights stored in int8, arithmetic in float32 (a site too big with float32)
 """

@@ -12,8 +12,15 @@ import numpy as np
 import onnxruntime as ort
 
 from alignmt.checkpoint.format import Header, parse_header
-from alignmt.decoding.exported import ENCODER, FORMAT, MANIFEST, STEP, Manifest, int8_name
-from alignmt.decoding.onnx_engine.stored_int8 import FOLD_STORED_INT8
+from alignmt.decoding.exported import (
+    ENCODER,
+    FOLD_STORED_INT8,
+    FORMAT,
+    MANIFEST,
+    STEP,
+    Manifest,
+    int8_name,
+)
 
 
 class OnnxModel:

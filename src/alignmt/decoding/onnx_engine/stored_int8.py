@@ -1,7 +1,7 @@
 """Weights stored in int8, arithmetic in float32: an exported graph whose large weight
 matrices are written as int8 with one scale per output row or column, each read through a
 DequantizeLinear node. ONNX Runtime folds those nodes into float32 constants when it opens
-the graph (with `FOLD_STORED_INT8` among its session's settings), so the graph runs exactly
+the graph (with `exported.FOLD_STORED_INT8` among its session's settings), so the graph runs exactly
 as the float32 one whose weights were rounded to 255 levels per channel, at float32's speed,
 from a file a quarter the size.
 
@@ -22,9 +22,6 @@ from onnx import helper, numpy_helper
 
 from alignmt.decoding.exported import ENCODER, MANIFEST, STEP
 
-# The session setting under which ONNX Runtime folds DequantizeLinear of a constant (by
-# default it keeps it, for quantized kernels to fuse with, and would dequantize every call)
-FOLD_STORED_INT8 = ("session.disable_quant_qdq", "1")
 # Fewer elements than this stay float32: biases, the additive score's v, small layers,
 # whose bytes do not matter and whose rounding would
 LEAST = 4096
