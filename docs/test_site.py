@@ -162,14 +162,50 @@ def test_pages_open_offline_in_a_browser(browser, page, tmp_path):
 
 
 def test_the_tutorials_export_their_models_into_the_site_as_live_explorers():
-    for name in ("bottleneck", "d2l"):
+    for tutorial, name in (
+        ("bottleneck", "bottleneck"),
+        ("d2l", "d2l"),
+        ("translation", "multi30k"),
+    ):
         live = SITE / "live" / name
         site = json.loads((live / "site.json").read_text())
         assert (live / "index.html").is_file() and (live / site["graphs"]["step"]).is_file()
         assert (live / "static" / "web" / "ort" / "ort-wasm-simd-threaded.wasm").is_file()
-        page = (SITE / "tutorials" / f"{name}.html").read_text()
+        page = (SITE / "tutorials" / f"{tutorial}.html").read_text()
         assert f'src="../live/{name}/index.html?sentence=' in page
-    assert (SITE / "try.html").read_text().count('class="alignmt-live"') == 2
+    assert (SITE / "try.html").read_text().count('class="alignmt-live"') == 3
+
+
+def test_a_reader_types_a_caption_into_the_multi30k_explorer_and_reads_the_models_german(
+    tmp_path,
+):
+    """The try page's English->German explorer, served as a static host serves the site:
+    a typed caption comes out as the model's greedy German in Python (ONNX Runtime on the
+    same folder), through the page's own Moses tokenizer and detokenizer."""
+    from benchmarks.browser import LOCAL_ONLY, Explorer, StaticHost, start_chromium
+
+    from alignmt.decoding.door import open_translator
+
+    caption = "Two young men are playing soccer on a field."
+    (python, *_), *_ = open_translator(SITE / "live" / "multi30k", beam_size=1).translate([caption])
+    driver = start_chromium(flags=LOCAL_ONLY)
+    with StaticHost(SITE) as url:
+        try:
+            driver.get(f"{url}try.html")
+            frame = driver.find_element("css selector", "iframe.alignmt-live")
+            assert "multi30k" in frame.get_attribute("src")  # the first explorer on the page
+            driver.execute_script("arguments[0].scrollIntoView()", frame)
+            driver.switch_to.frame(frame)
+            page = Explorer(driver, timeout=60)
+            page.wait_for(1)
+            page.translate(caption)
+            shown = page.panel()
+            assert shown["source"][:4] == ["two", "young", "men", "are"]  # Moses' words, lowercased
+            assert shown["tokens"][: len(python.tokens)] == python.tokens
+            driver.switch_to.default_content()
+            driver.save_screenshot(str(tmp_path / "try_multi30k.png"))
+        finally:
+            driver.quit()
 
 
 def test_a_reader_types_a_sentence_into_a_live_explorer_and_steps_it(tmp_path):
@@ -181,7 +217,7 @@ def test_a_reader_types_a_sentence_into_a_live_explorer_and_steps_it(tmp_path):
     with StaticHost(SITE) as url:
         try:
             driver.get(f"{url}try.html")
-            frame = driver.find_element("css selector", "iframe.alignmt-live")
+            frame = driver.find_element("css selector", "iframe.alignmt-live[src*=bottleneck]")
             driver.execute_script("arguments[0].scrollIntoView()", frame)
             driver.switch_to.frame(frame)
             page = Explorer(driver, timeout=60)
