@@ -12,6 +12,7 @@ between equally likely cuts can), the export names the sentences and refuses."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -57,8 +58,8 @@ def _check_sentencepiece(
     from alignmt.text.build import train_stream
 
     data = header.config.data
-    try:
-        rows = list(train_stream(data))
+    try:  # the pairs it read: the first data.limit where the run set one
+        rows = list(itertools.islice(train_stream(data), data.limit or None))
     except (OSError, ValueError) as missing:  # the corpus is not here: nothing to check on
         raise ValueError(
             f"{run_dir}: its SentencePiece tokenizers are checked for the browser on the "
