@@ -1,11 +1,11 @@
 """`alignmt export RUN_DIR --out DIR --web`: an exported folder made a static site. DIR gets
-index.html (the explorer's page), coi-serviceworker.js (which makes the page cross-origin
-isolated, for ONNX Runtime Web's threads, on a host that sends no COOP/COEP headers), static/
+index.html (the explorer's page); coi-serviceworker.js, which makes the page cross-origin
+isolated, for ONNX Runtime Web's threads, on a host that sends no COOP/COEP headers; static/
 (explorer.js and .css; web/ with the Web Worker that runs the graphs, the tokenizers and ONNX
-Runtime Web) and site.json, which tells the
-worker what the server's /v1/models would say of the model, how it searches and what it
-refuses (the engine table's row of the browser, `decoding.engine.FEATURES`). Any static
-file host serves DIR; the page fetches nothing from outside it.
+Runtime Web); a tokenizer.json for each side SentencePiece cuts; and site.json, which tells
+the worker what the server's /v1/models would say of the model, how it searches and what it
+refuses (the engine table's row of the browser, `decoding.engine.FEATURES`). Any static file
+host serves DIR; the page fetches nothing from outside it.
 
 Only the tokenizers that have a twin in the page run there (`web_tokenizers`): the export
 refuses others before anything is written."""
@@ -94,10 +94,9 @@ def write_site(folder: str | Path, name: str | None = None) -> list[Path]:
     # the worker checks a request against its route's schema, the server's own
     routes = {"translate": TranslateRequest, "step": StepRequest, "beam": BeamRequest}
     requests = {what: schema.model_json_schema() for what, schema in routes.items()}
-    cutters = write_tokenizer_files(translator.origin.header, folder)
+    tokenizers = write_tokenizer_files(translator.origin.header, folder)
     site = {"info": info.model_dump(), "search": search, "graphs": graphs}
-    site["tokenizers"] = {path.name.split(".")[1]: path.name for path in cutters}
-    site |= {"refusals": refusals, "requests": requests}
+    site |= {"tokenizers": tokenizers, "refusals": refusals, "requests": requests}
     (folder / SITE).write_text(json.dumps(site, indent=1, ensure_ascii=False) + "\n")
     static = folder / "static"
     shutil.rmtree(static, ignore_errors=True)
@@ -116,4 +115,5 @@ def write_site(folder: str | Path, name: str | None = None) -> list[Path]:
         "</title>", f'</title>\n<link rel="icon" href="data:,">{_ISOLATED}'
     )  # no favicon.ico 404
     (folder / INDEX).write_text(page, encoding="utf-8")
-    return [folder / INDEX, folder / ISOLATE, folder / SITE, *cutters, static]
+    files = [folder / name for name in (INDEX, ISOLATE, SITE, *tokenizers.values())]
+    return [*files, static]

@@ -76,12 +76,16 @@ def _check_sentencepiece(
             )
 
 
-def write_tokenizer_files(header: Header, folder: Path) -> list[Path]:
-    """The tokenizer.json of each side cut by SentencePiece, written into `folder`."""
-    written = []
+def write_tokenizer_files(header: Header, folder: Path) -> dict[str, str]:
+    """Write the tokenizer.json of each side cut by SentencePiece into `folder`.
+
+    Returns:
+        Side ("source", "target") -> the file's name, for the sides written.
+    """
+    written = {}
     for side, tok in sides(header).items():
         if isinstance(tok, SentencePieceTokenizer):
-            path = folder / TOKENIZER_FILE.format(side=side)
-            path.write_text(json.dumps(tokenizer_json(tok.model), ensure_ascii=False))
-            written.append(path)
+            name = TOKENIZER_FILE.format(side=side)
+            (folder / name).write_text(json.dumps(tokenizer_json(tok.model), ensure_ascii=False))
+            written[side] = name
     return written

@@ -25,9 +25,9 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from alignmt.decoding.exported import ENCODER, STEP, int8_name
 from alignmt.decoding.onnx_engine.model import OnnxModel
 
-# How far int8 may move any next-token probability from float32's for `alignmt export --web`
-# to ship the int8 graphs alone: well under the gap between a greedy choice and the runner-up
-# on the models tested, where a moved argmax would change a translation.
+# How far int8 weights may move any next-token probability from float32's for `alignmt
+# export --web` to ship them (stored_int8.py): well under the gap between a greedy choice and
+# the runner-up on the models tested, where a moved argmax would change a translation.
 INT8_TOLERANCE = 0.02
 
 
@@ -66,7 +66,7 @@ class _NoPreprocessingAdvice(logging.Filter):
     pre-processing (symbolic shape inference and graph optimisations, which help static
     quantization find activations' shapes). Dynamic quantization of products with constant
     weights needs only the weights' shapes, which the graph holds, and how far int8 moves
-    the output is measured after (`int8_drift`)."""
+    the output is measured after (`drift`)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "pre-processing before quantization" not in record.getMessage()
@@ -81,12 +81,6 @@ def _without_preprocessing_advice() -> Iterator[None]:
         yield
     finally:
         root.removeFilter(advice)
-
-
-def int8_drift(folder: str | Path) -> float:
-    """The most the int8 copies move any next-token probability from the float32 graphs'
-    (`drift`)."""
-    return drift(OnnxModel(folder), OnnxModel(folder, int8=True))
 
 
 def drift(plain: OnnxModel, int8: OnnxModel, sentences: int = 32, seed: int = 0) -> float:
