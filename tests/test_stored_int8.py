@@ -115,22 +115,22 @@ def test_int8_stored_graphs_run_in_the_page_as_onnx_runtime_runs_them(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("budget", "tolerance", "stored"), [(30, 1.0, False), (0, 0.0, False), (0, 1.0, True)]
-)
+@pytest.mark.parametrize(("tolerance", "stored"), [(0.0, False), (1.0, True)])
 def test_the_site_stores_int8_weights_only_when_too_big_and_within_the_tolerance(
-    budget, tolerance, stored, toy_run, tmp_path, monkeypatch, capsys
+    tolerance, stored, toy_run, tmp_path, monkeypatch, capsys
 ):
+    """Too big (a budget of 0 MB; a site within it keeps float32 unprobed, as every other
+    site the tests export does)."""
     from alignmt.answers import site as web
     from alignmt.decoding.door import open_translator
     from alignmt.decoding.onnx_engine import int8
 
-    monkeypatch.setattr(web, "SITE_BUDGET", budget)
+    monkeypatch.setattr(web, "SITE_BUDGET", 0)
     monkeypatch.setattr(int8, "INT8_TOLERANCE", tolerance)
     float32 = export_web(toy_run, tmp_path / "float32", "--float32")
     site = export_web(toy_run, tmp_path / "site")
     said = capsys.readouterr().out
-    assert ("weighs over 0 MB with float32 weights" in said) == (budget == 0)
+    assert "weighs over 0 MB with float32 weights" in said
     assert ("keep their weights in int8, computing in float32" in said) == stored
     assert sorted(p.name for p in site.glob("*.onnx")) == ["encoder.onnx", "step.onnx"]
     assert (dequantized(site / "step.onnx") > 0) == stored

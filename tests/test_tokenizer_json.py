@@ -33,12 +33,12 @@ def trained(lang: str, model_type: str) -> SentencePieceTokenizer:
     )
 
 
-@pytest.mark.parametrize("lang", ["en", "de"])
-@pytest.mark.parametrize("model_type", ["bpe", "unigram"])
+@pytest.mark.parametrize(("lang", "model_type"), [("en", "bpe"), ("de", "unigram")])
 def test_the_converted_model_cuts_multi30k_as_sentencepiece(lang, model_type):
+    """(test_web_tokenizers.py checks every corpus side both ways, and the page besides.)"""
     sentences = multi30k(lang)[1]
     differ = differences(trained(lang, model_type).model, sentences, lowercase=True)
-    if (lang, model_type) != ("de", "unigram"):
+    if model_type == "bpe":
         assert differ == []
         return
     # unigram's one tie on German: "000" as "00" + "0" or "0" + "00", equally likely; the
