@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -135,13 +136,9 @@ def page_sentences_per_second(url: str, sentences: list[str], threads: int = 0) 
     step-through, top 5 at every step), each the best of ten, after untimed calls have opened
     the model and warmed up the browser's compilers (three batches, ten sentences one at a
     time); and the page's own line on how it runs them ("runtime")."""
-    driver = start_chromium(flags=LOCAL_ONLY)
-    try:
-        driver.get(f"{url}index.html")
-        settle(driver)
-        driver.set_script_timeout(600)
-        seconds = driver.execute_async_script(
-            """
+    seconds = in_page(
+        url,
+        """
             const [sentences, threads, done] = arguments;
             const worker = new Worker("static/web/worker.js", { type: "module" });
             let last = 0;
@@ -174,13 +171,9 @@ def page_sentences_per_second(url: str, sentences: list[str], threads: int = 0) 
               done({ batch, each, runtime });
             })().catch((error) => done(String(error)));
             """,
-            sentences,
-            threads,
-        )
-    finally:
-        driver.quit()
-    if isinstance(seconds, str):
-        raise RuntimeError(f"the page says: {seconds}")
+        sentences,
+        threads,
+    )
     runtime = seconds.pop("runtime")
     return {way: len(sentences) / s for way, s in seconds.items()} | {"runtime": runtime}
 
@@ -241,15 +234,11 @@ def step_seconds_python(site: Path, feeds: dict, threads: int, calls: int = 50) 
 def step_seconds_page(url: str, feeds: dict, threads: int, calls: int = 50) -> float:
     """Seconds per call of the step graph alone in ONNX Runtime Web on `threads` (best of 5),
     on the page's thread, as the worker opens it: the arithmetic's ceiling in the page."""
-    driver = start_chromium(flags=LOCAL_ONLY)
     kinds = {np.dtype("int64"): "int64", np.dtype("float32"): "float32", np.dtype("bool"): "bool"}
     given = {n: [kinds[a.dtype], a.ravel().tolist(), list(a.shape)] for n, a in feeds.items()}
-    try:
-        driver.get(f"{url}index.html")
-        settle(driver)
-        driver.set_script_timeout(600)
-        seconds = driver.execute_async_script(
-            """
+    return in_page(
+        url,
+        """
             const [given, threads, calls, done] = arguments;
             (async () => {
               const ort = await import("./static/web/ort/ort.wasm.min.mjs");
@@ -274,15 +263,27 @@ def step_seconds_page(url: str, feeds: dict, threads: int, calls: int = 50) -> f
               done(best);
             })().catch((error) => done(String(error)));
             """,
-            given,
-            threads,
-            calls,
-        )
+        given,
+        threads,
+        calls,
+    )
+
+
+def in_page(url: str, script: str, *args: object) -> Any:
+    """What the asynchronous `script` gives `done` with `args`, run in the site's page in a
+    fresh headless Chromium, once the page is settled (cross-origin isolated where it can
+    be); a string it gives is the page's error."""
+    driver = start_chromium(flags=LOCAL_ONLY)
+    try:
+        driver.get(f"{url}index.html")
+        settle(driver)
+        driver.set_script_timeout(600)
+        answer = driver.execute_async_script(script, *args)
     finally:
         driver.quit()
-    if isinstance(seconds, str):
-        raise RuntimeError(f"the page says: {seconds}")
-    return seconds
+    if isinstance(answer, str):
+        raise RuntimeError(f"the page says: {answer}")
+    return answer
 
 
 def report(run: str, sizes: dict, opens: list[float], page: dict, python: dict, n: int) -> None:
