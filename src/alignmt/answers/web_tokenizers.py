@@ -5,10 +5,10 @@ Every kind of tokenizer alignmt has has a twin in static/web/tokenize.js that gi
 Python side's tokens exactly: characters, spaces, d2l's words, Moses' rules (moses.js, for
 the languages whose nonbreaking prefixes it carries) and SentencePiece, which
 `@huggingface/tokenizers` runs from the model converted to a tokenizer.json
-(`text.tokenizer_json`). That conversion is checked
-on the sentences the run's SentencePiece models learnt from, its training corpus: where the
-`tokenizers` library, which reads the same file, cuts a sentence differently (unigram's ties
-between equally likely cuts can), the export names the sentences and refuses."""
+(`text.tokenizer_json`). That conversion is checked on the sentences the run's SentencePiece
+models learnt from, its training corpus: where the `tokenizers` library, which reads the same
+file, cuts a sentence differently (unigram's ties between equally likely cuts can), the
+export names the sentences and refuses."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from alignmt.checkpoint.format import Header
-from alignmt.text.tokenize import SentencePieceTokenizer, Tokenizer
+from alignmt.text.tokenize import MosesTokenizer, SentencePieceTokenizer, Tokenizer
 from alignmt.text.tokenizer_json import differences, tokenizer_json
 
 # the languages static/web/moses_tables.js carries Moses' nonbreaking prefixes of
@@ -29,6 +29,7 @@ _SERVE = "export it without --web and serve it with `alignmt serve DIR`"
 
 
 def sides(header: Header) -> dict[str, Tokenizer]:
+    """Side ("source", "target") -> its tokenizer."""
     return dict(zip(SIDES, (header.src_tokenizer, header.tgt_tokenizer), strict=True))
 
 
@@ -38,10 +39,9 @@ def check_web_tokenizers(header: Header, run_dir: str | Path) -> None:
     lacks, or a SentencePiece model it would cut otherwise."""
     spm = {}
     for side, tok in sides(header).items():
-        lang = getattr(tok, "lang", None)
-        if tok.kind == "moses" and lang not in MOSES_LANGS:
+        if isinstance(tok, MosesTokenizer) and tok.lang not in MOSES_LANGS:
             raise ValueError(
-                f"{run_dir}: its {side} tokenizer is Moses' rules for {lang}, which the "
+                f"{run_dir}: its {side} tokenizer is Moses' rules for {tok.lang}, which the "
                 f"browser has only for {', '.join(MOSES_LANGS)}; {_SERVE}"
             )
         if isinstance(tok, SentencePieceTokenizer):

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from sentencepiece import SentencePieceProcessor
 from sentencepiece import sentencepiece_model_pb2 as model_pb2
 
-SPACE = "\u2581"  # "▁"
+from alignmt.text.tokenize import SPACE
+
 _UNIGRAM, _BPE = 1, 2  # TrainerSpec.ModelType
 
 
